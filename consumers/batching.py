@@ -1,0 +1,136 @@
+"""Per-user buffers and per-partition offset tracking, as plain data structures.
+
+The processor commits, per partition, the offset just below the earliest record that is not
+yet done (consolidated, skipped as a duplicate, or dead-lettered). A crash therefore replays
+at most the records that were in flight, and `consolidated_events` makes that replay harmless.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from producers.contract import ContextEvent
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class BufferedEvent:
+    tp: TopicPartition
+    offset: int
+    event: ContextEvent
+
+
+@dataclass
+class UserBuffer:
+    user_id: str
+    organization_id: str
+    first_at: float
+    items: list[BufferedEvent] = field(default_factory=list)
+
+
+class UserBuffers:
+    """Events waiting for their user's next flush, in arrival order."""
+
+    def __init__(self, max_batch: int, max_wait_s: float) -> None:
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self._buffers: dict[str, UserBuffer] = {}
+
+    def add(self, item: BufferedEvent, now: float) -> None:
+        event = item.event
+        buffer = self._buffers.get(event.user_id)
+        if buffer is None:
+            buffer = UserBuffer(event.user_id, event.organization_id, now)
+            self._buffers[event.user_id] = buffer
+        buffer.items.append(item)
+
+    def ready(self, now: float, *, force: bool = False, exclude: Iterable[str] = ()) -> list[str]:
+        """Users whose buffer is full or old enough, oldest first."""
+        skip = set(exclude)
+        users = [
+            b
+            for b in self._buffers.values()
+            if b.user_id not in skip
+            and (force or len(b.items) >= self.max_batch or now - b.first_at >= self.max_wait_s)
+        ]
+        return [b.user_id for b in sorted(users, key=lambda b: b.first_at)]
+
+    def take(self, user_id: str) -> UserBuffer:
+        """Remove and return up to `max_batch` events; the rest stay, with a fresh age."""
+        buffer = self._buffers.pop(user_id)
+        if len(buffer.items) > self.max_batch:
+            rest = buffer.items[self.max_batch :]
+            buffer.items = buffer.items[: self.max_batch]
+            self._buffers[user_id] = UserBuffer(
+                user_id, buffer.organization_id, buffer.first_at, rest
+            )
+        return buffer
+
+    def drop_partitions(self, tps: Iterable[TopicPartition]) -> int:
+        """Forget events of revoked partitions; their new owner re-reads them."""
+        gone = set(tps)
+        dropped = 0
+        for user_id in list(self._buffers):
+            buffer = self._buffers[user_id]
+            kept = [i for i in buffer.items if i.tp not in gone]
+            dropped += len(buffer.items) - len(kept)
+            if kept:
+                buffer.items = kept
+            else:
+                del self._buffers[user_id]
+        return dropped
+
+    def __len__(self) -> int:
+        return sum(len(b.items) for b in self._buffers.values())
+
+    def users(self) -> list[str]:
+        return list(self._buffers)
+
+
+class OffsetTracker:
+    """Which offsets of each partition are still open, and what may be committed."""
+
+    def __init__(self) -> None:
+        self._open: dict[TopicPartition, list[int]] = {}
+        self._closed: dict[TopicPartition, set[int]] = {}
+        self._next: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+
+    def received(self, tp: TopicPartition, offset: int) -> None:
+        heapq.heappush(self._open.setdefault(tp, []), offset)
+        self._next[tp] = max(self._next.get(tp, 0), offset + 1)
+
+    def done(self, tp: TopicPartition, offset: int) -> None:
+        self._closed.setdefault(tp, set()).add(offset)
+
+    def committable(self) -> dict[TopicPartition, int]:
+        """Partition → offset to commit, for partitions that moved since the last commit."""
+        out: dict[TopicPartition, int] = {}
+        for tp, heap in self._open.items():
+            closed = self._closed.get(tp, set())
+            while heap and heap[0] in closed:
+                closed.discard(heapq.heappop(heap))
+            position = heap[0] if heap else self._next[tp]
+            if position > self._committed.get(tp, -1):
+                out[tp] = position
+        return out
+
+    def committed(self, positions: dict[TopicPartition, int]) -> None:
+        self._committed.update(positions)
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self._open.pop(tp, None)
+            self._closed.pop(tp, None)
+            self._next.pop(tp, None)
+            self._committed.pop(tp, None)
+
+    def open_count(self) -> int:
+        return sum(len(h) for h in self._open.values())

@@ -1,0 +1,107 @@
+"""The log writer: every event on the topic into Postgres `context_events`, exactly once.
+
+A polled batch is decoded, bad records go to the dead-letter topic, good ones are inserted in
+one transaction (`ON CONFLICT (event_id) DO NOTHING`), and only then are offsets committed. A
+crash between insert and commit replays the batch, and the replay inserts nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from consumers.dead_letter import DeadLetter, DeadLetterSink
+from consumers.decoding import Rejected, decode_event
+from consumers.kafka_client import commit, from_kafka
+from consumers.metrics import PipelineMetrics
+from producers.contract import ContextEvent
+from store.errors import DatabaseUnavailable
+from store.event_log import KafkaCoordinates, PostgresEventLog
+
+log = logging.getLogger(__name__)
+CONSUMER_NAME = "log-writer"
+MAX_BACKOFF_S = 30.0
+
+
+class LogWriter:
+    def __init__(
+        self,
+        consumer: Any,
+        topic: str,
+        event_log: PostgresEventLog,
+        dead_letters: DeadLetterSink,
+        metrics: PipelineMetrics,
+        poll_timeout_ms: int = 500,
+    ) -> None:
+        self._consumer = consumer
+        self._topic = topic
+        self._log = event_log
+        self._dead_letters = dead_letters
+        self._metrics = metrics
+        self._poll_timeout_ms = poll_timeout_ms
+
+    def run(self, stop: threading.Event) -> None:
+        self._consumer.subscribe([self._topic])
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                self.step()
+                backoff = 0.5
+            except DatabaseUnavailable as e:
+                log.warning("Postgres unavailable, retrying the batch in %.1fs: %s", backoff, e)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def step(self) -> int:
+        """Poll one batch and make it durable; returns the number of records handled."""
+        batches = self._consumer.poll(timeout_ms=self._poll_timeout_ms)
+        if not batches:
+            return 0
+        good: list[tuple[ContextEvent, KafkaCoordinates]] = []
+        bad: list[DeadLetter] = []
+        positions = {}
+        first = {}
+        for ktp, records in batches.items():
+            tp = from_kafka(ktp)
+            first[ktp] = records[0].offset
+            for record in records:
+                decoded = decode_event(record.value)
+                if isinstance(decoded, Rejected):
+                    bad.append(DeadLetter(record.key, record.value, decoded.stage, decoded.reason,
+                                          tp.topic, tp.partition, record.offset))
+                else:
+                    good.append((decoded, KafkaCoordinates(tp.topic, tp.partition, record.offset)))
+            positions[tp] = records[-1].offset + 1
+        count = sum(len(r) for r in batches.values())
+        self._metrics.records.labels(CONSUMER_NAME).inc(count)
+        try:
+            self._dead_letters.send(bad)
+            inserted = self._log.append(good)
+        except Exception:
+            # Nothing of this batch is committed: rewind so the next poll reads it again.
+            for ktp, offset in first.items():
+                self._consumer.seek(ktp, offset)
+            raise
+        for letter in bad:
+            self._metrics.dead_letters.labels(CONSUMER_NAME, letter.stage).inc()
+            log.warning("dead-lettered %s/%d@%d (%s): %s", letter.topic, letter.partition,
+                        letter.offset, letter.stage, letter.reason)
+        self._metrics.events_logged.inc(inserted)
+        self._metrics.events_duplicate.labels(CONSUMER_NAME).inc(len(good) - inserted)
+        commit(self._consumer, positions)
+        return count
+
+    def drain(self, idle_s: float = 2.0, deadline_s: float = 120.0) -> int:
+        """Run until no record arrived for `idle_s` (used by the demo and tests)."""
+        self._consumer.subscribe([self._topic])
+        total, quiet_since, start = 0, time.monotonic(), time.monotonic()
+        while time.monotonic() - start < deadline_s:
+            n = self.step()
+            total += n
+            if n:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= idle_s and self._consumer.assignment():
+                break
+        return total

@@ -1,0 +1,73 @@
+"""Prometheus metrics of the consumer runtimes, registered on the registry they are given.
+
+Labels stay low-cardinality: consumer, stage, outcome, backend — never a user id.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class PipelineMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.records = Counter(
+            "memoryd_records_total", "Kafka records read", ["consumer"], registry=registry
+        )
+        self.dead_letters = Counter(
+            "memoryd_dead_letters_total", "Records sent to the dead-letter topic",
+            ["consumer", "stage"], registry=registry,
+        )
+        self.events_logged = Counter(
+            "memoryd_events_logged_total", "Events inserted into the Postgres log (new ones only)",
+            registry=registry,
+        )
+        self.events_duplicate = Counter(
+            "memoryd_events_duplicate_total", "Events already present, skipped",
+            ["consumer"], registry=registry,
+        )
+        self.flushes = Counter(
+            "memoryd_flushes_total", "Per-user consolidation flushes by outcome",
+            ["outcome"], registry=registry,
+        )
+        self.flush_seconds = Histogram(
+            "memoryd_flush_seconds", "Duration of one user's flush", ["backend"],
+            buckets=LATENCY_BUCKETS, registry=registry,
+        )
+        self.events_consolidated = Counter(
+            "memoryd_events_consolidated_total", "Events consolidated into memory", registry=registry
+        )
+        self.backend_retries = Counter(
+            "memoryd_backend_retries_total", "Transient backend failures that were retried",
+            ["backend"], registry=registry,
+        )
+        self.gate_verdicts = Counter(
+            "memoryd_gate_verdicts_total", "Write-gate verdicts", ["verdict"], registry=registry
+        )
+        self.tokens = Counter(
+            "memoryd_llm_tokens_total", "LLM tokens used", ["backend", "kind"], registry=registry
+        )
+        self.cost = Counter(
+            "memoryd_cost_micro_usd_total", "Cost booked to the ledger", ["operation"], registry=registry
+        )
+        self.index_failures = Counter(
+            "memoryd_index_failures_total", "Vector index writes that failed (facts stay pending)",
+            registry=registry,
+        )
+        self.facts_indexed = Counter(
+            "memoryd_facts_indexed_total", "Fact versions written to the vector index", registry=registry
+        )
+        self.buffered = Gauge(
+            "memoryd_buffered_events", "Events buffered in memory, not yet consolidated", registry=registry
+        )
+        self.in_flight = Gauge(
+            "memoryd_flushes_in_flight", "User flushes running now", registry=registry
+        )
+        self.pending_index = Gauge(
+            "memoryd_facts_pending_index", "Facts not yet in the vector index", registry=registry
+        )
+        self.commit_lag = Gauge(
+            "memoryd_uncommitted_records", "Records read but not yet committed", ["consumer"],
+            registry=registry,
+        )

@@ -1,0 +1,191 @@
+"""`memoryd` command line: one entry point for every process and operator task."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from memoryd import wiring
+from memoryd.settings import Settings, load_settings
+
+log = logging.getLogger("memoryd")
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handle(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping after the current batch", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    return stop
+
+
+def cmd_migrate(settings: Settings, _args: argparse.Namespace) -> int:
+    from store.migrate import migrate  # noqa: PLC0415
+    from store.postgres import make_pool  # noqa: PLC0415
+
+    pool = make_pool(settings.postgres.dsn, max_size=2)
+    try:
+        applied = migrate(pool)
+    finally:
+        pool.close()
+    print(f"applied {len(applied)} migration(s): {[m.name for m in applied]}")
+    return 0
+
+
+def cmd_topics(settings: Settings, _args: argparse.Namespace) -> int:
+    wiring.ensure_topics(settings)
+    print(f"topics ready: {settings.kafka.topic}, {settings.kafka.dead_letter_topic}")
+    return 0
+
+
+def cmd_log_writer(settings: Settings, args: argparse.Namespace) -> int:
+    with wiring.core(settings) as c:
+        writer = wiring.log_writer(c)
+        if args.until_idle:
+            print(f"logged {writer.drain()} record(s)")
+            return 0
+        wiring.serve_metrics(settings, c.registry, settings.metrics.log_writer_port)
+        writer.run(_stop_on_signals())
+    return 0
+
+
+def cmd_processor(settings: Settings, args: argparse.Namespace) -> int:
+    from memoryd.jobs import start_scheduler  # noqa: PLC0415
+
+    with wiring.core(settings) as c:
+        processor = wiring.processor(c)
+        if args.until_idle:
+            processor.run_until_idle()
+            return 0
+        wiring.serve_metrics(settings, c.registry, settings.metrics.processor_port)
+        scheduler = start_scheduler(c)
+        try:
+            processor.run(_stop_on_signals())
+        finally:
+            scheduler.shutdown(wait=False)
+    return 0
+
+
+def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
+    from memoryd.sample_stream import read_jsonl  # noqa: PLC0415
+    from producers.contract import ContextEvent  # noqa: PLC0415
+
+    events = [ContextEvent.from_bytes(raw) for _, raw in read_jsonl(Path(args.file))]
+    pub = wiring.publisher(settings)
+    try:
+        pub.publish(events)
+    finally:
+        pub.close()
+    print(f"published {len(events)} event(s) to {settings.kafka.topic}")
+    return 0
+
+
+def cmd_context(settings: Settings, args: argparse.Namespace) -> int:
+    from store.context_service import Budget  # noqa: PLC0415
+
+    with wiring.core(settings) as c:
+        bundle = wiring.context_service(c).assemble(
+            args.user, args.query, args.connection or [], Budget(args.budget)
+        )
+    print(bundle.prompt_block)
+    return 0
+
+
+def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
+    from memoryd.dev.stack import DevPorts, DevStack  # noqa: PLC0415
+
+    d = settings.dev
+    stack = DevStack(
+        d.state_dir, DevPorts(d.kafka_port, d.kafka_controller_port, d.postgres_port, d.chroma_port)
+    )
+    if args.action == "down":
+        stack.down()
+        print("local services stopped")
+        return 0
+    endpoints = stack.up()
+    print(f"kafka     {endpoints.kafka_bootstrap}")
+    print(f"postgres  {endpoints.postgres_dsn}")
+    print(f"chroma    {endpoints.chroma_url}")
+    return 0
+
+
+def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
+    from memoryd.demo import run_demo  # noqa: PLC0415
+
+    return run_demo(settings, keep_services=args.keep_services)
+
+
+def cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
+    from memoryd.redrive import redrive  # noqa: PLC0415
+
+    moved = redrive(settings, stages=args.stage, idle_s=args.idle_s)
+    print(f"redrove {moved} record(s) to {settings.kafka.topic}")
+    return 0
+
+
+def cmd_index_pending(settings: Settings, _args: argparse.Namespace) -> int:
+    with wiring.core(settings) as c:
+        print(f"indexed {wiring.indexer(c).drain_pending()} fact(s)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memoryd", description=__doc__)
+    parser.add_argument("--config", type=Path, help="TOML settings file (env vars override it)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("migrate", help="apply the Postgres migrations").set_defaults(fn=cmd_migrate)
+    sub.add_parser("topics", help="create the Kafka topics").set_defaults(fn=cmd_topics)
+    p = sub.add_parser("log-writer", help="run the event-log writer consumer")
+    p.add_argument("--until-idle", action="store_true")
+    p.set_defaults(fn=cmd_log_writer)
+    p = sub.add_parser("processor", help="run the MemoryProcessor consumer")
+    p.add_argument("--until-idle", action="store_true")
+    p.set_defaults(fn=cmd_processor)
+    p = sub.add_parser("produce", help="publish events from a JSONL file")
+    p.add_argument("file")
+    p.set_defaults(fn=cmd_produce)
+    p = sub.add_parser("context", help="print the context a chat turn would get")
+    p.add_argument("user")
+    p.add_argument("--query", required=True)
+    p.add_argument("--connection", action="append")
+    p.add_argument("--budget", choices=["lean", "balanced", "deep"], default="balanced")
+    p.set_defaults(fn=cmd_context)
+    p = sub.add_parser("dev", help="start or stop local Kafka, Postgres and Chroma")
+    p.add_argument("action", choices=["up", "down"])
+    p.set_defaults(fn=cmd_dev)
+    p = sub.add_parser("demo", help="the whole pipeline end to end over the bundled sample stream")
+    p.add_argument("--keep-services", action="store_true")
+    p.set_defaults(fn=cmd_demo)
+    p = sub.add_parser("redrive", help="put dead-lettered events back on the event topic")
+    p.add_argument("--stage", action="append", default=None,
+                   help="only these stages (consolidate, budget); default both")
+    p.add_argument("--idle-s", type=float, default=3.0)
+    p.set_defaults(fn=cmd_redrive)
+    sub.add_parser("index-pending", help="index facts Chroma has not got yet").set_defaults(
+        fn=cmd_index_pending
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = load_settings(args.config)
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    code: int = args.fn(settings, args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,90 @@
+"""The main job end to end: local services, the sample stream, both consumers, the result."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from importlib import resources
+from pathlib import Path
+
+from memoryd import wiring
+from memoryd.dev.stack import DevPorts, DevStack
+from memoryd.sample_stream import read_jsonl
+from memoryd.settings import Settings
+from producers.contract import ContextEvent
+from store.migrate import migrate
+from store.postgres import make_pool
+
+SAMPLE_QUERIES = {
+    "default": "What is the user working on right now?",
+}
+
+
+def sample_file() -> Path:
+    return Path(str(resources.files("memoryd") / "data" / "sample_events.jsonl"))
+
+
+def _point_at(settings: Settings, stack: DevStack) -> Settings:
+    endpoints = stack.up()
+    print(f"kafka {endpoints.kafka_bootstrap} · postgres {endpoints.postgres_dsn} · "
+          f"chroma embedded at {settings.chroma.path}")
+    return settings.model_copy(
+        update={
+            "kafka": settings.kafka.model_copy(update={"bootstrap_servers": endpoints.kafka_bootstrap}),
+            "postgres": settings.postgres.model_copy(update={"dsn": endpoints.postgres_dsn}),
+        }
+    )
+
+
+def run_demo(settings: Settings, keep_services: bool = False) -> int:
+    d = settings.dev
+    stack = DevStack(d.state_dir, DevPorts(d.kafka_port, d.kafka_controller_port, d.postgres_port, d.chroma_port))
+    started = time.monotonic()
+    settings = _point_at(settings, stack)
+    try:
+        pool = make_pool(settings.postgres.dsn, max_size=2)
+        try:
+            migrate(pool)
+        finally:
+            pool.close()
+        wiring.ensure_topics(settings)
+        events = [ContextEvent.from_bytes(raw) for _, raw in read_jsonl(sample_file())]
+        pub = wiring.publisher(settings)
+        try:
+            pub.publish(events)
+        finally:
+            pub.close()
+        print(f"published {len(events)} sample events for {len({e.user_id for e in events})} users")
+        with wiring.core(settings) as c:
+            writer = wiring.log_writer(c)
+            writer_thread = threading.Thread(target=writer.drain, kwargs={"idle_s": 3.0}, daemon=True)
+            writer_thread.start()
+            wiring.processor(c).run_until_idle(idle_s=3.0)
+            writer_thread.join(timeout=120)
+            pending = c.events.unconsolidated()
+            if pending:
+                print(f"ERROR: {len(pending)} logged event(s) were not consolidated")
+                return 1
+            print(f"all {c.events.count()} logged events consolidated "
+                  f"in {time.monotonic() - started:.1f}s\n")
+            _print_users(c, sorted({e.user_id for e in events}))
+        return 0
+    finally:
+        if not keep_services:
+            stack.down()
+
+
+def _print_users(c: wiring.Core, users: list[str]) -> None:
+    service = wiring.context_service(c)
+    for user_id in users:
+        state = c.memory.load_state(user_id)
+        facts = c.memory.facts(user_id)
+        print(f"══ {user_id} (memory version {state.version}, {len(facts)} active facts)")
+        print("W:", state.working_memory)
+        print("S:", json.dumps(state.scaffold, ensure_ascii=False, sort_keys=True)[:1200])
+        query = SAMPLE_QUERIES["default"]
+        bundle = service.assemble(user_id, query)
+        top = bundle.facts[0] if bundle.facts else None
+        shown = f"{top.fact.content} (similarity {top.similarity:.2f})" if top else "(none)"
+        print(f"retrieval for {query!r}: {shown}  [{bundle.latency_ms:.1f} ms]\n")

@@ -1,0 +1,131 @@
+"""Typed settings: environment variables prefixed `MEMORYD_` (nested with `__`), or a TOML file.
+
+Built once by the composition root and passed down; nothing else reads the environment.
+Example: `MEMORYD_KAFKA__BOOTSTRAP_SERVERS=broker:9092`, `MEMORYD_LLM__BACKEND=gemini`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from consumers.flush import BudgetPolicy
+from processors.cost import ModelPrice
+
+
+class KafkaSettings(BaseModel):
+    bootstrap_servers: str = "127.0.0.1:19092"
+    topic: str = "context-events"
+    dead_letter_topic: str = "context-events.dlq"
+    partitions: int = Field(default=6, ge=1)
+    replication_factor: int = Field(default=1, ge=1)
+    log_writer_group: str = "memoryd-log"
+    processor_group: str = "memoryd-processor"
+    delivery_timeout_ms: int = 30_000
+    session_timeout_ms: int = 30_000
+    max_poll_interval_ms: int = 300_000
+
+
+class PostgresSettings(BaseModel):
+    dsn: str = "postgresql://postgres@127.0.0.1:15432/memoryd"
+    pool_max_size: int = Field(default=12, ge=2)
+
+
+class ChromaSettings(BaseModel):
+    mode: Literal["embedded", "http"] = "embedded"
+    path: Path = Path(".memoryd/chroma")
+    url: str = "http://127.0.0.1:18000"
+    collection: str = "memory_facts"
+
+
+class LlmSettings(BaseModel):
+    backend: Literal["offline", "gemini"] = "offline"
+    model: str = "gemini-2.5-flash"
+    api_key: SecretStr | None = None
+    base_url: str | None = None
+    timeout_ms: int = Field(default=60_000, ge=100)
+    max_output_tokens: int = 8_192
+
+
+class ProcessorTuning(BaseModel):
+    max_batch: int = Field(default=20, ge=1)
+    max_wait_s: float = Field(default=2.0, gt=0)
+    concurrency: int = Field(default=4, ge=1)
+    max_attempts: int = Field(default=4, ge=1)
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    max_buffered: int = 5_000
+    budget_policy: BudgetPolicy = BudgetPolicy.DEFER
+
+
+class MetricsSettings(BaseModel):
+    host: str = "127.0.0.1"
+    log_writer_port: int = 9400
+    processor_port: int = 9401
+    api_port: int = 9402
+    enabled: bool = True
+
+
+class DevSettings(BaseModel):
+    state_dir: Path = Path(".memoryd")
+    kafka_port: int = 19092
+    kafka_controller_port: int = 19093
+    postgres_port: int = 15432
+    chroma_port: int = 18000
+
+
+def default_prices() -> dict[str, ModelPrice]:
+    # USD list prices per million tokens; override in settings when they change.
+    return {
+        "gemini-2.5-flash": ModelPrice(input_usd_per_mtok=0.30, output_usd_per_mtok=2.50),
+        "gemini-2.5-flash-lite": ModelPrice(input_usd_per_mtok=0.10, output_usd_per_mtok=0.40),
+        "gemini-2.5-pro": ModelPrice(input_usd_per_mtok=1.25, output_usd_per_mtok=10.0),
+        "offline-deterministic-v1": ModelPrice(),
+        "all-MiniLM-L6-v2-onnx-int8": ModelPrice(usd_per_1k_embeddings=0.0),
+    }
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="MEMORYD_", env_nested_delimiter="__", extra="forbid", toml_file=None
+    )
+
+    kafka: KafkaSettings = KafkaSettings()
+    postgres: PostgresSettings = PostgresSettings()
+    chroma: ChromaSettings = ChromaSettings()
+    llm: LlmSettings = LlmSettings()
+    processor: ProcessorTuning = ProcessorTuning()
+    metrics: MetricsSettings = MetricsSettings()
+    dev: DevSettings = DevSettings()
+    prices: dict[str, ModelPrice] = Field(default_factory=default_prices)
+    log_level: str = "INFO"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment wins over the file, so one variable can override a shared config.
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls), file_secret_settings)
+
+
+def load_settings(config_file: Path | None = None) -> Settings:
+    if config_file is None:
+        return Settings()
+
+    class FileSettings(Settings):
+        model_config = SettingsConfigDict(toml_file=config_file)
+
+    return FileSettings()

@@ -1,0 +1,193 @@
+"""The composition root: every component is built here from `Settings`, nowhere else."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import TopicAlreadyExistsError
+from prometheus_client import CollectorRegistry, start_http_server
+from psycopg_pool import ConnectionPool
+
+from consumers.dead_letter import KafkaDeadLetterSink
+from consumers.flush import UserFlusher
+from consumers.indexer import FactIndexer
+from consumers.kafka_client import ConsumerSettings, make_consumer
+from consumers.log_writer import LogWriter
+from consumers.metrics import PipelineMetrics
+from consumers.processor import MemoryProcessor, ProcessorSettings
+from memoryd.settings import Settings
+from processors.consolidate import Consolidator
+from processors.cost import PriceTable
+from processors.gate import WriteGate
+from processors.offline import OfflineBackend
+from processors.schema import ConsolidationBackend
+from producers.publisher import KafkaEventPublisher, ProducerSettings
+from store.context_service import ContextService
+from store.embeddings import MiniLmEmbedder
+from store.event_log import PostgresEventLog
+from store.memory_store import PostgresMemoryStore
+from store.postgres import make_pool
+from store.vector_index import ChromaVectorIndex, embedded_client, http_client
+
+log = logging.getLogger(__name__)
+
+
+def utc_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Core:
+    """What every process needs: the pool, the stores, the embedder and the index."""
+
+    settings: Settings
+    pool: ConnectionPool
+    memory: PostgresMemoryStore
+    events: PostgresEventLog
+    embedder: MiniLmEmbedder
+    index: ChromaVectorIndex
+    prices: PriceTable
+    registry: CollectorRegistry
+    metrics: PipelineMetrics
+    clock: Callable[[], datetime]
+
+
+@contextmanager
+def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Iterator[Core]:
+    pool = make_pool(settings.postgres.dsn, max_size=settings.postgres.pool_max_size)
+    try:
+        embedder = MiniLmEmbedder()
+        client = (
+            http_client(settings.chroma.url)
+            if settings.chroma.mode == "http"
+            else embedded_client(settings.chroma.path)
+        )
+        registry = CollectorRegistry()
+        yield Core(
+            settings=settings,
+            pool=pool,
+            memory=PostgresMemoryStore(pool),
+            events=PostgresEventLog(pool),
+            embedder=embedder,
+            index=ChromaVectorIndex(client, embedder, settings.chroma.collection),
+            prices=PriceTable(settings.prices),
+            registry=registry,
+            metrics=PipelineMetrics(registry),
+            clock=clock,
+        )
+    finally:
+        pool.close()
+
+
+def serve_metrics(settings: Settings, registry: CollectorRegistry, port: int) -> None:
+    if settings.metrics.enabled and port:
+        start_http_server(port, addr=settings.metrics.host, registry=registry)
+        log.info("metrics on http://%s:%d/metrics", settings.metrics.host, port)
+
+
+def ensure_topics(settings: Settings) -> None:
+    """Create the event and dead-letter topics if missing (broker auto-creation is off)."""
+    k = settings.kafka
+    admin = KafkaAdminClient(bootstrap_servers=k.bootstrap_servers, client_id="memoryd-admin")
+    try:
+        existing = set(admin.list_topics())
+        wanted = [
+            NewTopic(k.topic, k.partitions, k.replication_factor),
+            NewTopic(k.dead_letter_topic, k.partitions, k.replication_factor),
+        ]
+        missing = [t for t in wanted if t.name not in existing]
+        if missing:
+            try:
+                admin.create_topics(missing)
+            except TopicAlreadyExistsError:
+                log.info("topics were created concurrently")
+    finally:
+        admin.close()
+
+
+def publisher(settings: Settings) -> KafkaEventPublisher:
+    k = settings.kafka
+    return KafkaEventPublisher(
+        ProducerSettings(k.bootstrap_servers, k.topic, delivery_timeout_ms=k.delivery_timeout_ms)
+    )
+
+
+def _consumer(settings: Settings, group: str, client_id: str) -> Any:
+    k = settings.kafka
+    return make_consumer(
+        ConsumerSettings(
+            bootstrap_servers=k.bootstrap_servers,
+            topic=k.topic,
+            group_id=group,
+            client_id=client_id,
+            session_timeout_ms=k.session_timeout_ms,
+            max_poll_interval_ms=k.max_poll_interval_ms,
+        )
+    )
+
+
+def log_writer(c: Core) -> LogWriter:
+    s = c.settings
+    return LogWriter(
+        _consumer(s, s.kafka.log_writer_group, "memoryd-log-writer"),
+        s.kafka.topic,
+        c.events,
+        KafkaDeadLetterSink(s.kafka.bootstrap_servers, s.kafka.dead_letter_topic, "log-writer"),
+        c.metrics,
+    )
+
+
+def backend(c: Core) -> ConsolidationBackend:
+    llm = c.settings.llm
+    if llm.backend == "offline":
+        return OfflineBackend(c.embedder)
+    from processors.gemini import GeminiBackend, make_gemini_client  # noqa: PLC0415 - optional SDK
+
+    if llm.api_key is None:
+        raise ValueError("llm.backend=gemini needs MEMORYD_LLM__API_KEY")
+    client = make_gemini_client(llm.api_key.get_secret_value(), llm.base_url, llm.timeout_ms)
+    return GeminiBackend(client, model=llm.model, max_output_tokens=llm.max_output_tokens)
+
+
+def indexer(c: Core) -> FactIndexer:
+    return FactIndexer(c.memory, c.index, c.prices, c.embedder.model_name, c.metrics, c.clock)
+
+
+def processor(c: Core, consolidation_backend: ConsolidationBackend | None = None) -> MemoryProcessor:
+    s = c.settings
+    p = s.processor
+    flusher = UserFlusher(
+        c.memory,
+        consolidation_backend or backend(c),
+        Consolidator(WriteGate(c.embedder), c.prices),
+        indexer(c),
+        c.metrics,
+        c.clock,
+        p.budget_policy,
+    )
+    return MemoryProcessor(
+        _consumer(s, s.kafka.processor_group, "memoryd-processor"),
+        s.kafka.topic,
+        flusher,
+        KafkaDeadLetterSink(s.kafka.bootstrap_servers, s.kafka.dead_letter_topic, "processor"),
+        c.metrics,
+        ProcessorSettings(
+            max_batch=p.max_batch,
+            max_wait_s=p.max_wait_s,
+            concurrency=p.concurrency,
+            max_attempts=p.max_attempts,
+            backoff_base_s=p.backoff_base_s,
+            backoff_max_s=p.backoff_max_s,
+            max_buffered=p.max_buffered,
+        ),
+    )
+
+
+def context_service(c: Core) -> ContextService:
+    return ContextService(c.memory, c.index, c.clock)

@@ -1,0 +1,223 @@
+"""From a backend's answer to the exact `MemoryUpdate` a run writes.
+
+Pure: the same request, response and run id give the same update. The backend proposes; this
+module decides. Explicit data beats synthesis: scaffold updates from the inbox cycle are
+written to S as given, learned facts and connection updates are appended as given, whatever
+the model did with them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from processors.cost import PriceTable, llm_entry
+from processors.gate import WriteGate
+from processors.lifecycle import FactLedger
+from processors.normalize import normalize_json
+from processors.schema import (
+    MAX_SCAFFOLD_CHARS,
+    MAX_WORKING_MEMORY_WORDS,
+    BackendResponse,
+    ConsolidationRequest,
+)
+from producers.contract import EventType
+from store.records import (
+    FactChange,
+    MemoryState,
+    MemoryUpdate,
+    RunRecord,
+    RunStatus,
+    TokenUsage,
+)
+from store.serialization import fact_to_json
+
+MAX_LEARNED_INFO = 200
+
+
+def cap_words(text: str, limit: int = MAX_WORKING_MEMORY_WORDS) -> str:
+    words = text.split()
+    if len(words) <= limit:
+        return text.strip()
+    return " ".join(words[:limit])
+
+
+def bounded_scaffold(scaffold: Mapping[str, Any], limit: int = MAX_SCAFFOLD_CHARS) -> dict[str, Any]:
+    """Keep keys in order while the JSON stays under `limit` characters."""
+    out: dict[str, Any] = {}
+    size = 2
+    for key, value in scaffold.items():
+        item = len(json.dumps({key: value}, ensure_ascii=False, default=str))
+        if size + item > limit:
+            break
+        out[str(key)] = value
+        size += item
+    return out
+
+
+class Consolidator:
+    def __init__(self, gate: WriteGate, prices: PriceTable) -> None:
+        self._gate = gate
+        self._prices = prices
+
+    def plan(
+        self,
+        request: ConsolidationRequest,
+        response: BackendResponse,
+        *,
+        run_id: uuid.UUID,
+        backend: str,
+        prompt_version: str,
+        started_at: datetime,
+        duration_ms: int,
+        attempt: int = 0,
+    ) -> MemoryUpdate:
+        output = response.output
+        ledger = FactLedger(
+            user_id=request.user_id,
+            organization_id=request.organization_id,
+            run_id=run_id,
+            now=request.now,
+            active=request.active_facts,
+            observations=request.observations,
+            gate=self._gate,
+        )
+        for proposal in output.all_proposals():
+            ledger.apply(proposal)
+
+        state = MemoryState(
+            user_id=request.user_id,
+            organization_id=request.organization_id,
+            working_memory=cap_words(output.updated_working_memory),
+            scaffold=self._scaffold(request, output.updated_scaffold),
+            learned_info=self._learned_info(request),
+            version=request.state.version + 1,
+            updated_at=request.now,
+        )
+        changes = ledger.changes()
+        connection_additions = _connection_additions(request)
+        run = RunRecord(
+            run_id=run_id,
+            user_id=request.user_id,
+            organization_id=request.organization_id,
+            input_event_ids=tuple(o.event.event_id for o in request.observations),
+            backend=backend,
+            model=response.model,
+            prompt_version=prompt_version,
+            status=RunStatus.SUCCEEDED,
+            started_at=started_at,
+            duration_ms=duration_ms,
+            base_version=request.state.version,
+            output={
+                "validated": output.model_dump(mode="json"),
+                "gate_decisions": [asdict(d) for d in ledger.decisions],
+                "applied": applied_effect(state, changes, connection_additions),
+            },
+            raw_response=response.raw_response,
+            gate=ledger.counts(),
+            usage=response.usage,
+            cost_micro_usd=self._prices.llm_cost_micro_usd(response.model, response.usage),
+            attempt=attempt,
+        )
+        entry = llm_entry(
+            self._prices,
+            run_id=run_id,
+            user_id=request.user_id,
+            organization_id=request.organization_id,
+            model=response.model,
+            usage=response.usage,
+            at=request.now,
+        )
+        return MemoryUpdate(
+            run=run,
+            state=state,
+            fact_changes=changes,
+            connection_additions=connection_additions,
+            ledger=(entry,),
+        )
+
+    @staticmethod
+    def _scaffold(request: ConsolidationRequest, proposed: Mapping[str, Any]) -> dict[str, Any]:
+        normalized = normalize_json(dict(proposed))
+        scaffold = dict(normalized) if isinstance(normalized, dict) else {}
+        for obs in request.observations:
+            event = obs.event
+            if event.event_type is EventType.SCAFFOLD_UPDATE and event.scaffold_key is not None:
+                scaffold[event.scaffold_key] = normalize_json(event.scaffold_value())
+        return bounded_scaffold(scaffold)
+
+    @staticmethod
+    def _learned_info(request: ConsolidationRequest) -> tuple[str, ...]:
+        learned = list(request.state.learned_info)
+        known = {" ".join(x.split()).casefold() for x in learned}
+        for obs in request.observations:
+            if obs.event.event_type is not EventType.LEARNED_FACT:
+                continue
+            key = " ".join(obs.event.content.split()).casefold()
+            if key not in known:
+                known.add(key)
+                learned.append(obs.event.content)
+        return tuple(learned[-MAX_LEARNED_INFO:])
+
+
+def _connection_additions(request: ConsolidationRequest) -> dict[str, tuple[str, ...]]:
+    additions: dict[str, list[str]] = {}
+    for obs in request.observations:
+        event = obs.event
+        connection = event.source_metadata.connection_id
+        if event.event_type is EventType.CONNECTION_UPDATE and connection is not None:
+            additions.setdefault(connection, []).append(event.content)
+    return {k: tuple(v) for k, v in additions.items()}
+
+
+def applied_effect(
+    state: MemoryState,
+    changes: tuple[FactChange, ...],
+    connection_additions: Mapping[str, tuple[str, ...]],
+) -> dict[str, Any]:
+    """The run's effect in a form that folds back into memory without the backend."""
+    return {
+        "working_memory": state.working_memory,
+        "scaffold": state.scaffold,
+        "learned_info": list(state.learned_info),
+        "version": state.version,
+        "facts": [{"kind": c.kind.value, "after": fact_to_json(c.after)} for c in changes],
+        "connection_additions": {k: list(v) for k, v in connection_additions.items()},
+    }
+
+
+def failed_run(
+    request: ConsolidationRequest,
+    *,
+    run_id: uuid.UUID,
+    backend: str,
+    model: str,
+    prompt_version: str,
+    started_at: datetime,
+    duration_ms: int,
+    error: str,
+    raw_response: str | None,
+    attempt: int,
+    status: RunStatus = RunStatus.FAILED,
+) -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        user_id=request.user_id,
+        organization_id=request.organization_id,
+        input_event_ids=tuple(o.event.event_id for o in request.observations),
+        backend=backend,
+        model=model,
+        prompt_version=prompt_version,
+        status=status,
+        started_at=started_at,
+        duration_ms=duration_ms,
+        base_version=request.state.version,
+        raw_response=raw_response,
+        usage=TokenUsage(),
+        error=error,
+        attempt=attempt,
+    )

@@ -1,0 +1,131 @@
+"""The write gate: a deterministic check between what the model proposes and what is stored.
+
+It is separate from the extractor on purpose: a prompt change or a different model cannot
+loosen it. Verdicts: allow (stored active), hold (stored, not retrieved until reinforced),
+discard (not stored), or reinforce an existing fact instead of adding a near-duplicate.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from processors.schema import FactProposal
+from store.protocols import Embedder, Vector
+from store.records import Fact, FactType, normalize_content
+
+MIN_CONTENT_CHARS = 8
+MIN_CONFIDENCE = 0.4
+HOLD_BELOW_CONFIDENCE = 0.6
+MIN_SALIENCE = 0.2
+MIN_EPHEMERAL_SALIENCE = 0.6
+DUPLICATE_COSINE = 0.85
+EPHEMERAL_TYPES = frozenset({FactType.EPISODIC})
+
+_INSTRUCTION_ARTIFACTS = re.compile(
+    r"ignore (all |any )?(previous|prior|above) instructions|system prompt|"
+    r"</?observation|you are (now )?(an? )?(ai|assistant|language model)|"
+    r"as an ai\b|^\s*(assistant|system)\s*:|```",
+    re.IGNORECASE,
+)
+
+# Paraphrases that mean the same relation; folded before comparing two facts.
+_SYNONYMS = (
+    (re.compile(r"\b(is based in|resides in|is located in|lives in|is living in|stays in)\b"),
+     "lives in"),
+    (re.compile(r"\b(works at|is employed at|is employed by|works for)\b"), "works at"),
+    (re.compile(r"\b(prefers|likes|enjoys|loves)\b"), "likes"),
+    (re.compile(r"\b(the user|user|they|she|he)\b"), ""),
+)
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+class Verdict(StrEnum):
+    ALLOW = "allow"
+    HOLD = "hold"
+    DISCARD = "discard"
+    REINFORCE = "reinforce"
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    verdict: Verdict
+    reason: str
+    duplicate_of: Fact | None = None
+
+
+def canonical_form(content: str) -> str:
+    text = normalize_content(content)
+    for pattern, replacement in _SYNONYMS:
+        text = pattern.sub(replacement, text)
+    return " ".join(_WORD.findall(text))
+
+
+class WriteGate:
+    """Judges proposals one at a time against the facts active at that moment of the run."""
+
+    def __init__(
+        self,
+        embedder: Embedder | None,
+        duplicate_cosine: float = DUPLICATE_COSINE,
+        cache_size: int = 20_000,
+    ) -> None:
+        self._embedder = embedder
+        self._duplicate_cosine = duplicate_cosine
+        self._cache_size = cache_size
+        # Active facts are compared on every run; their vectors are worth keeping.
+        self._vectors: dict[str, Vector] = {}
+        self._lock = threading.Lock()  # flushes of different users share one gate
+
+    def judge(self, proposal: FactProposal, existing: Sequence[Fact]) -> GateDecision:
+        content = proposal.content
+        if len(content) < MIN_CONTENT_CHARS:
+            return GateDecision(Verdict.DISCARD, f"content shorter than {MIN_CONTENT_CHARS} chars")
+        if _INSTRUCTION_ARTIFACTS.search(content):
+            return GateDecision(Verdict.DISCARD, "instruction artifact")
+        if proposal.confidence < MIN_CONFIDENCE:
+            return GateDecision(Verdict.DISCARD, f"confidence {proposal.confidence} < {MIN_CONFIDENCE}")
+        floor = MIN_EPHEMERAL_SALIENCE if proposal.type in EPHEMERAL_TYPES else MIN_SALIENCE
+        if proposal.salience < floor:
+            return GateDecision(Verdict.DISCARD, f"salience {proposal.salience} < {floor}")
+        duplicate = self.find_duplicate(content, existing)
+        if duplicate is not None:
+            return GateDecision(Verdict.REINFORCE, "near-duplicate of an active fact", duplicate)
+        if proposal.confidence < HOLD_BELOW_CONFIDENCE:
+            return GateDecision(
+                Verdict.HOLD, f"confidence {proposal.confidence} < {HOLD_BELOW_CONFIDENCE}"
+            )
+        return GateDecision(Verdict.ALLOW, "passed")
+
+    def find_duplicate(self, content: str, existing: Sequence[Fact]) -> Fact | None:
+        if not existing:
+            return None
+        canonical = canonical_form(content)
+        for fact in existing:
+            if canonical_form(fact.content) == canonical:
+                return fact
+        if self._embedder is None:
+            return None
+        vectors = self._vectors_for([content, *(f.content for f in existing)])
+        similarity = np.stack(vectors[1:]) @ vectors[0]
+        best = int(np.argmax(similarity))
+        return existing[best] if similarity[best] >= self._duplicate_cosine else None
+
+    def _vectors_for(self, texts: Sequence[str]) -> list[Vector]:
+        assert self._embedder is not None
+        with self._lock:
+            known = dict(self._vectors)
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
+        if missing:
+            fresh = dict(zip(missing, self._embedder.embed(missing), strict=True))
+            known.update(fresh)
+            with self._lock:
+                if len(self._vectors) + len(fresh) > self._cache_size:
+                    self._vectors.clear()
+                self._vectors.update(fresh)
+        return [known[t] for t in texts]

@@ -1,0 +1,285 @@
+"""Fact lifecycle: applying proposed operations to a user's facts, one run at a time.
+
+A `FactLedger` is the working set of one run: the user's active facts plus what the run has
+changed so far. Operations are applied in the order the backend proposed them, each through
+the write gate, and the ledger remembers the first `before` of every fact so the run writes
+one change per fact with its full history.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from processors.gate import GateDecision, Verdict, WriteGate
+from processors.schema import FactOp, FactProposal, Observation
+from producers.contract import ContextEvent
+from store.records import (
+    Fact,
+    FactChange,
+    FactChangeKind,
+    FactStatus,
+    FactType,
+    GateCounts,
+    Provenance,
+    fact_id_for,
+)
+
+_WORD = re.compile(r"[a-z0-9]+")
+REINFORCE_CONFIDENCE_STEP = 0.05
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happened to one proposal; recorded in the run for audit."""
+
+    op: str
+    content: str
+    verdict: str
+    reason: str
+    fact_id: str | None = None
+
+
+class FactLedger:
+    def __init__(
+        self,
+        *,
+        user_id: str,
+        organization_id: str,
+        run_id: uuid.UUID,
+        now: datetime,
+        active: Sequence[Fact],
+        observations: Sequence[Observation],
+        gate: WriteGate,
+    ) -> None:
+        self._user_id = user_id
+        self._organization_id = organization_id
+        self._run_id = run_id
+        self._now = now
+        self._gate = gate
+        self._initial: dict[uuid.UUID, Fact] = {f.fact_id: f for f in active}
+        self._facts: dict[uuid.UUID, Fact] = dict(self._initial)
+        self._before: dict[uuid.UUID, Fact | None] = {}
+        self._kind: dict[uuid.UUID, FactChangeKind] = {}
+        self._by_label = {o.label: o.event for o in observations}
+        self._observations = list(observations)
+        self.decisions: list[Decision] = []
+        self._counts = {v: 0 for v in Verdict}
+
+    # -- public ---------------------------------------------------------------------------
+
+    def apply(self, proposal: FactProposal) -> None:
+        target = self._target(proposal)
+        if proposal.op is FactOp.ADD or target is None:
+            if proposal.op is FactOp.CLOSE_LOOP:
+                self._record(proposal, Verdict.DISCARD, "close_loop target is not an active fact")
+                return
+            self._add(proposal, supersedes=None)
+            return
+        if target.pinned:
+            self._pinned(proposal, target)
+            return
+        match proposal.op:
+            case FactOp.REINFORCE:
+                self._reinforce(target, proposal, "reinforced by the backend")
+            case FactOp.UPDATE:
+                self._update(target, proposal)
+            case FactOp.CONTRADICT:
+                self._add(proposal, supersedes=target)
+            case FactOp.CLOSE_LOOP:
+                self._close_loop(target, proposal)
+
+    def changes(self) -> tuple[FactChange, ...]:
+        return tuple(
+            FactChange(kind=self._kind[fid], after=self._facts[fid], before=self._before[fid])
+            for fid in self._kind
+        )
+
+    def counts(self) -> GateCounts:
+        return GateCounts(
+            allowed=self._counts[Verdict.ALLOW],
+            held=self._counts[Verdict.HOLD],
+            discarded=self._counts[Verdict.DISCARD],
+            reinforced=self._counts[Verdict.REINFORCE],
+        )
+
+    # -- operations -----------------------------------------------------------------------
+
+    def _add(self, proposal: FactProposal, supersedes: Fact | None) -> None:
+        others = [f for f in self._active() if supersedes is None or f.fact_id != supersedes.fact_id]
+        decision = self._gate.judge(proposal, others)
+        if decision.verdict is Verdict.DISCARD:
+            self._record(proposal, decision.verdict, decision.reason)
+            return
+        if decision.verdict is Verdict.REINFORCE and decision.duplicate_of is not None:
+            self._reinforce(decision.duplicate_of, proposal, decision.reason)
+            if supersedes is not None:
+                self._supersede(supersedes, decision.duplicate_of)
+            return
+        provenance = self._provenance(proposal)
+        fact_id = fact_id_for(self._user_id, proposal.content, provenance.connection_id)
+        existing = self._facts.get(fact_id)
+        if existing is not None and existing.status is FactStatus.ACTIVE:
+            self._reinforce(existing, proposal, "same content as an active fact")
+            return
+        status = FactStatus.HELD if decision.verdict is Verdict.HOLD else FactStatus.ACTIVE
+        fact = Fact(
+            fact_id=fact_id,
+            user_id=self._user_id,
+            organization_id=self._organization_id,
+            content=proposal.content,
+            fact_type=proposal.type,
+            surface=proposal.surface,
+            status=status,
+            confidence=proposal.confidence,
+            salience=proposal.salience,
+            provenance=provenance,
+            created_by_run=self._run_id,
+            created_at=self._now,
+            updated_at=self._now,
+        )
+        self._put(fact, FactChangeKind.ADD if supersedes is None else FactChangeKind.CONTRADICT)
+        self._record(proposal, decision.verdict, decision.reason, fact_id)
+        if supersedes is not None and status is FactStatus.ACTIVE:
+            self._supersede(supersedes, fact)
+
+    def _reinforce(self, target: Fact, proposal: FactProposal, reason: str) -> None:
+        fact = replace(
+            target,
+            reinforce_count=target.reinforce_count + 1,
+            last_reinforced_at=self._now,
+            confidence=min(1.0, max(target.confidence, proposal.confidence) + REINFORCE_CONFIDENCE_STEP),
+            salience=max(target.salience, proposal.salience),
+            # A held fact observed again has earned its place.
+            status=FactStatus.ACTIVE if target.status is FactStatus.HELD else target.status,
+            updated_at=self._now,
+            provenance=_merge_evidence(target.provenance, self._evidence_ids(proposal)),
+        )
+        self._put(fact, FactChangeKind.REINFORCE)
+        self._record(proposal, Verdict.REINFORCE, reason, fact.fact_id)
+
+    def _update(self, target: Fact, proposal: FactProposal) -> None:
+        decision: GateDecision = self._gate.judge(proposal, [])
+        if decision.verdict is Verdict.DISCARD:
+            self._record(proposal, decision.verdict, decision.reason)
+            return
+        fact = replace(
+            target,
+            content=proposal.content,
+            fact_type=proposal.type,
+            surface=proposal.surface,
+            confidence=proposal.confidence,
+            salience=proposal.salience,
+            updated_at=self._now,
+            version=target.version + 1,
+            indexed_at=None,  # new content needs a new vector
+            provenance=_merge_evidence(target.provenance, self._evidence_ids(proposal)),
+        )
+        self._put(fact, FactChangeKind.UPDATE)
+        self._record(proposal, Verdict.ALLOW, "updated in place", fact.fact_id)
+
+    def _supersede(self, old: Fact, new: Fact) -> None:
+        fact = replace(
+            old,
+            status=FactStatus.CONTRADICTED,
+            superseded_by=new.fact_id,
+            updated_at=self._now,
+            version=old.version + 1,
+        )
+        self._put(fact, FactChangeKind.CONTRADICT)
+
+    def _close_loop(self, target: Fact, proposal: FactProposal) -> None:
+        if target.fact_type is not FactType.OPEN_LOOP:
+            self._record(proposal, Verdict.DISCARD, "close_loop target is not an open loop")
+            return
+        fact = replace(
+            target, status=FactStatus.ARCHIVED, updated_at=self._now, version=target.version + 1
+        )
+        self._put(fact, FactChangeKind.CLOSE_LOOP)
+        self._record(proposal, Verdict.ALLOW, "open loop closed", fact.fact_id)
+
+    def _pinned(self, proposal: FactProposal, target: Fact) -> None:
+        if proposal.op is FactOp.REINFORCE:
+            self._record(proposal, Verdict.DISCARD, "pinned facts are not changed automatically")
+            return
+        # A pinned fact stays as it is; a competing statement is kept, but only as held.
+        held = proposal.model_copy(update={"op": FactOp.ADD, "confidence": min(proposal.confidence, 0.59)})
+        self._add(held, supersedes=None)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _active(self) -> list[Fact]:
+        return [f for f in self._facts.values() if f.status is FactStatus.ACTIVE]
+
+    def _target(self, proposal: FactProposal) -> Fact | None:
+        if not proposal.target_fact_id:
+            return None
+        try:
+            fid = uuid.UUID(proposal.target_fact_id)
+        except ValueError:
+            return None
+        fact = self._facts.get(fid)
+        return fact if fact is not None and fact.status in _TARGETABLE else None
+
+    def _put(self, fact: Fact, kind: FactChangeKind) -> None:
+        fid = fact.fact_id
+        if fid not in self._before:
+            self._before[fid] = self._initial.get(fid)
+        # A fact born in this run keeps the kind it was born with; an old one takes the latest.
+        if fid in self._initial or fid not in self._kind:
+            self._kind[fid] = kind
+        self._facts[fid] = fact
+
+    def _record(
+        self, proposal: FactProposal, verdict: Verdict, reason: str, fact_id: uuid.UUID | None = None
+    ) -> None:
+        self._counts[verdict] += 1
+        self.decisions.append(
+            Decision(proposal.op.value, proposal.content, verdict.value, reason, str(fact_id) if fact_id else None)
+        )
+
+    def _evidence_events(self, proposal: FactProposal) -> list[ContextEvent]:
+        events = [self._by_label[label] for label in proposal.evidence if label in self._by_label]
+        if events:
+            return events
+        return [_closest_observation(proposal.content, self._observations)]
+
+    def _evidence_ids(self, proposal: FactProposal) -> tuple[uuid.UUID, ...]:
+        return tuple(e.event_id for e in self._evidence_events(proposal))
+
+    def _provenance(self, proposal: FactProposal) -> Provenance:
+        events = self._evidence_events(proposal)
+        first = events[0]
+        meta = first.source_metadata
+        return Provenance(
+            context_type=first.event_type.value,
+            source=meta.source.value,
+            connection_id=meta.connection_id,
+            tool_id=meta.tool_id,
+            message_id=meta.message_id,
+            attachment_id=meta.attachment_id,
+            filename=meta.filename,
+            source_event_ids=tuple(e.event_id for e in events),
+        )
+
+
+_TARGETABLE = frozenset({FactStatus.ACTIVE, FactStatus.HELD})
+
+
+def _merge_evidence(provenance: Provenance, event_ids: tuple[uuid.UUID, ...]) -> Provenance:
+    merged = tuple(dict.fromkeys((*provenance.source_event_ids, *event_ids)))
+    return replace(provenance, source_event_ids=merged)
+
+
+def _closest_observation(content: str, observations: Sequence[Observation]) -> ContextEvent:
+    """The observation sharing most words with `content`, for facts that cite no evidence."""
+    words = set(_WORD.findall(content.lower()))
+
+    def overlap(o: Observation) -> int:
+        return len(words & set(_WORD.findall(o.event.content.lower())))
+
+    return max(observations, key=overlap).event
+

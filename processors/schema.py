@@ -1,0 +1,144 @@
+"""What goes into a consolidation and what a backend must return.
+
+`ConsolidationOutput` is the structured-output schema given to the LLM and the validator of
+whatever comes back; every field is capped so a runaway model cannot write unbounded memory.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from producers.contract import ContextEvent
+from store.records import Fact, FactType, MemoryState, SurfacePolicy, TokenUsage
+
+MAX_WORKING_MEMORY_WORDS = 500
+MAX_WORKING_MEMORY_CHARS = 6_000
+MAX_FACTS_PER_RUN = 40
+MAX_FACT_CHARS = 600
+MAX_SCAFFOLD_CHARS = 20_000
+
+
+class FactOp(StrEnum):
+    ADD = "add"
+    UPDATE = "update"
+    REINFORCE = "reinforce"
+    CONTRADICT = "contradict"
+    CLOSE_LOOP = "close_loop"
+
+
+OPS_NEEDING_TARGET = frozenset({FactOp.UPDATE, FactOp.REINFORCE, FactOp.CONTRADICT, FactOp.CLOSE_LOOP})
+
+
+class FactProposal(BaseModel):
+    """One change to long-term memory proposed by the backend."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    op: FactOp = FactOp.ADD
+    content: Annotated[str, StringConstraints(strip_whitespace=True, max_length=MAX_FACT_CHARS)]
+    type: FactType = FactType.PROFILE
+    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    salience: float = Field(default=0.5, ge=0.0, le=1.0)
+    surface: SurfacePolicy = SurfacePolicy.SPEAK
+    target_fact_id: str | None = None
+    # Which observations (by their index label, e.g. "E3") the fact came from.
+    evidence: list[str] = Field(default_factory=list, max_length=20)
+
+    @model_validator(mode="after")
+    def _target_when_needed(self) -> FactProposal:
+        if self.op in OPS_NEEDING_TARGET and not self.target_fact_id:
+            raise ValueError(f"op {self.op} needs target_fact_id")
+        return self
+
+
+class ConsolidationOutput(BaseModel):
+    """The validated answer of a backend. `facts_to_embed` is the older flat shape."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    updated_working_memory: Annotated[str, StringConstraints(max_length=MAX_WORKING_MEMORY_CHARS)]
+    updated_scaffold: dict[str, Any] = Field(default_factory=dict)
+    facts: list[FactProposal] = Field(default_factory=list, max_length=MAX_FACTS_PER_RUN)
+    facts_to_embed: list[Annotated[str, StringConstraints(max_length=MAX_FACT_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_FACTS_PER_RUN
+    )
+
+    def all_proposals(self) -> list[FactProposal]:
+        """`facts` plus the seed's `facts_to_embed` read as plain adds."""
+        seen = {p.content for p in self.facts}
+        legacy = [FactProposal(content=c) for c in self.facts_to_embed if c not in seen]
+        return [*self.facts, *legacy]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """An event as the backend sees it: labelled, so facts can cite their evidence."""
+
+    label: str
+    event: ContextEvent
+
+
+@dataclass(frozen=True)
+class ConsolidationRequest:
+    user_id: str
+    organization_id: str
+    state: MemoryState
+    active_facts: tuple[Fact, ...]
+    observations: tuple[Observation, ...]
+    now: datetime
+
+    @classmethod
+    def build(
+        cls,
+        state: MemoryState,
+        active_facts: tuple[Fact, ...],
+        events: list[ContextEvent],
+        now: datetime,
+    ) -> ConsolidationRequest:
+        ordered = sorted(events, key=lambda e: (e.occurred_at, str(e.event_id)))
+        return cls(
+            user_id=state.user_id,
+            organization_id=state.organization_id,
+            state=state,
+            active_facts=active_facts,
+            observations=tuple(Observation(f"E{i + 1}", e) for i, e in enumerate(ordered)),
+            now=now,
+        )
+
+    @property
+    def event_ids(self) -> frozenset[uuid.UUID]:
+        return frozenset(o.event.event_id for o in self.observations)
+
+
+@dataclass(frozen=True)
+class BackendResponse:
+    output: ConsolidationOutput
+    raw_response: str
+    usage: TokenUsage
+    model: str
+
+
+class ConsolidationBackend(Protocol):
+    """An LLM (or the offline engine) that turns observations into memory changes.
+
+    Raises `processors.errors.TransientBackendError` for what is worth retrying (rate limits,
+    5xx, timeouts) and `processors.errors.BackendError` for the rest, e.g. unparseable output.
+    """
+
+    name: str
+    model: str
+    prompt_version: str
+
+    def consolidate(self, request: ConsolidationRequest) -> BackendResponse: ...
+
+
+def scaffold_size(scaffold: Mapping[str, Any]) -> int:
+    return len(json.dumps(scaffold, ensure_ascii=False, default=str))

@@ -1,0 +1,123 @@
+"""The event contract every producer and consumer of memoryd agrees on.
+
+A `ContextEvent` is one observation about one user. Producers assign `event_id`; it is the
+idempotency key of the whole pipeline, so a producer that retries a send must reuse it.
+Events are JSON on the wire, keyed by `user_id` so one user's events stay in one partition
+and in order.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+SCHEMA_VERSION = 1
+MAX_CONTENT_CHARS = 8_000
+MAX_ID_CHARS = 128
+
+Identifier = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[A-Za-z0-9_.:@\-]+$"),
+]
+OptionalLabel = Annotated[str, StringConstraints(min_length=1, max_length=512)] | None
+
+
+class EventType(StrEnum):
+    FACT = "fact"
+    PREFERENCE = "preference"
+    PROJECT_DETAILS = "project_details"
+    CORRECTION = "correction"
+    SCAFFOLD_UPDATE = "scaffold_update"
+    LEARNED_FACT = "learned_fact"
+    TOOL_OUTPUT = "tool_output"
+    CONNECTION_UPDATE = "connection_update"
+
+
+class Source(StrEnum):
+    INTERACTIVE = "interactive"
+    AUTONOMOUS = "autonomous"
+    TOOL = "tool"
+
+
+class SourceMetadata(BaseModel):
+    """Where an observation came from; every id is optional and opaque to memoryd."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: Source
+    session_id: OptionalLabel = None
+    connection_id: Identifier | None = None
+    tool_id: OptionalLabel = None
+    message_id: OptionalLabel = None
+    attachment_id: OptionalLabel = None
+    filename: OptionalLabel = None
+
+
+class ContextEvent(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    event_id: uuid.UUID
+    user_id: Identifier
+    organization_id: Identifier
+    event_type: EventType
+    content: Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
+    # Only for scaffold_update: the scaffold key the content (a JSON value) is written to.
+    scaffold_key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    source_metadata: SourceMetadata
+    occurred_at: AwareDatetime
+
+    @model_validator(mode="after")
+    def _shape_matches_type(self) -> Self:
+        kind = self.event_type
+        if kind is EventType.SCAFFOLD_UPDATE:
+            if self.scaffold_key is None:
+                raise ValueError("scaffold_update needs scaffold_key")
+            try:
+                json.loads(self.content)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"scaffold_update content must be a JSON value: {e}") from e
+        elif self.scaffold_key is not None:
+            raise ValueError(f"scaffold_key is only allowed on scaffold_update, not {kind}")
+        if kind is EventType.CONNECTION_UPDATE and self.source_metadata.connection_id is None:
+            raise ValueError("connection_update needs source_metadata.connection_id")
+        if kind is EventType.TOOL_OUTPUT and self.source_metadata.tool_id is None:
+            raise ValueError("tool_output needs source_metadata.tool_id")
+        return self
+
+    def scaffold_value(self) -> Any:
+        """The decoded JSON value of a scaffold_update."""
+        if self.event_type is not EventType.SCAFFOLD_UPDATE:
+            raise ValueError(f"{self.event_type} carries no scaffold value")
+        return json.loads(self.content)
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json().encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> ContextEvent:
+        """Decode and validate; raises `pydantic.ValidationError` (a `ValueError`)."""
+        return cls.model_validate_json(raw)
+
+    @property
+    def kafka_key(self) -> bytes:
+        return self.user_id.encode()
+
+
+def new_event_id(idempotency_key: str | None = None) -> uuid.UUID:
+    """A random id, or a stable one when the caller has its own idempotency key."""
+    if idempotency_key is None:
+        return uuid.uuid4()
+    return uuid.uuid5(EVENT_NAMESPACE, idempotency_key)
+
+
+EVENT_NAMESPACE = uuid.UUID("6f1c3a52-8a0e-4d4b-9a57-3f1f0f2a7c11")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,79 @@
+"""Publishing `ContextEvent`s to Kafka with the guarantees the pipeline relies on.
+
+acks=all and the idempotent producer mean a broker-side retry never writes a record twice;
+`event_id` covers the retries the caller makes itself. The send is bounded in time and a
+delivery failure is raised to the caller instead of being logged away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
+
+from producers.contract import SCHEMA_VERSION, ContextEvent
+from producers.errors import PublishError
+
+
+class EventPublisher(Protocol):
+    def publish(self, events: Sequence[ContextEvent]) -> None:
+        """Deliver every event or raise `PublishError`."""
+
+
+@dataclass(frozen=True)
+class ProducerSettings:
+    bootstrap_servers: str
+    topic: str
+    delivery_timeout_ms: int = 30_000
+    request_timeout_ms: int = 10_000
+    linger_ms: int = 5
+    client_id: str = "memoryd-producer"
+
+
+def event_headers(event: ContextEvent) -> list[tuple[str, bytes]]:
+    return [
+        ("schema_version", str(SCHEMA_VERSION).encode()),
+        ("event_type", event.event_type.value.encode()),
+        ("event_id", str(event.event_id).encode()),
+    ]
+
+
+class KafkaEventPublisher:
+    """The production `EventPublisher`: one Kafka producer, thread-safe, reused per process."""
+
+    def __init__(self, settings: ProducerSettings, producer: Any | None = None) -> None:
+        self._settings = settings
+        self._producer = producer or KafkaProducer(
+            bootstrap_servers=settings.bootstrap_servers,
+            client_id=settings.client_id,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=settings.linger_ms,
+            request_timeout_ms=settings.request_timeout_ms,
+            delivery_timeout_ms=settings.delivery_timeout_ms,
+            max_block_ms=settings.delivery_timeout_ms,
+        )
+
+    def publish(self, events: Sequence[ContextEvent]) -> None:
+        timeout_s = self._settings.delivery_timeout_ms / 1000
+        try:
+            futures = [
+                self._producer.send(
+                    self._settings.topic,
+                    key=event.kafka_key,
+                    value=event.to_bytes(),
+                    headers=event_headers(event),
+                )
+                for event in events
+            ]
+            self._producer.flush(timeout=timeout_s)
+            for future in futures:
+                future.get(timeout=timeout_s)
+        except KafkaError as e:
+            raise PublishError(f"{len(events)} event(s) not acknowledged: {e!r}") from e
+
+    def close(self) -> None:
+        self._producer.close()

@@ -1,0 +1,103 @@
+"""Tool results and per-connection context, published by the services that run the tools."""
+
+from __future__ import annotations
+
+from producers.contract import (
+    MAX_CONTENT_CHARS,
+    ContextEvent,
+    EventType,
+    Source,
+    SourceMetadata,
+    new_event_id,
+    utc_now,
+)
+from producers.publisher import EventPublisher
+
+
+class ToolContextPublisher:
+    def __init__(self, publisher: EventPublisher, user_id: str, organization_id: str) -> None:
+        self._publisher = publisher
+        self._user_id = user_id
+        self._organization_id = organization_id
+
+    def index_tool_output(
+        self,
+        content: str,
+        *,
+        tool_id: str,
+        connection_id: str | None = None,
+        message_id: str | None = None,
+        attachment_id: str | None = None,
+        filename: str | None = None,
+    ) -> list[ContextEvent]:
+        """Index a tool result or an attachment's text, split into contract-sized chunks.
+
+        Ids derive from (tool, message, attachment, chunk) when the caller names the message or
+        attachment, so re-indexing the same output is a no-op downstream.
+        """
+        if not content.strip():
+            raise ValueError("tool output is empty")
+        chunks = _chunks(content, MAX_CONTENT_CHARS)
+        stable = message_id is not None or attachment_id is not None
+        meta = SourceMetadata(
+            source=Source.TOOL,
+            tool_id=tool_id,
+            connection_id=connection_id,
+            message_id=message_id,
+            attachment_id=attachment_id,
+            filename=filename,
+        )
+        now = utc_now()
+        events = [
+            ContextEvent(
+                event_id=new_event_id(
+                    "\x1f".join((self._user_id, tool_id, message_id or "", attachment_id or "", str(i)))
+                    if stable
+                    else None
+                ),
+                user_id=self._user_id,
+                organization_id=self._organization_id,
+                event_type=EventType.TOOL_OUTPUT,
+                content=chunk,
+                source_metadata=meta,
+                occurred_at=now,
+            )
+            for i, chunk in enumerate(chunks)
+        ]
+        self._publisher.publish(events)
+        return events
+
+    def update_connection_context(self, connection_id: str, learned_info: str) -> ContextEvent:
+        """Add to what memoryd knows about one tool connection (e.g. a mailbox, a CRM)."""
+        event = ContextEvent(
+            event_id=new_event_id(),
+            user_id=self._user_id,
+            organization_id=self._organization_id,
+            event_type=EventType.CONNECTION_UPDATE,
+            content=learned_info,
+            source_metadata=SourceMetadata(source=Source.TOOL, connection_id=connection_id),
+            occurred_at=utc_now(),
+        )
+        self._publisher.publish([event])
+        return event
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    """Split on paragraph, then line, then hard boundaries so no chunk exceeds `size`."""
+    out: list[str] = []
+    current = ""
+    for paragraph in text.split("\n\n"):
+        piece = paragraph if not current else "\n\n" + paragraph
+        if len(current) + len(piece) <= size:
+            current += piece
+            continue
+        if current:
+            out.append(current)
+        current = ""
+        while len(paragraph) > size:
+            out.append(paragraph[:size])
+            paragraph = paragraph[size:]
+        current = paragraph
+    if current.strip():
+        out.append(current)
+    return out

@@ -1,0 +1,109 @@
+"""Mapping between `Fact` and the `memory_facts` row, and the upsert a run makes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from store.records import Fact, FactChange, FactStatus, FactType, Provenance, SurfacePolicy
+from store.serialization import fact_to_json
+
+COLUMNS = (
+    "fact_id, user_id, organization_id, content, context_type, source, connection_id, tool_id,"
+    " message_id, attachment_id, filename, source_event_ids, fact_type, surface, status, pinned,"
+    " confidence, salience, reinforce_count, last_reinforced_at, recall_count, last_recalled_at,"
+    " superseded_by, created_by_run, created_at, updated_at, indexed_at, version"
+)
+
+# On conflict the row keeps when and by which run it was first created.
+_UPSERT = (
+    f"INSERT INTO memory_facts ({COLUMNS}, updated_by_run) VALUES ("
+    + ", ".join(["%s"] * 29)
+    + ") ON CONFLICT (fact_id) DO UPDATE SET content = EXCLUDED.content,"
+    " source_event_ids = EXCLUDED.source_event_ids, fact_type = EXCLUDED.fact_type,"
+    " surface = EXCLUDED.surface, status = EXCLUDED.status, confidence = EXCLUDED.confidence,"
+    " salience = EXCLUDED.salience, reinforce_count = EXCLUDED.reinforce_count,"
+    " last_reinforced_at = EXCLUDED.last_reinforced_at, superseded_by = EXCLUDED.superseded_by,"
+    " updated_at = EXCLUDED.updated_at, indexed_at = NULL,"
+    " version = memory_facts.version + 1, updated_by_run = EXCLUDED.updated_by_run"
+    " WHERE NOT memory_facts.pinned"
+)
+
+
+def from_row(row: Sequence[Any]) -> Fact:
+    (fact_id, user_id, org, content, context_type, source, connection_id, tool_id, message_id,
+     attachment_id, filename, source_event_ids, fact_type, surface, status, pinned, confidence,
+     salience, reinforce_count, last_reinforced_at, recall_count, last_recalled_at, superseded_by,
+     created_by_run, created_at, updated_at, indexed_at, version) = row
+    return Fact(
+        fact_id=fact_id,
+        user_id=user_id,
+        organization_id=org,
+        content=content,
+        fact_type=FactType(fact_type),
+        surface=SurfacePolicy(surface),
+        status=FactStatus(status),
+        pinned=pinned,
+        confidence=float(confidence),
+        salience=float(salience),
+        provenance=Provenance(
+            context_type=context_type,
+            source=source,
+            connection_id=connection_id,
+            tool_id=tool_id,
+            message_id=message_id,
+            attachment_id=attachment_id,
+            filename=filename,
+            source_event_ids=tuple(source_event_ids),
+        ),
+        created_by_run=created_by_run,
+        created_at=created_at,
+        updated_at=updated_at,
+        reinforce_count=reinforce_count,
+        last_reinforced_at=last_reinforced_at,
+        recall_count=recall_count,
+        last_recalled_at=last_recalled_at,
+        superseded_by=superseded_by,
+        indexed_at=indexed_at,
+        version=version,
+    )
+
+
+def _params(fact: Fact, run_id: uuid.UUID) -> tuple[Any, ...]:
+    p = fact.provenance
+    return (
+        fact.fact_id, fact.user_id, fact.organization_id, fact.content, p.context_type, p.source,
+        p.connection_id, p.tool_id, p.message_id, p.attachment_id, p.filename,
+        list(p.source_event_ids), fact.fact_type.value, fact.surface.value, fact.status.value,
+        fact.pinned, fact.confidence, fact.salience, fact.reinforce_count, fact.last_reinforced_at,
+        fact.recall_count, fact.last_recalled_at, fact.superseded_by, fact.created_by_run,
+        fact.created_at, fact.updated_at, None, fact.version, run_id,
+    )
+
+
+def write_changes(conn: psycopg.Connection[Any], run_id: uuid.UUID, changes: Sequence[FactChange]) -> None:
+    """Upsert every changed fact and its history row.
+
+    New facts first: a contradicted fact points at its successor through a foreign key.
+    """
+    ordered = sorted(changes, key=lambda c: c.before is not None)
+    with conn.cursor() as cur:
+        cur.executemany(_UPSERT, [_params(c.after, run_id) for c in ordered])
+        cur.executemany(
+            "INSERT INTO fact_history (fact_id, run_id, operation, before, after)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (fact_id, run_id, operation) DO NOTHING",
+            [
+                (
+                    c.after.fact_id,
+                    run_id,
+                    c.kind.value,
+                    None if c.before is None else Jsonb(fact_to_json(c.before)),
+                    Jsonb(fact_to_json(c.after)),
+                )
+                for c in ordered
+            ],
+        )
