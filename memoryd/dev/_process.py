@@ -1,0 +1,177 @@
+"""Process plumbing shared by the local service launchers.
+
+The services run as detached children (own session, output to a log file, stdin closed) so that
+`memoryd dev up` can return while they keep running and a Ctrl-C in the terminal does not reach
+them. Each launcher records the child's pid in its home dir, which is how a later, different
+process (`memoryd dev down`) finds it again. A pid alone is not trusted: before signalling we
+check that /proc/PID/cmdline still mentions the service's home dir, so a recycled pid belonging
+to something else is never killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+_STDERR = 2
+
+
+class ServiceError(RuntimeError):
+    """A local service could not be prepared, started or stopped."""
+
+
+def _inheritable_fds() -> list[int]:
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the fd listdir itself used is already closed
+            if os.get_inheritable(int(name)):
+                fds.append(int(name))
+    return fds
+
+
+def spawn_detached(
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Start argv (argv[0] an absolute path) in a new session, output appended to log_path.
+
+    os.posix_spawn rather than subprocess.Popen: a Popen object must be waited on by the process
+    that made it, or it warns (ResourceWarning) when collected, which is exactly what happens
+    when `memoryd dev up` exits and leaves the services running. With a bare pid we reap our own
+    children in terminate() and let init reap them once we are gone.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    try:
+        actions: list[tuple[Any, ...]] = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, log_fd, 1),
+            (os.POSIX_SPAWN_DUP2, log_fd, 2),
+        ]
+        # Like Popen(close_fds=True): a daemon must not hold open descriptors we inherited
+        # (a CI log pipe, say), or whoever reads that pipe waits for EOF forever.
+        actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds() if fd > _STDERR]
+        return os.posix_spawn(
+            argv[0],
+            list(argv),
+            dict(os.environ if env is None else env),
+            file_actions=actions,
+            setsid=True,
+        )
+    finally:
+        os.close(log_fd)
+
+
+def write_pid(path: Path, pid: int) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(f"{pid}\n", encoding="ascii")
+    tmp.replace(path)  # atomic: a reader never sees a half-written pid
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="ascii").strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    # The state letter follows the parenthesised command name, which may itself contain spaces.
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+
+
+def pid_alive(pid: int) -> bool:
+    """True if pid exists and is not a zombie (a zombie has exited, it just awaits reaping)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return not _is_zombie(pid)
+
+
+def pid_cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
+def owned_pid(pid_file: Path, marker: str) -> int | None:
+    """The live pid recorded in pid_file, if its command line contains marker."""
+    pid = read_pid(pid_file)
+    if pid is None or not pid_alive(pid) or marker not in pid_cmdline(pid):
+        return None
+    return pid
+
+
+def exited(pid: int) -> bool:
+    """True once pid has exited; reaps it if it is our child, so no zombie is left behind."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child (started by another process): init reaps it
+        return not pid_alive(pid)
+    return done == pid
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    # Children are session leaders, so their pgid is their pid: signal the whole group in case
+    # the service forked helpers. Fall back to the single pid if the group is already gone.
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def terminate(pid: int, timeout: float) -> None:
+    """SIGTERM the process group, wait up to timeout, then SIGKILL and wait again."""
+    if exited(pid):
+        return
+    _signal_group(pid, signal.SIGTERM)
+    if wait_until(lambda: exited(pid), timeout):
+        return
+    _signal_group(pid, signal.SIGKILL)
+    if not wait_until(lambda: exited(pid), timeout):
+        raise ServiceError(f"process {pid} survived SIGKILL for {timeout:.0f}s")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True if something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,137 @@
+"""A real Chroma server (`chroma run`, shipped in the chromadb wheel) persisting to home/data.
+
+The same server a Docker image would run, so the HTTP client path (chromadb.HttpClient) is
+exercised for real rather than through the in-process client.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from memoryd.dev._process import (
+    ServiceError,
+    exited,
+    log_tail,
+    owned_pid,
+    port_open,
+    spawn_detached,
+    terminate,
+    write_pid,
+)
+
+_HOST = "127.0.0.1"
+
+
+# What the `chroma` console script ends up calling, minus its `import chromadb`: that import
+# alone takes ~1.5 s idle and 7 s on a loaded CI box, while the native module loads in 0.2 s.
+_FAST_LAUNCH = (
+    "import sys, chromadb_rust_bindings; chromadb_rust_bindings.cli(['chroma', *sys.argv[1:]])"
+)
+
+
+def find_chroma_exe() -> Path:
+    """The `chroma` console script of the running interpreter's environment, else PATH's."""
+    # Prefer the one next to sys.executable: it belongs to the chromadb our code imports, even
+    # when the virtualenv is not activated (no bin/ on PATH).
+    beside = Path(sys.executable).parent / "chroma"
+    if beside.is_file():
+        return beside
+    found = shutil.which("chroma")
+    if found is None:
+        raise ServiceError("the `chroma` command was not found (pip install chromadb)")
+    return Path(found)
+
+
+def heartbeat(url: str, timeout: float = 2.0) -> bool:
+    """True if the Chroma server at url answers GET /api/v2/heartbeat."""
+    try:
+        # trust_env=False: a proxy from the environment must not intercept 127.0.0.1.
+        resp = httpx.get(f"{url}/api/v2/heartbeat", timeout=timeout, trust_env=False)
+        body = resp.json() if resp.is_success else None
+    except (httpx.HTTPError, ValueError):  # ValueError: a non-JSON answer from something else
+        return False
+    return isinstance(body, dict) and "nanosecond heartbeat" in body
+
+
+class LocalChroma:
+    """A Chroma server on 127.0.0.1:port with its data in home/data."""
+
+    def __init__(self, home: Path, port: int, chroma_exe: Path | None = None) -> None:
+        self.home = home.absolute()  # pid-file checks compare command lines: no relative paths
+        self.port = port
+        self.chroma_exe = chroma_exe
+        self._pid: int | None = None  # the server process this object started or adopted
+
+    @property
+    def url(self) -> str:
+        return f"http://{_HOST}:{self.port}"
+
+    @property
+    def _data(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def _pid_file(self) -> Path:
+        return self.home / "chroma.pid"
+
+    @property
+    def _log(self) -> Path:
+        return self.home / "chroma.log"
+
+    def is_running(self) -> bool:
+        return owned_pid(self._pid_file, str(self._data)) is not None
+
+    def start(self, timeout: float = 60.0) -> str:
+        """Start the server (or adopt ours if already running) and return its base URL."""
+        deadline = time.monotonic() + timeout
+        self._pid = owned_pid(self._pid_file, str(self._data))
+        if self._pid is None:
+            if port_open(_HOST, self.port):
+                raise ServiceError(
+                    f"{_HOST}:{self.port} is already taken by a process that "
+                    f"is not the Chroma server of {self.home}; pick another port"
+                )
+            self._data.mkdir(parents=True, exist_ok=True)
+            env = dict(os.environ)
+            # No phoning home from dev machines and CI (and no hanging on it when offline).
+            env["ANONYMIZED_TELEMETRY"] = "False"
+            env["NO_COLOR"] = "1"
+            args = ["run", "--path", str(self._data), "--host", _HOST, "--port", str(self.port)]
+            self._pid = spawn_detached(self._launcher() + args, log_path=self._log, env=env)
+            write_pid(self._pid_file, self._pid)
+        while time.monotonic() < deadline:
+            if heartbeat(self.url, timeout=1.0):
+                return self.url
+            if exited(self._pid):
+                break
+            time.sleep(0.1)
+        status = "exited" if exited(self._pid) else "hung"
+        self.stop()
+        raise ServiceError(
+            f"Chroma on {self.url} did not answer its heartbeat ({status})\n"
+            f"--- tail of {self._log} ---\n{log_tail(self._log)}"
+        )
+
+    def _launcher(self) -> list[str]:
+        if self.chroma_exe is not None:
+            return [str(self.chroma_exe.absolute())]
+        if importlib.util.find_spec("chromadb_rust_bindings") is not None:
+            return [str(Path(sys.executable).absolute()), "-c", _FAST_LAUNCH]
+        return [str(find_chroma_exe().absolute())]
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (Chroma shuts down cleanly on it), SIGKILL after timeout. Idempotent."""
+        pid = owned_pid(self._pid_file, str(self._data))
+        if pid is not None:
+            terminate(pid, timeout)
+        elif self._pid is not None:
+            exited(self._pid)  # it died by itself: reap it (a zombie does not count as owned)
+        self._pid = None
+        self._pid_file.unlink(missing_ok=True)
