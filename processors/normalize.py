@@ -1,0 +1,75 @@
+"""Recursive JSON normalization of LLM output.
+
+Models asked for structured output still return nested objects as JSON strings (sometimes
+encoded twice, sometimes wrapped in Markdown fences). `normalize_json` turns those strings back
+into the objects they hold, and nothing else: a string is decoded only when it holds a JSON
+object or array, so "42", "true" or "null" written as text stay text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+DEFAULT_MAX_DEPTH = 8
+
+# A whole document inside one Markdown code fence, with an optional language tag.
+_FENCED = re.compile(r"\A```[A-Za-z0-9_+-]*[ \t]*\n?(?P<body>.*?)\n?[ \t]*```\Z", re.DOTALL)
+
+
+def strip_fences(text: str) -> str:
+    """The document inside a ``` fence that wraps all of `text`; otherwise `text` unchanged."""
+    match = _FENCED.match(text.strip())
+    return match.group("body").strip() if match else text
+
+
+def normalize_json(value: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+    """Decode, at every level down to `max_depth`, the strings that hold JSON objects or arrays.
+
+    Depth counts container nesting in the result, not decoding steps, so a string encoded twice
+    costs no more depth than one encoded once and the function is idempotent.
+    """
+    if max_depth <= 0:
+        return value
+    if isinstance(value, str):
+        decoded = _decode_container(value)
+        if decoded is None:
+            return value
+        value = decoded
+    if isinstance(value, dict):
+        return {key: normalize_json(item, max_depth - 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [normalize_json(item, max_depth - 1) for item in value]
+    return value
+
+
+def _decode_container(text: str) -> dict[str, Any] | list[Any] | None:
+    """The object or array `text` encodes, through any number of string encodings; else None."""
+    current: Any = text
+    # Each decoding step strictly shortens the text, so this loop ends.
+    while isinstance(current, str):
+        candidate = strip_fences(current).strip()
+        if not candidate or candidate[0] not in '{["' or candidate[-1] not in '}]"':
+            return None
+        try:
+            current = json.loads(candidate)
+        except json.JSONDecodeError:
+            return None
+    return current if isinstance(current, dict | list) else None
+
+
+def truncate_text(text: str, max_chars: int, max_words: int | None = None) -> str:
+    """`text` cut to at most `max_chars` characters (and `max_words` words), at a word boundary.
+
+    Whitespace inside the kept part is preserved so a narrative keeps its paragraphs.
+    """
+    words = list(re.finditer(r"\S+", text))
+    end = len(text)
+    if max_words is not None and len(words) > max_words:
+        end = words[max_words - 1].end() if max_words > 0 else 0
+    if end > max_chars:
+        fitting = [w for w in words if w.end() <= max_chars]
+        # One "word" longer than the cap (a URL, a blob) is cut mid-word rather than dropped.
+        end = fitting[-1].end() if fitting else max_chars
+    return text[:end].rstrip() if end < len(text) else text

@@ -1,0 +1,326 @@
+"""GeminiBackend through the real google-genai SDK, against the local fake Gemini server."""
+
+from __future__ import annotations
+
+import json
+import uuid
+import warnings
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+with warnings.catch_warnings():
+    # google-genai 3.3.0's types.py has an invalid escape ("\/") in a docstring. Compiling it
+    # (no cached .pyc, e.g. under PYTHONDONTWRITEBYTECODE) warns, and -W error turns that
+    # warning into a SyntaxError at import. Importing the SDK once here, filtered, avoids it.
+    warnings.filterwarnings("ignore", "invalid escape sequence", DeprecationWarning)
+    warnings.filterwarnings("ignore", "invalid escape sequence", SyntaxWarning)
+    from google import genai
+
+from processors.errors import BackendError, TransientBackendError
+from processors.gemini import GeminiBackend, make_gemini_client, parse_output
+from processors.prompt import PROMPT_VERSION, output_json_schema
+from processors.schema import (
+    MAX_FACT_CHARS,
+    MAX_FACTS_PER_RUN,
+    MAX_WORKING_MEMORY_CHARS,
+    MAX_WORKING_MEMORY_WORDS,
+    ConsolidationRequest,
+    FactOp,
+)
+from producers.contract import ContextEvent, EventType, Source, SourceMetadata
+from store.records import FactType, MemoryState, SurfacePolicy, TokenUsage
+from tests.fake_gemini import FakeGemini, FakeReply, fake_gemini  # noqa: F401
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+GOOD: dict[str, Any] = {
+    "updated_working_memory": "The user is redesigning Atlas and prefers dark mode.",
+    "updated_scaffold": {"Role": "designer", "Projects": [{"name": "Atlas"}]},
+    "facts": [
+        {
+            "op": "add",
+            "content": "The user prefers dark mode.",
+            "type": "preference",
+            "confidence": 0.9,
+            "salience": 0.6,
+            "surface": "adapt",
+            "target_fact_id": None,
+            "evidence": ["E1"],
+        }
+    ],
+}
+
+
+def consolidation_request() -> ConsolidationRequest:
+    event = ContextEvent(
+        event_id=uuid.uuid4(),
+        user_id="u1",
+        organization_id="o1",
+        event_type=EventType.PREFERENCE,
+        content="I like dark mode in every app.",
+        source_metadata=SourceMetadata(source=Source.INTERACTIVE),
+        occurred_at=NOW,
+    )
+    state = MemoryState(user_id="u1", organization_id="o1", working_memory="Redesigning Atlas.")
+    return ConsolidationRequest.build(state, (), [event], NOW)
+
+
+@pytest.fixture
+def client(fake_gemini: FakeGemini) -> Iterator[genai.Client]:  # noqa: F811
+    with make_gemini_client("test-key", fake_gemini.url, timeout_ms=5_000) as c:
+        yield c
+
+
+@pytest.fixture
+def backend(client: genai.Client) -> GeminiBackend:
+    return GeminiBackend(client)
+
+
+def test_good_response_is_validated_with_usage(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    fake_gemini.reply(
+        FakeReply.json(GOOD, prompt_tokens=120, completion_tokens=30, thoughts_tokens=15)
+    )
+    response = backend.consolidate(consolidation_request())
+    assert response.output.updated_working_memory == GOOD["updated_working_memory"]
+    assert response.output.updated_scaffold == GOOD["updated_scaffold"]
+    [fact] = response.output.facts
+    assert (fact.op, fact.type, fact.surface) == (
+        FactOp.ADD,
+        FactType.PREFERENCE,
+        SurfacePolicy.ADAPT,
+    )
+    assert fact.evidence == ["E1"]
+    # Thinking tokens are billed as output.
+    assert response.usage == TokenUsage(prompt_tokens=120, completion_tokens=45)
+    assert response.model == "gemini-2.5-flash"
+    assert json.loads(response.raw_response) == GOOD
+    assert (backend.name, backend.prompt_version) == ("gemini", PROMPT_VERSION)
+
+
+def test_request_is_deterministic_json_with_schema(
+    fake_gemini: FakeGemini,  # noqa: F811
+    client: genai.Client,
+) -> None:
+    fake_gemini.reply(FakeReply.json(GOOD))
+    GeminiBackend(client, model="gemini-2.5-pro", max_output_tokens=2048).consolidate(
+        consolidation_request()
+    )
+    [sent] = fake_gemini.requests
+    assert sent.model == "gemini-2.5-pro"
+    config = sent.generation_config
+    assert config["temperature"] == 0
+    assert config["responseMimeType"] == "application/json"
+    assert config["responseJsonSchema"] == output_json_schema()
+    assert "responseSchema" not in config
+    assert config["maxOutputTokens"] == 2048
+    assert "updated_working_memory" in sent.system_text
+    assert '<observation label="E1" type="preference"' in sent.user_text
+    assert sent.headers.get("x-goog-api-key") == "test-key"
+
+
+@pytest.mark.parametrize(
+    ("reply", "transient"),
+    [
+        pytest.param(FakeReply.status(429, "Resource has been exhausted"), True, id="429"),
+        pytest.param(FakeReply.status(500), True, id="500"),
+        pytest.param(FakeReply.status(503, "The model is overloaded"), True, id="503"),
+        pytest.param(FakeReply.status(400, "Invalid JSON payload"), False, id="400"),
+        pytest.param(FakeReply.status(403, "API key not valid"), False, id="403"),
+        pytest.param(FakeReply.status(404, "models/x is not found"), False, id="404"),
+    ],
+)
+def test_http_errors_are_mapped_without_sdk_retries(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+    reply: FakeReply,
+    transient: bool,
+) -> None:
+    fake_gemini.reply(reply)
+    with pytest.raises(BackendError) as raised:
+        backend.consolidate(consolidation_request())
+    assert isinstance(raised.value, TransientBackendError) is transient
+    assert str(reply.http_status) in str(raised.value)
+    # One request: retrying is the consumer's job, per user, with backoff.
+    assert len(fake_gemini.requests) == 1
+
+
+@pytest.mark.parametrize("http_client", ["httpx2", "httpx"])
+def test_timeout_is_transient(
+    fake_gemini: FakeGemini,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    http_client: str,
+) -> None:
+    # The SDK uses httpx2 unless told otherwise; the two raise unrelated ReadTimeout classes.
+    monkeypatch.setenv("GOOGLE_GENAI_HTTP_CLIENT", http_client)
+    fake_gemini.reply(FakeReply.delay(5.0, then=FakeReply.json(GOOD)))
+    with (
+        make_gemini_client("test-key", fake_gemini.url, timeout_ms=300) as client,
+        pytest.raises(TransientBackendError, match="Timeout") as raised,
+    ):
+        GeminiBackend(client).consolidate(consolidation_request())
+    cause = type(raised.value.__cause__)
+    assert (cause.__module__, cause.__name__) == (http_client, "ReadTimeout")
+    assert len(fake_gemini.requests) == 1
+
+
+def test_connection_refused_is_transient(fake_gemini: FakeGemini) -> None:  # noqa: F811
+    url = fake_gemini.url
+    fake_gemini.stop()
+    with (
+        make_gemini_client("test-key", url, timeout_ms=1_000) as client,
+        pytest.raises(TransientBackendError, match="ConnectError"),
+    ):
+        GeminiBackend(client).consolidate(consolidation_request())
+
+
+def test_truncated_json_fails_with_raw_response(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    truncated = json.dumps(GOOD)[:60]
+    fake_gemini.reply(FakeReply.text(truncated, finish_reason="MAX_TOKENS"))
+    with pytest.raises(BackendError, match="MAX_TOKENS") as raised:
+        backend.consolidate(consolidation_request())
+    assert not isinstance(raised.value, TransientBackendError)
+    assert raised.value.raw_response == truncated
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        pytest.param(FakeReply.blocked("PROHIBITED_CONTENT"), "PROHIBITED_CONTENT", id="blocked"),
+        pytest.param(FakeReply.no_candidates(), "no candidates", id="no-candidates"),
+        pytest.param(FakeReply.no_text("MAX_TOKENS"), "MAX_TOKENS", id="thinking-ate-budget"),
+        pytest.param(FakeReply.text("", finish_reason="SAFETY"), "SAFETY", id="safety-empty"),
+        pytest.param(FakeReply.text("I cannot", finish_reason="SAFETY"), "SAFETY", id="safety"),
+        pytest.param(FakeReply.text("[1, 2]"), "not an object", id="array"),
+        pytest.param(FakeReply.json({"facts": []}), "updated_working_memory", id="missing-w"),
+        pytest.param(
+            FakeReply.json({**GOOD, "facts": [{"op": "update", "content": "x"}]}),
+            "target_fact_id",
+            id="update-without-target",
+        ),
+    ],
+)
+def test_unusable_answers_fail_never_empty(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+    reply: FakeReply,
+    message: str,
+) -> None:
+    fake_gemini.reply(reply)
+    with pytest.raises(BackendError, match=message) as raised:
+        backend.consolidate(consolidation_request())
+    assert not isinstance(raised.value, TransientBackendError)
+    # The run record keeps what came back, even when it holds no text.
+    assert raised.value.raw_response
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("[" * 100_000, id="absurd-nesting"),
+        pytest.param("9" * 10_000, id="integer-too-long"),
+    ],
+)
+def test_answers_the_sdk_cannot_decode_fail_permanently(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+    text: str,
+) -> None:
+    fake_gemini.reply(FakeReply.text(text))
+    with pytest.raises(BackendError, match="not decodable") as raised:
+        backend.consolidate(consolidation_request())
+    assert not isinstance(raised.value, TransientBackendError)
+
+
+def test_fenced_json_is_accepted(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    fenced = f"```json\n{json.dumps(GOOD, indent=2)}\n```"
+    fake_gemini.reply(FakeReply.text(fenced))
+    response = backend.consolidate(consolidation_request())
+    assert response.output.updated_scaffold == GOOD["updated_scaffold"]
+    assert response.raw_response == fenced
+
+
+def test_nested_json_strings_are_normalized(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    stringified = {
+        "updated_working_memory": "Designer at Acme.",
+        "updated_scaffold": json.dumps({"Role": "designer", "Projects": json.dumps(["Atlas"])}),
+        "facts": [json.dumps(GOOD["facts"][0]), GOOD["facts"][0]],
+    }
+    fake_gemini.reply(FakeReply.json(stringified))
+    output = backend.consolidate(consolidation_request()).output
+    assert output.updated_scaffold == {"Role": "designer", "Projects": ["Atlas"]}
+    assert [f.content for f in output.facts] == ["The user prefers dark mode."] * 2
+
+
+def test_oversized_working_memory_is_capped_not_failed(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    long_w = " ".join(f"word{i}" for i in range(2_000))
+    fake_gemini.reply(FakeReply.json({**GOOD, "updated_working_memory": long_w}))
+    output = backend.consolidate(consolidation_request()).output
+    capped = output.updated_working_memory
+    assert len(capped.split()) == MAX_WORKING_MEMORY_WORDS
+    assert len(capped) <= MAX_WORKING_MEMORY_CHARS
+    assert long_w.startswith(capped)
+    assert capped.endswith(f"word{MAX_WORKING_MEMORY_WORDS - 1}")
+
+
+def test_other_length_caps_trim_instead_of_failing(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    long_fact = {**GOOD["facts"][0], "content": "word " * 200, "evidence": ["E1"] * 25}
+    fake_gemini.reply(FakeReply.json({**GOOD, "facts": [long_fact] * (MAX_FACTS_PER_RUN + 5)}))
+    output = backend.consolidate(consolidation_request()).output
+    assert len(output.facts) == MAX_FACTS_PER_RUN
+    assert all(len(f.content) <= MAX_FACT_CHARS for f in output.facts)
+    assert all(len(f.evidence) == 20 for f in output.facts)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, "9" * 10_000, "{", ""])
+def test_parse_output_raises_backend_error_with_raw(text: str) -> None:
+    with pytest.raises(BackendError, match="not JSON") as raised:
+        parse_output(text, finish_reason="MAX_TOKENS")
+    assert raised.value.raw_response == text
+    assert "MAX_TOKENS" in str(raised.value)
+
+
+def test_seed_shape_is_accepted(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    seed = {
+        "updated_working_memory": "Designer at Acme.",
+        "updated_scaffold": {"Role": "designer"},
+        "facts_to_embed": ["The user prefers dark mode.", "The user works at Acme."],
+    }
+    fake_gemini.reply(FakeReply.json(seed))
+    output = backend.consolidate(consolidation_request()).output
+    assert output.facts == []
+    assert [p.content for p in output.all_proposals()] == seed["facts_to_embed"]
+    assert all(p.op is FactOp.ADD for p in output.all_proposals())
+
+
+def test_default_reply_when_script_is_empty(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    fake_gemini.default = FakeReply.json(GOOD)
+    for _ in range(2):
+        backend.consolidate(consolidation_request())
+    assert len(fake_gemini.requests) == 2
