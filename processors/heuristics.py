@@ -1,0 +1,285 @@
+"""Small deterministic text rules the offline backend uses instead of an LLM.
+
+Everything here is table-driven and order-stable: the same text always gives the same slot,
+the same rewrite and the same similarity, so an offline consolidation can be replayed
+byte for byte.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Final
+
+import numpy as np
+
+from store.protocols import Embedder, Vector
+
+
+class Slot(StrEnum):
+    """A topic a statement is about; a correction replaces the latest fact of its slot."""
+
+    NAME = "name"
+    EMPLOYER = "employer"
+    WORK = "work"
+    LOCATION = "location"
+    DIET = "diet"
+    DRINK = "drink"
+    SPOKEN_LANGUAGE = "spoken_language"
+    TOOLS = "tools"
+    SCHEDULE = "schedule"
+
+
+_DEPARTMENTS = "design|engineering|marketing|sales|product|research|finance|operations|data|legal"
+_ROLES = "engineer|designer|developer|manager|founder|ceo|cto|student|researcher|scientist|analyst"
+_DRINKS = "coffee|tea|espresso|latte|flat whites?|matcha|alcohol|wine|beer"
+_TOOLS = "python|rust|typescript|javascript|golang|kotlin|swift|editor|vim|vs ?code|figma|linear"
+
+# First matching row wins, so the order settles ambiguities: "I work at Acme" is about the
+# employer before it is about work, and "moved to design" is a role change, not a move.
+SLOT_RULES: Final[tuple[tuple[Slot, str], ...]] = (
+    (Slot.NAME, r"\bname(?:'s| is)\b|\bcall (?:me|the user)\b|\bgoes by\b"),
+    (Slot.EMPLOYER, r"\bwork(?:s|ing|ed)? (?:at|for)\b|\bjoin(?:s|ed|ing)\b"),
+    (Slot.EMPLOYER, r"\b(?:employer|company|hired)\b"),
+    (Slot.WORK, rf"\bmoved (?:over )?(?:in)?to (?:the )?(?:{_DEPARTMENTS})\b"),
+    (Slot.WORK, r"\bwork(?:s|ing|ed)? (?:in|on|as)\b"),
+    (Slot.WORK, r"\b(?:job|role|position|title|department|career|phd)\b"),
+    # Being on a team, not waiting on one: "on the payments platform team".
+    (Slot.WORK, r"\b(?:on|in|joined|leads?|manages?) (?:the |a )?(?:[\w'-]+ ){0,3}team\b"),
+    # Not "co-founder": that is someone else's role.
+    (Slot.WORK, rf"(?<!-)\b(?:{_ROLES})s?\b"),
+    (Slot.LOCATION, r"\b(?:live|lives|living|lived|city|hometown|time ?zone)\b"),
+    (Slot.LOCATION, r"\bbased (?:in|out of)\b|\b(?:moved|moving|relocat\w*) to\b"),
+    (Slot.DIET, r"\b(?:vegetarian|vegan|pescatarian|gluten|lactose|allerg\w*|diet|meat|eats?)\b"),
+    (Slot.DRINK, rf"\b(?:{_DRINKS})\b"),
+    (Slot.SPOKEN_LANGUAGE, r"\b(?:speaks?|native|fluent)\b"),
+    (Slot.TOOLS, rf"\b(?:{_TOOLS})\b"),
+    (Slot.SCHEDULE, r"\b(?:mornings?|afternoons?|evenings?|meetings?|working hours|schedule)\b"),
+)
+_COMPILED: Final = tuple((slot, re.compile(rule, re.IGNORECASE)) for slot, rule in SLOT_RULES)
+
+# The slots that have their own scaffold key, holding the latest statement.
+SCAFFOLD_SLOT_KEYS: Final[dict[Slot, str]] = {
+    Slot.NAME: "Name",
+    Slot.WORK: "Role",
+    Slot.EMPLOYER: "Employer",
+    Slot.LOCATION: "Location",
+}
+
+
+def classify_slot(text: str) -> Slot | None:
+    return next((slot for slot, rule in _COMPILED if rule.search(text)), None)
+
+
+_OPEN_LOOP = re.compile(
+    r"\b(?:deadline|due|todo|to-do|needs? to|have to|has to|must|follow[ -]up|remind\w*|"
+    r"pending|blocked|by (?:mon|tue|wed|thu|fri|sat|sun|jan|feb|mar|apr|may|jun|jul|aug|sep|"
+    r"oct|nov|dec|next|end|tomorrow|eod|\d))",
+    re.IGNORECASE,
+)
+
+
+def is_open_loop(text: str) -> bool:
+    """Does a project statement talk about something still to be done?"""
+    return _OPEN_LOOP.search(text) is not None
+
+
+# --- third person -----------------------------------------------------------------------
+
+_ADVERBS = (
+    "really|also|usually|always|never|often|just|still|mostly|generally|now|currently|"
+    "recently|sometimes|only|rarely|definitely|mainly|actually|already|typically"
+)
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Modals and irregular past forms: "I went" stays "the user went", never "wents". The
+# conjunctions are not verbs at all but follow "I" often enough to be worth leaving alone.
+_KEEP_VERBS = _words(
+    "can could will would should must might may shall was had did won went got made took left "
+    "said came became began bought built felt found gave grew heard held kept knew led lost met "
+    "paid ran saw sent set sold spent stood taught thought told understood wrote quit "
+    "agreed freed and or but too so then"
+) | _words(_ADVERBS.replace("|", " "))
+_IRREGULAR = {"am": "is", "are": "is", "have": "has", "do": "does", "go": "goes", "be": "is"}
+_CONTRACTIONS: Final = tuple(
+    (re.compile(pattern), replacement)
+    for pattern, replacement in (
+        (r"\bI(?:['’]m| am)\b", "the user is"),
+        (r"\bI(?:['’]ve| have) been\b", "the user has been"),
+        (r"\bI['’]ve\b", "the user has"),
+        (r"\bI['’]d\b", "the user would"),
+        (r"\bI['’]ll\b", "the user will"),
+        (r"\bI don['’]t\b", "the user doesn't"),
+        (r"\bI do not\b", "the user does not"),
+        (r"\bI haven['’]t\b", "the user hasn't"),
+    )
+)
+# "i" is the pronoun unless it is part of an abbreviation such as "i.e.".
+_PRONOUN = r"\b[Ii]\b(?!\.\w)"
+_SUBJECT_VERB = re.compile(rf"{_PRONOUN}((?:\s+(?:{_ADVERBS}))*)\s+([A-Za-z]+)\b")
+_OBJECTS: Final = (
+    (re.compile(r"\bmyself\b", re.IGNORECASE), "themselves"),
+    (re.compile(r"\b(?:my|mine)\b", re.IGNORECASE), "the user's"),
+    (re.compile(r"\bme\b", re.IGNORECASE), "the user"),
+    (re.compile(_PRONOUN), "the user"),
+)
+
+
+def _third_person_verb(verb: str) -> str:
+    low = verb.lower()
+    # "-ed" is past tense ("moved"), but "-eed" is usually not ("need", "proceed").
+    if low in _KEEP_VERBS or (low.endswith("ed") and not low.endswith("eed")):
+        return verb
+    if low in _IRREGULAR:
+        return _IRREGULAR[low]
+    if low.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if len(low) > 1 and low.endswith("y") and low[-2] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+# How people open a correction; none of it belongs in the corrected statement.
+_PREAMBLE = re.compile(
+    r"^(?:(?:actually|correction|update|sorry|oops|no|wait|to clarify|scratch that|"
+    r"small correction|just to correct)\b[\s,:;.!—–-]*)+",
+    re.IGNORECASE,
+)
+
+
+def to_third_person(text: str) -> str:
+    """Rewrite a first-person statement about the user ("I work…") as "The user works…"."""
+    out = text.strip()
+    stripped = _PREAMBLE.sub("", out)
+    if stripped and stripped != out:
+        out = stripped[0].upper() + stripped[1:]
+    for regex, replacement in _CONTRACTIONS:
+        out = regex.sub(replacement, out)
+    out = _SUBJECT_VERB.sub(lambda m: f"the user{m.group(1)} {_third_person_verb(m.group(2))}", out)
+    for regex, replacement in _OBJECTS:
+        out = regex.sub(replacement, out)
+    if out.startswith("the user"):
+        out = "T" + out[1:]
+    return out
+
+
+# --- text shape -------------------------------------------------------------------------
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def clip(text: str, max_chars: int) -> str:
+    """Shorten at a word boundary, marking the cut, so a capped text stays readable."""
+    if len(text) <= max_chars:
+        return text
+    cut = text[: max_chars - 1]
+    if " " in cut:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip() + "…"
+
+
+def first_sentences(text: str, max_chars: int) -> str:
+    """As many leading whole sentences as fit in `max_chars`, else a clipped first one."""
+    flat = " ".join(text.split())
+    out = ""
+    for sentence in _SENTENCE_END.split(flat):
+        candidate = f"{out} {sentence}".strip()
+        if len(candidate) > max_chars:
+            break
+        out = candidate
+    return out or clip(flat, max_chars)
+
+
+def as_sentence(text: str) -> str:
+    text = text.strip()
+    return text if not text or text[-1] in ".!?…" else text + "."
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+def approx_tokens(text: str) -> int:
+    """Words × 1.3, rounded half up in integers so it is identical on every platform."""
+    return (word_count(text) * 13 + 5) // 10
+
+
+def is_fact_like(text: str) -> bool:
+    """Mostly prose with a few content words: not a table dump, a hash or a blob of code."""
+    visible = [c for c in text if not c.isspace()]
+    letters = sum(c.isalpha() for c in visible)
+    return bool(visible) and letters / len(visible) >= 0.6 and len(content_words(text)) >= 3
+
+
+# --- similarity -------------------------------------------------------------------------
+
+_STOPWORDS = _words(
+    "a an the user user's users is are was were be been being am i me my mine to of in on at "
+    "for and or with as by it its that this these those from so but also really just very "
+    "has have had do does did s they them their there here about into over than then"
+)
+_WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
+
+
+def _stem(word: str) -> str:
+    if word.endswith(("n't", "n’t")):
+        return "not"
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 4 and word.endswith(("shes", "ches", "xes", "oes")):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def content_words(text: str) -> frozenset[str]:
+    words = (_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
+    return frozenset(w for w in words if w not in _STOPWORDS)
+
+
+def jaccard(a: str, b: str) -> float:
+    wa, wb = content_words(a), content_words(b)
+    if not wa or not wb:
+        return 0.0
+    return len(wa & wb) / len(wa | wb)
+
+
+class Similarity:
+    """Cosine over an `Embedder` when there is one, else Jaccard on content words.
+
+    The thresholds differ because the two scales differ: paraphrases reach 0.85 cosine long
+    before they share 80% of their words.
+    """
+
+    def __init__(self, embedder: Embedder | None, texts: Iterable[str] = ()) -> None:
+        self._embedder = embedder
+        self._vectors: dict[str, Vector] = {}
+        self._words: dict[str, frozenset[str]] = {}
+        self.duplicate = 0.85 if embedder is not None else 0.8
+        self.related = 0.35 if embedder is not None else 0.2
+        self._embed(texts)
+
+    def _embed(self, texts: Iterable[str]) -> None:
+        missing = sorted({t for t in texts if t not in self._vectors})
+        if self._embedder is not None and missing:
+            vectors = self._embedder.embed(missing)
+            self._vectors.update(zip(missing, vectors, strict=True))
+
+    def score(self, a: str, b: str) -> float:
+        if self._embedder is None:
+            # Every statement is compared with every other of its batch: tokenize each once.
+            wa, wb = self._content_words(a), self._content_words(b)
+            return len(wa & wb) / len(wa | wb) if wa and wb else 0.0
+        self._embed((a, b))
+        return float(np.dot(self._vectors[a], self._vectors[b]))
+
+    def _content_words(self, text: str) -> frozenset[str]:
+        if text not in self._words:
+            self._words[text] = content_words(text)
+        return self._words[text]
