@@ -48,9 +48,13 @@ class DeadLetterSink(Protocol):
     def send(self, letters: Sequence[DeadLetter]) -> None:
         """Write every letter durably or raise `DeadLetterError`."""
 
+    def close(self) -> None: ...
+
 
 class KafkaDeadLetterSink:
-    def __init__(self, bootstrap_servers: str, topic: str, consumer_name: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap_servers: str, topic: str, consumer_name: str, timeout_s: float = 30.0
+    ) -> None:
         self._topic = topic
         self._consumer_name = consumer_name
         self._timeout_s = timeout_s
@@ -70,7 +74,10 @@ class KafkaDeadLetterSink:
         try:
             futures = [
                 self._producer.send(
-                    self._topic, key=letter.key, value=letter.value, headers=letter.headers(self._consumer_name)
+                    self._topic,
+                    key=letter.key,
+                    value=letter.value,
+                    headers=letter.headers(self._consumer_name),
                 )
                 for letter in letters
             ]

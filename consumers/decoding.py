@@ -29,6 +29,7 @@ def decode_event(value: bytes | None) -> ContextEvent | Rejected:
         return ContextEvent.model_validate(data)
     except ValidationError as e:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            for err in e.errors()
         )
         return Rejected("validate", f"invalid ContextEvent: {problems}"[:MAX_REASON_CHARS])

@@ -80,7 +80,12 @@ class UserFlusher:
         return result
 
     def record_failure(
-        self, user_id: str, events: Sequence[ContextEvent], attempt: int, error: str, raw: str | None
+        self,
+        user_id: str,
+        events: Sequence[ContextEvent],
+        attempt: int,
+        error: str,
+        raw: str | None,
     ) -> uuid.UUID:
         """Write the failed run record for events about to be dead-lettered."""
         state = self._store.load_state(user_id, events[0].organization_id)
@@ -88,14 +93,23 @@ class UserFlusher:
         run_id = run_id_for(user_id, request.event_ids, attempt=attempt + 1)
         self._store.record_run(
             failed_run(
-                request, run_id=run_id, backend=self._backend.name, model=self._backend.model,
-                prompt_version=self._backend.prompt_version, started_at=request.now,
-                duration_ms=0, error=error, raw_response=raw, attempt=attempt,
+                request,
+                run_id=run_id,
+                backend=self._backend.name,
+                model=self._backend.model,
+                prompt_version=self._backend.prompt_version,
+                started_at=request.now,
+                duration_ms=0,
+                error=error,
+                raw_response=raw,
+                attempt=attempt,
             )
         )
         return run_id
 
-    def _consolidate(self, user_id: str, events: Sequence[ContextEvent], attempt: int) -> FlushResult:
+    def _consolidate(
+        self, user_id: str, events: Sequence[ContextEvent], attempt: int
+    ) -> FlushResult:
         unique = list({e.event_id: e for e in events}.values())
         done = self._store.already_consolidated(e.event_id for e in unique)
         fresh = [e for e in unique if e.event_id not in done]
@@ -112,25 +126,43 @@ class UserFlusher:
         response = self._backend.consolidate(request)
         duration_ms = int((time.monotonic() - started) * 1000)
         update = self._consolidator.plan(
-            request, response, run_id=run_id, backend=self._backend.name,
-            prompt_version=self._backend.prompt_version, started_at=now,
-            duration_ms=duration_ms, attempt=attempt,
+            request,
+            response,
+            run_id=run_id,
+            backend=self._backend.name,
+            prompt_version=self._backend.prompt_version,
+            started_at=now,
+            duration_ms=duration_ms,
+            attempt=attempt,
         )
         self._store.apply(update)
         self._observe(update)
         return FlushResult(FlushKind.CONSOLIDATED, len(fresh), run_id, update)
 
     def _defer(
-        self, user_id: str, state: MemoryState, fresh: list[ContextEvent], now: datetime, attempt: int
+        self,
+        user_id: str,
+        state: MemoryState,
+        fresh: list[ContextEvent],
+        now: datetime,
+        attempt: int,
     ) -> FlushResult:
         request = ConsolidationRequest.build(state, (), fresh, now)
         run_id = run_id_for(user_id, request.event_ids, attempt=attempt)
         reason = "credit exhausted: consolidation deferred"
         self._store.record_run(
             failed_run(
-                request, run_id=run_id, backend=self._backend.name, model=self._backend.model,
-                prompt_version=self._backend.prompt_version, started_at=now, duration_ms=0,
-                error=reason, raw_response=None, attempt=attempt, status=RunStatus.DEFERRED,
+                request,
+                run_id=run_id,
+                backend=self._backend.name,
+                model=self._backend.model,
+                prompt_version=self._backend.prompt_version,
+                started_at=now,
+                duration_ms=0,
+                error=reason,
+                raw_response=None,
+                attempt=attempt,
+                status=RunStatus.DEFERRED,
             )
         )
         return FlushResult(FlushKind.DEFERRED, len(fresh), run_id, reason=reason)
@@ -148,8 +180,9 @@ class UserFlusher:
         except VectorIndexUnavailable as e:
             # Not lost: the facts keep indexed_at = NULL and the scheduled indexer retries them.
             self._metrics.index_failures.inc()
-            log.warning("vector index unavailable, %d fact(s) left pending: %s",
-                        len(update.fact_changes), e)
+            log.warning(
+                "vector index unavailable, %d fact(s) left pending: %s", len(update.fact_changes), e
+            )
 
     def _observe(self, update: MemoryUpdate) -> None:
         run = update.run
@@ -158,6 +191,10 @@ class UserFlusher:
         m.tokens.labels(run.backend, "prompt").inc(run.usage.prompt_tokens)
         m.tokens.labels(run.backend, "completion").inc(run.usage.completion_tokens)
         m.cost.labels("llm").inc(run.cost_micro_usd)
-        for verdict, count in (("allow", run.gate.allowed), ("hold", run.gate.held),
-                               ("discard", run.gate.discarded), ("reinforce", run.gate.reinforced)):
+        for verdict, count in (
+            ("allow", run.gate.allowed),
+            ("hold", run.gate.held),
+            ("discard", run.gate.discarded),
+            ("reinforce", run.gate.reinforced),
+        ):
             m.gate_verdicts.labels(verdict).inc(count)

@@ -74,9 +74,14 @@ class FactIndexer:
             key = ",".join(f"{f.fact_id}:{f.version}:{f.updated_at.isoformat()}" for f in members)
             entries.append(
                 embedding_entry(
-                    self._prices, run_id=uuid.UUID(run_id), batch_key=key, user_id=user_id,
-                    organization_id=members[0].organization_id, model=self._model,
-                    texts=len(members), at=now,
+                    self._prices,
+                    run_id=uuid.UUID(run_id),
+                    batch_key=key,
+                    user_id=user_id,
+                    organization_id=members[0].organization_id,
+                    model=self._model,
+                    texts=len(members),
+                    at=now,
                 )
             )
         marked = self._store.mark_indexed(facts, now, entries)

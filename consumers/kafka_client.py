@@ -50,4 +50,6 @@ def from_kafka(tp: Any) -> TopicPartition:
 
 def commit(consumer: Any, positions: Mapping[TopicPartition, int]) -> None:
     if positions:
-        consumer.commit({to_kafka(tp): OffsetAndMetadata(pos, "", -1) for tp, pos in positions.items()})
+        consumer.commit(
+            {to_kafka(tp): OffsetAndMetadata(pos, "", -1) for tp, pos in positions.items()}
+        )

@@ -45,14 +45,21 @@ class LogWriter:
     def run(self, stop: threading.Event) -> None:
         self._consumer.subscribe([self._topic])
         backoff = 0.5
-        while not stop.is_set():
-            try:
-                self.step()
-                backoff = 0.5
-            except DatabaseUnavailable as e:
-                log.warning("Postgres unavailable, retrying the batch in %.1fs: %s", backoff, e)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+        try:
+            while not stop.is_set():
+                try:
+                    self.step()
+                    backoff = 0.5
+                except DatabaseUnavailable as e:
+                    log.warning("Postgres unavailable, retrying the batch in %.1fs: %s", backoff, e)
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._consumer.close()
+        self._dead_letters.close()
 
     def step(self) -> int:
         """Poll one batch and make it durable; returns the number of records handled."""
@@ -69,8 +76,17 @@ class LogWriter:
             for record in records:
                 decoded = decode_event(record.value)
                 if isinstance(decoded, Rejected):
-                    bad.append(DeadLetter(record.key, record.value, decoded.stage, decoded.reason,
-                                          tp.topic, tp.partition, record.offset))
+                    bad.append(
+                        DeadLetter(
+                            record.key,
+                            record.value,
+                            decoded.stage,
+                            decoded.reason,
+                            tp.topic,
+                            tp.partition,
+                            record.offset,
+                        )
+                    )
                 else:
                     good.append((decoded, KafkaCoordinates(tp.topic, tp.partition, record.offset)))
             positions[tp] = records[-1].offset + 1
@@ -86,8 +102,14 @@ class LogWriter:
             raise
         for letter in bad:
             self._metrics.dead_letters.labels(CONSUMER_NAME, letter.stage).inc()
-            log.warning("dead-lettered %s/%d@%d (%s): %s", letter.topic, letter.partition,
-                        letter.offset, letter.stage, letter.reason)
+            log.warning(
+                "dead-lettered %s/%d@%d (%s): %s",
+                letter.topic,
+                letter.partition,
+                letter.offset,
+                letter.stage,
+                letter.reason,
+            )
         self._metrics.events_logged.inc(inserted)
         self._metrics.events_duplicate.labels(CONSUMER_NAME).inc(len(good) - inserted)
         commit(self._consumer, positions)
@@ -97,11 +119,14 @@ class LogWriter:
         """Run until no record arrived for `idle_s` (used by the demo and tests)."""
         self._consumer.subscribe([self._topic])
         total, quiet_since, start = 0, time.monotonic(), time.monotonic()
-        while time.monotonic() - start < deadline_s:
-            n = self.step()
-            total += n
-            if n:
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since >= idle_s and self._consumer.assignment():
-                break
+        try:
+            while time.monotonic() - start < deadline_s:
+                n = self.step()
+                total += n
+                if n:
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= idle_s and self._consumer.assignment():
+                    break
+        finally:
+            self.close()
         return total

@@ -16,31 +16,45 @@ class PipelineMetrics:
             "memoryd_records_total", "Kafka records read", ["consumer"], registry=registry
         )
         self.dead_letters = Counter(
-            "memoryd_dead_letters_total", "Records sent to the dead-letter topic",
-            ["consumer", "stage"], registry=registry,
+            "memoryd_dead_letters_total",
+            "Records sent to the dead-letter topic",
+            ["consumer", "stage"],
+            registry=registry,
         )
         self.events_logged = Counter(
-            "memoryd_events_logged_total", "Events inserted into the Postgres log (new ones only)",
+            "memoryd_events_logged_total",
+            "Events inserted into the Postgres log (new ones only)",
             registry=registry,
         )
         self.events_duplicate = Counter(
-            "memoryd_events_duplicate_total", "Events already present, skipped",
-            ["consumer"], registry=registry,
+            "memoryd_events_duplicate_total",
+            "Events already present, skipped",
+            ["consumer"],
+            registry=registry,
         )
         self.flushes = Counter(
-            "memoryd_flushes_total", "Per-user consolidation flushes by outcome",
-            ["outcome"], registry=registry,
+            "memoryd_flushes_total",
+            "Per-user consolidation flushes by outcome",
+            ["outcome"],
+            registry=registry,
         )
         self.flush_seconds = Histogram(
-            "memoryd_flush_seconds", "Duration of one user's flush", ["backend"],
-            buckets=LATENCY_BUCKETS, registry=registry,
+            "memoryd_flush_seconds",
+            "Duration of one user's flush",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
         )
         self.events_consolidated = Counter(
-            "memoryd_events_consolidated_total", "Events consolidated into memory", registry=registry
+            "memoryd_events_consolidated_total",
+            "Events consolidated into memory",
+            registry=registry,
         )
         self.backend_retries = Counter(
-            "memoryd_backend_retries_total", "Transient backend failures that were retried",
-            ["backend"], registry=registry,
+            "memoryd_backend_retries_total",
+            "Transient backend failures that were retried",
+            ["backend"],
+            registry=registry,
         )
         self.gate_verdicts = Counter(
             "memoryd_gate_verdicts_total", "Write-gate verdicts", ["verdict"], registry=registry
@@ -49,17 +63,25 @@ class PipelineMetrics:
             "memoryd_llm_tokens_total", "LLM tokens used", ["backend", "kind"], registry=registry
         )
         self.cost = Counter(
-            "memoryd_cost_micro_usd_total", "Cost booked to the ledger", ["operation"], registry=registry
+            "memoryd_cost_micro_usd_total",
+            "Cost booked to the ledger",
+            ["operation"],
+            registry=registry,
         )
         self.index_failures = Counter(
-            "memoryd_index_failures_total", "Vector index writes that failed (facts stay pending)",
+            "memoryd_index_failures_total",
+            "Vector index writes that failed (facts stay pending)",
             registry=registry,
         )
         self.facts_indexed = Counter(
-            "memoryd_facts_indexed_total", "Fact versions written to the vector index", registry=registry
+            "memoryd_facts_indexed_total",
+            "Fact versions written to the vector index",
+            registry=registry,
         )
         self.buffered = Gauge(
-            "memoryd_buffered_events", "Events buffered in memory, not yet consolidated", registry=registry
+            "memoryd_buffered_events",
+            "Events buffered in memory, not yet consolidated",
+            registry=registry,
         )
         self.in_flight = Gauge(
             "memoryd_flushes_in_flight", "User flushes running now", registry=registry
@@ -68,6 +90,8 @@ class PipelineMetrics:
             "memoryd_facts_pending_index", "Facts not yet in the vector index", registry=registry
         )
         self.commit_lag = Gauge(
-            "memoryd_uncommitted_records", "Records read but not yet committed", ["consumer"],
+            "memoryd_uncommitted_records",
+            "Records read but not yet committed",
+            ["consumer"],
             registry=registry,
         )

@@ -116,6 +116,8 @@ class MemoryProcessor:
             self._collect(wait_s=0.2)
         self._commit()
         self._pool.shutdown(wait=True)
+        self._consumer.close()
+        self._dead_letters.close()
 
     # -- one iteration --------------------------------------------------------------------
 
@@ -141,8 +143,15 @@ class MemoryProcessor:
                 self._offsets.received(tp, record.offset)
                 decoded = decode_event(record.value)
                 if isinstance(decoded, Rejected):
-                    letter = DeadLetter(record.key, record.value, decoded.stage, decoded.reason,
-                                        tp.topic, tp.partition, record.offset)
+                    letter = DeadLetter(
+                        record.key,
+                        record.value,
+                        decoded.stage,
+                        decoded.reason,
+                        tp.topic,
+                        tp.partition,
+                        record.offset,
+                    )
                     letters.append((tp, record.offset, letter))
                 else:
                     self._buffers.add(BufferedEvent(tp, record.offset, decoded), now)
@@ -154,8 +163,14 @@ class MemoryProcessor:
             for tp, offset, letter in letters:
                 self._offsets.done(tp, offset)
                 self._metrics.dead_letters.labels(CONSUMER_NAME, letter.stage).inc()
-                log.warning("dead-lettered %s/%d@%d (%s): %s", tp.topic, tp.partition, offset,
-                            letter.stage, letter.reason)
+                log.warning(
+                    "dead-lettered %s/%d@%d (%s): %s",
+                    tp.topic,
+                    tp.partition,
+                    offset,
+                    letter.stage,
+                    letter.reason,
+                )
         return count
 
     def _launch(self, force: bool) -> None:
@@ -170,12 +185,16 @@ class MemoryProcessor:
             self._submit(batch)
 
     def _submit(self, batch: Batch) -> None:
-        batch.future = self._pool.submit(self._flusher.flush, batch.user_id, batch.events, batch.attempt)
+        batch.future = self._pool.submit(
+            self._flusher.flush, batch.user_id, batch.events, batch.attempt
+        )
 
     def _collect(self, wait_s: float) -> None:
         deadline = self._monotonic() + wait_s
         while True:
-            finished = [b for b in self._batches.values() if b.future is not None and b.future.done()]
+            finished = [
+                b for b in self._batches.values() if b.future is not None and b.future.done()
+            ]
             for batch in finished:
                 self._settle(batch)
             if finished or self._monotonic() >= deadline:
@@ -203,7 +222,7 @@ class MemoryProcessor:
         except DatabaseUnavailable as e:
             self._retry_later(batch, f"database unavailable: {e}", count_attempt=False)
             return
-        except Exception as e:  # noqa: BLE001 - a poison batch must not stall its partition
+        except Exception as e:
             log.exception("flush of %s failed unexpectedly", batch.user_id)
             self._give_up(batch, f"unexpected {type(e).__name__}: {e}", None)
             return
@@ -215,7 +234,9 @@ class MemoryProcessor:
     def _retry_or_give_up(self, batch: Batch, error: TransientBackendError) -> None:
         self._metrics.backend_retries.labels(self._flusher.backend_name).inc()
         if batch.attempt + 1 >= self._settings.max_attempts:
-            self._give_up(batch, f"gave up after {batch.attempt + 1} attempts: {error}", error.raw_response)
+            self._give_up(
+                batch, f"gave up after {batch.attempt + 1} attempts: {error}", error.raw_response
+            )
         else:
             self._retry_later(batch, str(error), count_attempt=True)
 
@@ -237,7 +258,15 @@ class MemoryProcessor:
 
     def _dead_letter(self, batch: Batch, stage: str, reason: str) -> None:
         letters = [
-            DeadLetter(i.event.kafka_key, i.event.to_bytes(), stage, reason, i.tp.topic, i.tp.partition, i.offset)
+            DeadLetter(
+                i.event.kafka_key,
+                i.event.to_bytes(),
+                stage,
+                reason,
+                i.tp.topic,
+                i.tp.partition,
+                i.offset,
+            )
             for i in batch.items
         ]
         try:
@@ -246,7 +275,9 @@ class MemoryProcessor:
             self._retry_later(batch, str(e), count_attempt=False)
             return
         self._metrics.dead_letters.labels(CONSUMER_NAME, stage).inc(len(letters))
-        log.error("dead-lettered %d event(s) of %s (%s): %s", len(letters), batch.user_id, stage, reason)
+        log.error(
+            "dead-lettered %d event(s) of %s (%s): %s", len(letters), batch.user_id, stage, reason
+        )
         self._finish(batch, f"dead_lettered_{stage}")
 
     def _finish(self, batch: Batch, outcome: str) -> None:

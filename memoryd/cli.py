@@ -166,8 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-services", action="store_true")
     p.set_defaults(fn=cmd_demo)
     p = sub.add_parser("redrive", help="put dead-lettered events back on the event topic")
-    p.add_argument("--stage", action="append", default=None,
-                   help="only these stages (consolidate, budget); default both")
+    p.add_argument(
+        "--stage",
+        action="append",
+        default=None,
+        help="only these stages (consolidate, budget); default both",
+    )
     p.add_argument("--idle-s", type=float, default=3.0)
     p.set_defaults(fn=cmd_redrive)
     sub.add_parser("index-pending", help="index facts Chroma has not got yet").set_defaults(
@@ -188,4 +192,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

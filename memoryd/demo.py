@@ -27,11 +27,15 @@ def sample_file() -> Path:
 
 def _point_at(settings: Settings, stack: DevStack) -> Settings:
     endpoints = stack.up()
-    print(f"kafka {endpoints.kafka_bootstrap} · postgres {endpoints.postgres_dsn} · "
-          f"chroma embedded at {settings.chroma.path}")
+    print(
+        f"kafka {endpoints.kafka_bootstrap} · postgres {endpoints.postgres_dsn} · "
+        f"chroma embedded at {settings.chroma.path}"
+    )
     return settings.model_copy(
         update={
-            "kafka": settings.kafka.model_copy(update={"bootstrap_servers": endpoints.kafka_bootstrap}),
+            "kafka": settings.kafka.model_copy(
+                update={"bootstrap_servers": endpoints.kafka_bootstrap}
+            ),
             "postgres": settings.postgres.model_copy(update={"dsn": endpoints.postgres_dsn}),
         }
     )
@@ -39,7 +43,9 @@ def _point_at(settings: Settings, stack: DevStack) -> Settings:
 
 def run_demo(settings: Settings, keep_services: bool = False) -> int:
     d = settings.dev
-    stack = DevStack(d.state_dir, DevPorts(d.kafka_port, d.kafka_controller_port, d.postgres_port, d.chroma_port))
+    stack = DevStack(
+        d.state_dir, DevPorts(d.kafka_port, d.kafka_controller_port, d.postgres_port, d.chroma_port)
+    )
     started = time.monotonic()
     settings = _point_at(settings, stack)
     try:
@@ -58,7 +64,9 @@ def run_demo(settings: Settings, keep_services: bool = False) -> int:
         print(f"published {len(events)} sample events for {len({e.user_id for e in events})} users")
         with wiring.core(settings) as c:
             writer = wiring.log_writer(c)
-            writer_thread = threading.Thread(target=writer.drain, kwargs={"idle_s": 3.0}, daemon=True)
+            writer_thread = threading.Thread(
+                target=writer.drain, kwargs={"idle_s": 3.0}, daemon=True
+            )
             writer_thread.start()
             wiring.processor(c).run_until_idle(idle_s=3.0)
             writer_thread.join(timeout=120)
@@ -66,8 +74,10 @@ def run_demo(settings: Settings, keep_services: bool = False) -> int:
             if pending:
                 print(f"ERROR: {len(pending)} logged event(s) were not consolidated")
                 return 1
-            print(f"all {c.events.count()} logged events consolidated "
-                  f"in {time.monotonic() - started:.1f}s\n")
+            print(
+                f"all {c.events.count()} logged events consolidated "
+                f"in {time.monotonic() - started:.1f}s\n"
+            )
             _print_users(c, sorted({e.user_id for e in events}))
         return 0
     finally:

@@ -45,7 +45,14 @@ def _drain_job(c: wiring.Core) -> None:
 
 def start_scheduler(c: wiring.Core) -> BackgroundScheduler:
     scheduler = BackgroundScheduler(timezone="UTC")
-    scheduler.add_job(_drain_job, "interval", seconds=INDEX_DRAIN_EVERY_S, args=[c],
-                      id="index-drain", max_instances=1, coalesce=True)
+    scheduler.add_job(
+        _drain_job,
+        "interval",
+        seconds=INDEX_DRAIN_EVERY_S,
+        args=[c],
+        id="index-drain",
+        max_instances=1,
+        coalesce=True,
+    )
     scheduler.start()
     return scheduler

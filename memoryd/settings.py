@@ -118,7 +118,12 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The environment wins over the file, so one variable can override a shared config.
-        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls), file_secret_settings)
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls),
+            file_secret_settings,
+        )
 
 
 def load_settings(config_file: Path | None = None) -> Settings:

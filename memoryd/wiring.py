@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from chromadb.api import ClientAPI
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from prometheus_client import CollectorRegistry, start_http_server
@@ -33,7 +34,8 @@ from store.embeddings import MiniLmEmbedder
 from store.event_log import PostgresEventLog
 from store.memory_store import PostgresMemoryStore
 from store.postgres import make_pool
-from store.vector_index import ChromaVectorIndex, embedded_client, http_client
+from store.reconnecting_index import ReconnectingIndex
+from store.vector_index import embedded_client, http_client
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ class Core:
     memory: PostgresMemoryStore
     events: PostgresEventLog
     embedder: MiniLmEmbedder
-    index: ChromaVectorIndex
+    index: ReconnectingIndex
     prices: PriceTable
     registry: CollectorRegistry
     metrics: PipelineMetrics
@@ -63,24 +65,28 @@ def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Itera
     pool = make_pool(settings.postgres.dsn, max_size=settings.postgres.pool_max_size)
     try:
         embedder = MiniLmEmbedder()
-        client = (
-            http_client(settings.chroma.url)
-            if settings.chroma.mode == "http"
-            else embedded_client(settings.chroma.path)
-        )
+        chroma = settings.chroma
+
+        def connect() -> ClientAPI:
+            return http_client(chroma.url) if chroma.mode == "http" else embedded_client(chroma.path)
+
+        index = ReconnectingIndex(connect, embedder, chroma.collection)
         registry = CollectorRegistry()
-        yield Core(
-            settings=settings,
-            pool=pool,
-            memory=PostgresMemoryStore(pool),
-            events=PostgresEventLog(pool),
-            embedder=embedder,
-            index=ChromaVectorIndex(client, embedder, settings.chroma.collection),
-            prices=PriceTable(settings.prices),
-            registry=registry,
-            metrics=PipelineMetrics(registry),
-            clock=clock,
-        )
+        try:
+            yield Core(
+                settings=settings,
+                pool=pool,
+                memory=PostgresMemoryStore(pool),
+                events=PostgresEventLog(pool),
+                embedder=embedder,
+                index=index,
+                prices=PriceTable(settings.prices),
+                registry=registry,
+                metrics=PipelineMetrics(registry),
+                clock=clock,
+            )
+        finally:
+            index.close()
     finally:
         pool.close()
 
@@ -159,7 +165,9 @@ def indexer(c: Core) -> FactIndexer:
     return FactIndexer(c.memory, c.index, c.prices, c.embedder.model_name, c.metrics, c.clock)
 
 
-def processor(c: Core, consolidation_backend: ConsolidationBackend | None = None) -> MemoryProcessor:
+def processor(
+    c: Core, consolidation_backend: ConsolidationBackend | None = None
+) -> MemoryProcessor:
     s = c.settings
     p = s.processor
     flusher = UserFlusher(

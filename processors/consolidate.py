@@ -46,7 +46,9 @@ def cap_words(text: str, limit: int = MAX_WORKING_MEMORY_WORDS) -> str:
     return " ".join(words[:limit])
 
 
-def bounded_scaffold(scaffold: Mapping[str, Any], limit: int = MAX_SCAFFOLD_CHARS) -> dict[str, Any]:
+def bounded_scaffold(
+    scaffold: Mapping[str, Any], limit: int = MAX_SCAFFOLD_CHARS
+) -> dict[str, Any]:
     """Keep keys in order while the JSON stays under `limit` characters."""
     out: dict[str, Any] = {}
     size = 2

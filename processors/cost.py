@@ -29,7 +29,10 @@ class PriceTable:
 
     def llm_cost_micro_usd(self, model: str, usage: TokenUsage) -> int:
         p = self.price(model)
-        micro = usage.prompt_tokens * p.input_usd_per_mtok + usage.completion_tokens * p.output_usd_per_mtok
+        micro = (
+            usage.prompt_tokens * p.input_usd_per_mtok
+            + usage.completion_tokens * p.output_usd_per_mtok
+        )
         return math.ceil(micro)  # (tokens / 1e6) * usd * 1e6 micro-usd per usd
 
     def embedding_cost_micro_usd(self, model: str, texts: int) -> int:

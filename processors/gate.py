@@ -36,8 +36,10 @@ _INSTRUCTION_ARTIFACTS = re.compile(
 
 # Paraphrases that mean the same relation; folded before comparing two facts.
 _SYNONYMS = (
-    (re.compile(r"\b(is based in|resides in|is located in|lives in|is living in|stays in)\b"),
-     "lives in"),
+    (
+        re.compile(r"\b(is based in|resides in|is located in|lives in|is living in|stays in)\b"),
+        "lives in",
+    ),
     (re.compile(r"\b(works at|is employed at|is employed by|works for)\b"), "works at"),
     (re.compile(r"\b(prefers|likes|enjoys|loves)\b"), "likes"),
     (re.compile(r"\b(the user|user|they|she|he)\b"), ""),
@@ -89,7 +91,9 @@ class WriteGate:
         if _INSTRUCTION_ARTIFACTS.search(content):
             return GateDecision(Verdict.DISCARD, "instruction artifact")
         if proposal.confidence < MIN_CONFIDENCE:
-            return GateDecision(Verdict.DISCARD, f"confidence {proposal.confidence} < {MIN_CONFIDENCE}")
+            return GateDecision(
+                Verdict.DISCARD, f"confidence {proposal.confidence} < {MIN_CONFIDENCE}"
+            )
         floor = MIN_EPHEMERAL_SALIENCE if proposal.type in EPHEMERAL_TYPES else MIN_SALIENCE
         if proposal.salience < floor:
             return GateDecision(Verdict.DISCARD, f"salience {proposal.salience} < {floor}")

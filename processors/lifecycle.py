@@ -67,7 +67,7 @@ class FactLedger:
         self._by_label = {o.label: o.event for o in observations}
         self._observations = list(observations)
         self.decisions: list[Decision] = []
-        self._counts = {v: 0 for v in Verdict}
+        self._counts = dict.fromkeys(Verdict, 0)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -109,7 +109,9 @@ class FactLedger:
     # -- operations -----------------------------------------------------------------------
 
     def _add(self, proposal: FactProposal, supersedes: Fact | None) -> None:
-        others = [f for f in self._active() if supersedes is None or f.fact_id != supersedes.fact_id]
+        others = [
+            f for f in self._active() if supersedes is None or f.fact_id != supersedes.fact_id
+        ]
         decision = self._gate.judge(proposal, others)
         if decision.verdict is Verdict.DISCARD:
             self._record(proposal, decision.verdict, decision.reason)
@@ -151,7 +153,9 @@ class FactLedger:
             target,
             reinforce_count=target.reinforce_count + 1,
             last_reinforced_at=self._now,
-            confidence=min(1.0, max(target.confidence, proposal.confidence) + REINFORCE_CONFIDENCE_STEP),
+            confidence=min(
+                1.0, max(target.confidence, proposal.confidence) + REINFORCE_CONFIDENCE_STEP
+            ),
             salience=max(target.salience, proposal.salience),
             # A held fact observed again has earned its place.
             status=FactStatus.ACTIVE if target.status is FactStatus.HELD else target.status,
@@ -206,7 +210,9 @@ class FactLedger:
             self._record(proposal, Verdict.DISCARD, "pinned facts are not changed automatically")
             return
         # A pinned fact stays as it is; a competing statement is kept, but only as held.
-        held = proposal.model_copy(update={"op": FactOp.ADD, "confidence": min(proposal.confidence, 0.59)})
+        held = proposal.model_copy(
+            update={"op": FactOp.ADD, "confidence": min(proposal.confidence, 0.59)}
+        )
         self._add(held, supersedes=None)
 
     # -- helpers --------------------------------------------------------------------------
@@ -234,11 +240,21 @@ class FactLedger:
         self._facts[fid] = fact
 
     def _record(
-        self, proposal: FactProposal, verdict: Verdict, reason: str, fact_id: uuid.UUID | None = None
+        self,
+        proposal: FactProposal,
+        verdict: Verdict,
+        reason: str,
+        fact_id: uuid.UUID | None = None,
     ) -> None:
         self._counts[verdict] += 1
         self.decisions.append(
-            Decision(proposal.op.value, proposal.content, verdict.value, reason, str(fact_id) if fact_id else None)
+            Decision(
+                proposal.op.value,
+                proposal.content,
+                verdict.value,
+                reason,
+                str(fact_id) if fact_id else None,
+            )
         )
 
     def _evidence_events(self, proposal: FactProposal) -> list[ContextEvent]:
@@ -282,4 +298,3 @@ def _closest_observation(content: str, observations: Sequence[Observation]) -> C
         return len(words & set(_WORD.findall(o.event.content.lower())))
 
     return max(observations, key=overlap).event
-

@@ -34,7 +34,9 @@ class FactOp(StrEnum):
     CLOSE_LOOP = "close_loop"
 
 
-OPS_NEEDING_TARGET = frozenset({FactOp.UPDATE, FactOp.REINFORCE, FactOp.CONTRADICT, FactOp.CLOSE_LOOP})
+OPS_NEEDING_TARGET = frozenset(
+    {FactOp.UPDATE, FactOp.REINFORCE, FactOp.CONTRADICT, FactOp.CLOSE_LOOP}
+)
 
 
 class FactProposal(BaseModel):

@@ -6,7 +6,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from producers.contract import ContextEvent, EventType, Source, SourceMetadata, new_event_id, utc_now
+from producers.contract import (
+    ContextEvent,
+    EventType,
+    Source,
+    SourceMetadata,
+    new_event_id,
+    utc_now,
+)
 from producers.publisher import EventPublisher
 
 

@@ -51,7 +51,9 @@ class ToolContextPublisher:
         events = [
             ContextEvent(
                 event_id=new_event_id(
-                    "\x1f".join((self._user_id, tool_id, message_id or "", attachment_id or "", str(i)))
+                    "\x1f".join(
+                        (self._user_id, tool_id, message_id or "", attachment_id or "", str(i))
+                    )
                     if stable
                     else None
                 ),
@@ -94,10 +96,11 @@ def _chunks(text: str, size: int) -> list[str]:
         if current:
             out.append(current)
         current = ""
-        while len(paragraph) > size:
-            out.append(paragraph[:size])
-            paragraph = paragraph[size:]
-        current = paragraph
+        rest = paragraph
+        while len(rest) > size:
+            out.append(rest[:size])
+            rest = rest[size:]
+        current = rest
     if current.strip():
         out.append(current)
     return out

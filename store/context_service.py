@@ -62,7 +62,7 @@ def relevance(similarity: float, fact: Fact, now: datetime) -> float:
     age_days = max(0.0, (now - fact.updated_at).total_seconds() / 86_400)
     recency = 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
     weight = 0.5 + 0.5 * fact.salience * fact.confidence
-    return similarity * (0.7 + 0.3 * recency) * weight
+    return float(similarity * (0.7 + 0.3 * recency) * weight)
 
 
 class ContextService:
@@ -116,7 +116,9 @@ class ContextService:
         )
         return replace(bundle, prompt_block=render_prompt_block(bundle))
 
-    def _rank(self, hits: Sequence[VectorHit], pinned: Sequence[Fact], top_n: int) -> list[RetrievedFact]:
+    def _rank(
+        self, hits: Sequence[VectorHit], pinned: Sequence[Fact], top_n: int
+    ) -> list[RetrievedFact]:
         now = self._clock()
         # Chroma may lag behind a status change: only what Postgres says is active counts.
         current = {f.fact_id: f for f in self._store.facts_by_id([h.fact_id for h in hits])}
@@ -143,8 +145,6 @@ class ContextService:
 def _in_scope(fact: Fact, connection_ids: Sequence[str]) -> bool:
     connection = fact.provenance.connection_id
     return connection is None or connection in connection_ids
-
-
 
 
 def fact_ids(bundle: ContextBundle) -> list[uuid.UUID]:

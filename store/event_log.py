@@ -66,9 +66,25 @@ def _row_params(event: ContextEvent, at: KafkaCoordinates | None) -> tuple[Any, 
 
 
 def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent:
-    (seq, event_id, version, user_id, org, event_type, content, scaffold_key, source,
-     session_id, connection_id, tool_id, message_id, attachment_id, filename, occurred_at,
-     recorded_at) = row
+    (
+        seq,
+        event_id,
+        version,
+        user_id,
+        org,
+        event_type,
+        content,
+        scaffold_key,
+        source,
+        session_id,
+        connection_id,
+        tool_id,
+        message_id,
+        attachment_id,
+        filename,
+        occurred_at,
+        recorded_at,
+    ) = row
     event = ContextEvent(
         schema_version=version,
         event_id=event_id,
@@ -113,7 +129,10 @@ class PostgresEventLog:
             raise StoreError(f"event log append failed: {e}") from e
 
     def user_events(self, user_id: str, *, until: datetime | None = None) -> list[LoggedEvent]:
-        sql = f"{_SELECT} WHERE user_id = %s AND (%s::timestamptz IS NULL OR occurred_at <= %s) ORDER BY seq"
+        sql = (
+            f"{_SELECT} WHERE user_id = %s"
+            " AND (%s::timestamptz IS NULL OR occurred_at <= %s) ORDER BY seq"
+        )
         with transaction(self._pool) as conn:
             rows = conn.execute(sql, (user_id, until, until)).fetchall()
         return [_event_from_row(r) for r in rows]
@@ -134,7 +153,9 @@ class PostgresEventLog:
 
     def users(self) -> list[str]:
         with transaction(self._pool) as conn:
-            return [r[0] for r in conn.execute("SELECT DISTINCT user_id FROM context_events ORDER BY 1")]
+            return [
+                r[0] for r in conn.execute("SELECT DISTINCT user_id FROM context_events ORDER BY 1")
+            ]
 
     def count(self, user_id: str | None = None) -> int:
         with transaction(self._pool) as conn:
@@ -155,5 +176,7 @@ class PostgresEventLog:
 
     def erase_user(self, user_id: str, *, actor: str, reason: str) -> int:
         with transaction(self._pool) as conn:
-            row = conn.execute("SELECT erase_user_events(%s, %s, %s)", (user_id, actor, reason)).fetchone()
+            row = conn.execute(
+                "SELECT erase_user_events(%s, %s, %s)", (user_id, actor, reason)
+            ).fetchone()
         return int(row[0]) if row else 0

@@ -35,10 +35,36 @@ _UPSERT = (
 
 
 def from_row(row: Sequence[Any]) -> Fact:
-    (fact_id, user_id, org, content, context_type, source, connection_id, tool_id, message_id,
-     attachment_id, filename, source_event_ids, fact_type, surface, status, pinned, confidence,
-     salience, reinforce_count, last_reinforced_at, recall_count, last_recalled_at, superseded_by,
-     created_by_run, created_at, updated_at, indexed_at, version) = row
+    (
+        fact_id,
+        user_id,
+        org,
+        content,
+        context_type,
+        source,
+        connection_id,
+        tool_id,
+        message_id,
+        attachment_id,
+        filename,
+        source_event_ids,
+        fact_type,
+        surface,
+        status,
+        pinned,
+        confidence,
+        salience,
+        reinforce_count,
+        last_reinforced_at,
+        recall_count,
+        last_recalled_at,
+        superseded_by,
+        created_by_run,
+        created_at,
+        updated_at,
+        indexed_at,
+        version,
+    ) = row
     return Fact(
         fact_id=fact_id,
         user_id=user_id,
@@ -76,16 +102,41 @@ def from_row(row: Sequence[Any]) -> Fact:
 def _params(fact: Fact, run_id: uuid.UUID) -> tuple[Any, ...]:
     p = fact.provenance
     return (
-        fact.fact_id, fact.user_id, fact.organization_id, fact.content, p.context_type, p.source,
-        p.connection_id, p.tool_id, p.message_id, p.attachment_id, p.filename,
-        list(p.source_event_ids), fact.fact_type.value, fact.surface.value, fact.status.value,
-        fact.pinned, fact.confidence, fact.salience, fact.reinforce_count, fact.last_reinforced_at,
-        fact.recall_count, fact.last_recalled_at, fact.superseded_by, fact.created_by_run,
-        fact.created_at, fact.updated_at, None, fact.version, run_id,
+        fact.fact_id,
+        fact.user_id,
+        fact.organization_id,
+        fact.content,
+        p.context_type,
+        p.source,
+        p.connection_id,
+        p.tool_id,
+        p.message_id,
+        p.attachment_id,
+        p.filename,
+        list(p.source_event_ids),
+        fact.fact_type.value,
+        fact.surface.value,
+        fact.status.value,
+        fact.pinned,
+        fact.confidence,
+        fact.salience,
+        fact.reinforce_count,
+        fact.last_reinforced_at,
+        fact.recall_count,
+        fact.last_recalled_at,
+        fact.superseded_by,
+        fact.created_by_run,
+        fact.created_at,
+        fact.updated_at,
+        None,
+        fact.version,
+        run_id,
     )
 
 
-def write_changes(conn: psycopg.Connection[Any], run_id: uuid.UUID, changes: Sequence[FactChange]) -> None:
+def write_changes(
+    conn: psycopg.Connection[Any], run_id: uuid.UUID, changes: Sequence[FactChange]
+) -> None:
     """Upsert every changed fact and its history row.
 
     New facts first: a contradicted fact points at its successor through a foreign key.

@@ -20,7 +20,12 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from store import fact_rows
-from store.errors import DatabaseUnavailable, EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
+from store.errors import (
+    DatabaseUnavailable,
+    EventsAlreadyConsolidated,
+    StaleMemoryVersion,
+    StoreError,
+)
 from store.postgres import transaction
 from store.records import (
     ConnectionContext,
@@ -32,12 +37,12 @@ from store.records import (
     RunRecord,
 )
 
-USER_LOCK_NAMESPACE = 0x4D454D  # high half of the advisory-lock key pair: "MEM"
+USER_LOCK_NAMESPACE = 0x4D454D  # "MEM": keeps user locks apart from the job locks
 
 
 def user_lock_key(user_id: str) -> int:
     # crc32 is stable across processes (unlike hash()), which is the whole point of the lock.
-    return zlib.crc32(user_id.encode())
+    return (USER_LOCK_NAMESPACE << 32) | zlib.crc32(user_id.encode())
 
 
 class PostgresMemoryStore:
@@ -66,7 +71,9 @@ class PostgresMemoryStore:
             updated_at=updated_at,
         )
 
-    def facts(self, user_id: str, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)) -> list[Fact]:
+    def facts(
+        self, user_id: str, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
+    ) -> list[Fact]:
         with transaction(self._pool) as conn:
             rows = conn.execute(
                 f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE user_id = %s"
@@ -119,11 +126,11 @@ class PostgresMemoryStore:
         try:
             with self._pool.connection() as conn:
                 conn.autocommit = True
-                conn.execute("SELECT pg_advisory_lock(%s, %s)", (USER_LOCK_NAMESPACE, key))
+                conn.execute("SELECT pg_advisory_lock(%s::bigint)", (key,))
                 try:
                     yield
                 finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s, %s)", (USER_LOCK_NAMESPACE, key))
+                    conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (key,))
                     conn.autocommit = False
         except psycopg.OperationalError as e:
             raise DatabaseUnavailable(str(e)) from e
@@ -131,7 +138,10 @@ class PostgresMemoryStore:
     # -- writes ---------------------------------------------------------------------------
 
     def apply(self, update: MemoryUpdate) -> None:
-        """Write one run's effect atomically; raises StaleMemoryVersion or EventsAlreadyConsolidated."""
+        """Write one run's effect atomically.
+
+        Raises StaleMemoryVersion or EventsAlreadyConsolidated, having written nothing.
+        """
         run = update.run
         state = update.state
         try:
@@ -142,12 +152,13 @@ class PostgresMemoryStore:
                     (state.user_id, state.organization_id),
                 )
                 row = conn.execute(
-                    "SELECT version FROM user_memory WHERE user_id = %s FOR UPDATE", (state.user_id,)
+                    "SELECT version FROM user_memory WHERE user_id = %s FOR UPDATE",
+                    (state.user_id,),
                 ).fetchone()
                 current = row[0] if row else 0
                 if current != run.base_version:
                     raise StaleMemoryVersion(
-                        f"user {state.user_id}: planned on version {run.base_version}, now {current}"
+                        f"user {state.user_id}: planned on {run.base_version}, now {current}"
                     )
                 self._consume(conn, run)
                 self._insert_run(conn, run)
@@ -194,7 +205,9 @@ class PostgresMemoryStore:
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
-    def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger: Sequence[LedgerEntry]) -> int:
+    def mark_indexed(
+        self, facts: Sequence[Fact], at: datetime, ledger: Sequence[LedgerEntry]
+    ) -> int:
         """Mark these fact versions indexed (a newer version stays pending) and book the cost."""
         with transaction(self._pool) as conn, conn.cursor() as cur:
             cur.executemany(
@@ -232,7 +245,8 @@ class PostgresMemoryStore:
         ids = list(run.input_event_ids)
         rows = conn.execute(
             "INSERT INTO consolidated_events (event_id, run_id, user_id)"
-            " SELECT unnest(%s::uuid[]), %s, %s ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+            " SELECT unnest(%s::uuid[]), %s, %s"
+            " ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
             (ids, run.run_id, run.user_id),
         ).fetchall()
         if len(rows) != len(ids):
@@ -271,13 +285,16 @@ class PostgresMemoryStore:
         )
 
     @staticmethod
-    def _append_connections(conn: psycopg.Connection[Any], state: MemoryState, update: MemoryUpdate) -> None:
+    def _append_connections(
+        conn: psycopg.Connection[Any], state: MemoryState, update: MemoryUpdate
+    ) -> None:
         for connection_id, additions in update.connection_additions.items():
             conn.execute(
-                "INSERT INTO connections (user_id, connection_id, organization_id, persistent_learned_info)"
+                "INSERT INTO connections"
+                " (user_id, connection_id, organization_id, persistent_learned_info)"
                 " VALUES (%s, %s, %s, %s) ON CONFLICT (user_id, connection_id) DO UPDATE SET"
-                " persistent_learned_info = connections.persistent_learned_info || EXCLUDED.persistent_learned_info,"
-                " updated_at = now()",
+                " persistent_learned_info = connections.persistent_learned_info"
+                " || EXCLUDED.persistent_learned_info, updated_at = now()",
                 (state.user_id, connection_id, state.organization_id, Jsonb(list(additions))),
             )
 
@@ -286,11 +303,21 @@ class PostgresMemoryStore:
         with conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO credit_ledger (entry_id, user_id, organization_id, run_id, operation,"
-                " model, units, cost_micro_usd, occurred_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " model, units, cost_micro_usd, occurred_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (entry_id) DO NOTHING",
                 [
-                    (e.entry_id, e.user_id, e.organization_id, e.run_id, e.operation, e.model,
-                     e.units, e.cost_micro_usd, e.occurred_at)
+                    (
+                        e.entry_id,
+                        e.user_id,
+                        e.organization_id,
+                        e.run_id,
+                        e.operation,
+                        e.model,
+                        e.units,
+                        e.cost_micro_usd,
+                        e.occurred_at,
+                    )
                     for e in entries
                 ],
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -11,7 +12,9 @@ from psycopg_pool import ConnectionPool
 from store.errors import DatabaseUnavailable
 
 
-def make_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "memoryd") -> ConnectionPool:
+def make_pool(
+    dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "memoryd"
+) -> ConnectionPool:
     """Open a pool and wait until it has a working connection, or raise DatabaseUnavailable."""
     pool = ConnectionPool(
         dsn,
@@ -32,7 +35,7 @@ def make_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "m
 
 
 @contextmanager
-def transaction(pool: ConnectionPool) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+def transaction(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
     """A connection inside one transaction; OperationalError becomes DatabaseUnavailable."""
     try:
         with pool.connection() as conn, conn.transaction():

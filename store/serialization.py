@@ -53,7 +53,8 @@ def fact_to_json(fact: Fact) -> dict[str, Any]:
 def fact_from_json(data: dict[str, Any]) -> Fact:
     created_at = _parse_dt(data["created_at"])
     updated_at = _parse_dt(data["updated_at"])
-    assert created_at is not None and updated_at is not None
+    if created_at is None or updated_at is None:
+        raise ValueError("a fact needs created_at and updated_at")
     superseded = data.get("superseded_by")
     return Fact(
         fact_id=uuid.UUID(data["fact_id"]),

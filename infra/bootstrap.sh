@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for memoryd: Postgres binaries if missing, Java check, the project
+# virtualenv from the hash-pinned lock file. Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${MEMORYD_VENV:-.venv}
+UV_VERSION=0.13.9
+
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "bootstrap: installing PostgreSQL server binaries"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+fi
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+  echo "bootstrap: installing Java 17 and Maven for the local Kafka broker"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless maven >/dev/null
+fi
+
+stamp="$VENV/.lock-$(sha256sum requirements.lock pyproject.toml | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "bootstrap: creating $VENV from requirements.lock"
+  python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q "uv==$UV_VERSION"
+  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" --require-hashes -r requirements.lock
+  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" --no-deps -e .
+  rm -f "$VENV"/.lock-*
+  touch "$stamp"
+fi

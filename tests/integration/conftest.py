@@ -1,0 +1,30 @@
+"""A memoryd deployment per test: fresh database, fresh topics, its own Chroma directory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from store.migrate import migrate
+from store.postgres import make_pool
+from tests.support import Deployment, deployment_settings
+
+
+@pytest.fixture
+def deployment(
+    kafka_bootstrap: str,
+    kafka_topic_factory: Callable[..., str],
+    fresh_database: str,
+    tmp_path: Path,
+) -> Iterator[Deployment]:
+    topic = kafka_topic_factory(partitions=3, prefix="events")
+    dlq = kafka_topic_factory(partitions=3, prefix="dlq")
+    pool = make_pool(fresh_database, max_size=2)
+    try:
+        migrate(pool)
+    finally:
+        pool.close()
+    settings = deployment_settings(kafka_bootstrap, fresh_database, topic, dlq, tmp_path / "chroma")
+    return Deployment(settings, fresh_database)
