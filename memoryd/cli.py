@@ -186,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # kafka-python logs every connection and rebalance step at INFO; keep its warnings only.
+    logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLogger().level))
     code: int = args.fn(settings, args)
     return code
 

@@ -47,8 +47,8 @@ def run_demo(settings: Settings, keep_services: bool = False) -> int:
         d.state_dir, DevPorts(d.kafka_port, d.kafka_controller_port, d.postgres_port, d.chroma_port)
     )
     started = time.monotonic()
-    settings = _point_at(settings, stack)
     try:
+        settings = _point_at(settings, stack)
         pool = make_pool(settings.postgres.dsn, max_size=2)
         try:
             migrate(pool)
