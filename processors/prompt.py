@@ -25,7 +25,7 @@ from processors.schema import (
 )
 from store.records import Fact
 
-PROMPT_VERSION = "consolidate-v1"
+PROMPT_VERSION = "consolidate-v2"
 
 MAX_PROMPT_FACTS = 200
 # Twice the stored caps: only W and S stored before a cap existed (or was lowered) hit these.
@@ -44,6 +44,9 @@ open threads. Rewrite the current W so it reflects the new observations; drop wh
 updated_scaffold (S): a JSON object profiling the user. You choose the keys (for example Role,
 Goals, Projects, Preferences, Tools, Team). Start from the current S, keep what is still true,
 update what changed, add what is new. Return the complete object, not only the changes.
+S is shown in every chat, whatever tool connections are active: anything learned from an
+observation that carries a connection attribute goes under S["Connections"][<connection>] and
+nowhere else in S, and working memory leaves it out.
 
 facts: changes to long-term facts, at most {MAX_FACTS_PER_RUN}. Each fact has:
 - op: add | update | reinforce | contradict | close_loop.
