@@ -68,7 +68,9 @@ def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Itera
         chroma = settings.chroma
 
         def connect() -> ClientAPI:
-            return http_client(chroma.url) if chroma.mode == "http" else embedded_client(chroma.path)
+            if chroma.mode == "http":
+                return http_client(chroma.url)
+            return embedded_client(chroma.path)
 
         index = ReconnectingIndex(connect, embedder, chroma.collection)
         registry = CollectorRegistry()

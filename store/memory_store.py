@@ -257,8 +257,9 @@ class PostgresMemoryStore:
     def _insert_run(conn: psycopg.Connection[Any], run: RunRecord) -> None:
         conn.execute(
             "INSERT INTO consolidation_runs (run_id, user_id, organization_id, input_event_ids,"
-            " backend, model, prompt_version, status, attempt, base_version, output, raw_response,"
-            " gate, prompt_tokens, completion_tokens, cost_micro_usd, duration_ms, started_at, error)"
+            " backend, model, prompt_version, status, attempt, base_version, output,"
+            " raw_response, gate, prompt_tokens, completion_tokens, cost_micro_usd, duration_ms,"
+            " started_at, error)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (run_id) DO NOTHING",
             (
