@@ -11,7 +11,7 @@ class StoreError(Exception):
     """Base of every error the store package raises."""
 
 
-class VectorIndexUnavailable(StoreError):  # noqa: N818 - names a state, like psycopg's
+class VectorIndexUnavailable(StoreError):
     """Chroma is unreachable or failed the request; the facts stay pending in Postgres."""
 
 
