@@ -74,6 +74,26 @@ class MetricsSettings(BaseModel):
     enabled: bool = True
 
 
+class ReadPathSettings(BaseModel):
+    """The read path: injection cache, background writers, optional query rewrite."""
+
+    cache_max_users: int = Field(default=10_000, ge=1)
+    writer_queue: int = Field(default=10_000, ge=1)
+    writer_batch: int = Field(default=500, ge=1)
+    writer_max_delay_s: float = Field(default=0.2, gt=0)
+    rewrite: Literal["off", "gemini"] = "off"
+    rewrite_model: str = "gemini-2.5-flash-lite"
+    rewrite_timeout_ms: int = Field(default=300, ge=10)
+
+
+class ApiSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # sha256 (hex) of each bearer token -> the organization it acts for. Only digests are
+    # configured, so neither the settings file nor the environment holds a usable secret.
+    tokens: dict[str, str] = Field(default_factory=dict)
+
+
 class DevSettings(BaseModel):
     state_dir: Path = Path(".memoryd")
     kafka_port: int = 19092
@@ -105,6 +125,8 @@ class Settings(BaseSettings):
     processor: ProcessorTuning = ProcessorTuning()
     metrics: MetricsSettings = MetricsSettings()
     dev: DevSettings = DevSettings()
+    read_path: ReadPathSettings = ReadPathSettings()
+    api: ApiSettings = ApiSettings()
     prices: dict[str, ModelPrice] = Field(default_factory=default_prices)
     log_level: str = "INFO"
 

@@ -29,11 +29,16 @@ from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import ConsolidationBackend
 from producers.publisher import KafkaEventPublisher, ProducerSettings
+from store.background import BatchWriter, WriterSettings
 from store.context_service import ContextService
 from store.embeddings import MiniLmEmbedder
 from store.event_log import PostgresEventLog
+from store.fact_queries import PostgresReadModel
+from store.injection import InjectionCache
 from store.memory_store import PostgresMemoryStore
 from store.postgres import make_pool
+from store.query_rewrite import TimeBoundRewriter
+from store.read_metrics import ReadPathMetrics
 from store.reconnecting_index import ReconnectingIndex
 from store.vector_index import embedded_client, http_client
 
@@ -199,5 +204,55 @@ def processor(
     )
 
 
-def context_service(c: Core) -> ContextService:
-    return ContextService(c.memory, c.index, c.clock)
+def read_model(c: Core) -> PostgresReadModel:
+    return PostgresReadModel(c.pool)
+
+
+def query_rewriter(c: Core) -> TimeBoundRewriter | None:
+    r = c.settings.read_path
+    if r.rewrite == "off":
+        return None
+    from processors.query_rewrite import gemini_rewriter  # noqa: PLC0415 - optional SDK
+
+    llm = c.settings.llm
+    if llm.api_key is None:
+        raise ValueError("read_path.rewrite=gemini needs MEMORYD_LLM__API_KEY")
+    rewrite = gemini_rewriter(
+        llm.api_key.get_secret_value(), llm.base_url, r.rewrite_model, r.rewrite_timeout_ms
+    )
+    return TimeBoundRewriter(rewrite, r.rewrite_timeout_ms / 1000)
+
+
+def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextService:
+    """The read path, with its background writers (audit rows, recall counters).
+
+    The writers start on first use and stop when idle; `close()` the service (or use
+    `read_path`) to write what they still hold before the pool goes away.
+    """
+    r = c.settings.read_path
+    reads = read_model(c)
+    writer = WriterSettings(
+        max_queue=r.writer_queue, max_batch=r.writer_batch, max_delay_s=r.writer_max_delay_s
+    )
+    hooks: dict[str, Any] = (
+        {"on_dropped": metrics.dropped, "on_written": metrics.written} if metrics else {}
+    )
+    return ContextService(
+        reads,
+        c.index,
+        c.clock,
+        cache=InjectionCache(reads, r.cache_max_users),
+        rewriter=query_rewriter(c),
+        audit=BatchWriter("context-log", reads.write_context_logs, writer, **hooks),
+        recalls=BatchWriter("recall-counts", reads.record_recalls, writer, **hooks),
+        metrics=metrics,
+    )
+
+
+@contextmanager
+def read_path(c: Core, metrics: ReadPathMetrics | None = None) -> Iterator[ContextService]:
+    service = context_service(c, metrics)
+    try:
+        yield service
+    finally:
+        service.close()

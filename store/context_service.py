@@ -1,45 +1,88 @@
 """The read path of every chat turn: W, S, learned info and the facts relevant to the turn.
 
-Postgres is the truth for a fact's status, so a fact contradicted after Chroma last saw it is
-still never shown. With Chroma down the bundle still comes back, marked degraded, with W, S,
-learned info and the pinned facts.
+Injection (W, S, learned info, connections' info, pinned facts) comes from the per-version
+cache: one primary-key lookup when nothing changed. Retrieval fuses a dense search in Chroma
+and a keyword search in Postgres, re-ranks, diversifies and cuts to the budget (the pure
+steps are in `store.ranking`). Postgres is the truth for a fact's status and scope, so a fact
+contradicted after Chroma last saw it is never shown. With Chroma down the bundle still comes
+back from the keyword search, marked degraded. Recall counters and the audit row are handed
+to background writers: `assemble` never waits for them.
 """
 
 from __future__ import annotations
 
-import math
+import hashlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
-from store.errors import VectorIndexUnavailable
-from store.memory_store import PostgresMemoryStore
+from store.background import BatchWriter
+from store.errors import StoreError, VectorIndexUnavailable
+from store.fact_queries import ContextLogRow, Injection, PostgresReadModel, Recall, Scope
+from store.injection import InjectionCache
+from store.protocols import Vector
+from store.query_rewrite import Rewrite, RewriteOutcome
+from store.ranking import (
+    PROFILES,
+    Budget,
+    BudgetProfile,
+    mmr,
+    reciprocal_rank_fusion,
+    rerank,
+    within_budget,
+)
+from store.read_metrics import ReadPathMetrics
 from store.records import Fact, FactStatus, normalize_content
 from store.rendering import render_prompt_block
-from store.vector_index import VectorHit, VectorIndex
+from store.vector_index import VectorHit
 
-RECENCY_HALF_LIFE_DAYS = 30.0
-
-
-class Budget(StrEnum):
-    LEAN = "lean"
-    BALANCED = "balanced"
-    DEEP = "deep"
+__all__ = ["Budget", "ContextBundle", "ContextService", "RetrievedFact", "TenantMismatch"]
 
 
-TOP_N = {Budget.LEAN: 3, Budget.BALANCED: 6, Budget.DEEP: 12}
+class TenantMismatch(StoreError):
+    """The user belongs to another organization than the caller's."""
+
+
+class RetrievalIndex(Protocol):
+    """What the read path needs of the vector index."""
+
+    def query(
+        self,
+        *,
+        user_id: str,
+        text: str,
+        connection_ids: Sequence[str],
+        n: int,
+        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
+        context_types: Sequence[str] = (),
+    ) -> list[VectorHit]: ...
+
+    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]: ...
 
 
 @dataclass(frozen=True)
 class RetrievedFact:
     fact: Fact
-    similarity: float
-    score: float
+    similarity: float  # cosine to the query; 0.0 when only the keyword search found it
+    score: float  # fused relevance × recency × salience/confidence; 1.0 for pinned facts
     pinned: bool = False
+    dense_rank: int | None = None
+    keyword_rank: int | None = None
+
+    def audit(self) -> dict[str, Any]:
+        return {
+            "fact_id": str(self.fact.fact_id),
+            "pinned": self.pinned,
+            "score": round(self.score, 6),
+            "similarity": round(self.similarity, 6),
+            "dense_rank": self.dense_rank,
+            "keyword_rank": self.keyword_rank,
+            "surface": self.fact.surface.value,
+            "status": self.fact.status.value,
+        }
 
 
 @dataclass(frozen=True)
@@ -55,26 +98,58 @@ class ContextBundle:
     degraded_reason: str | None
     latency_ms: float
     prompt_block: str = field(default="")
+    connection_ids: tuple[str, ...] = ()
+    log_id: uuid.UUID | None = None
+    budget: Budget = Budget.BALANCED
+    query: str = ""
+    rewritten_query: str | None = None
+    timings_ms: Mapping[str, float] = field(default_factory=dict)
 
 
-def relevance(similarity: float, fact: Fact, now: datetime) -> float:
-    """similarity × recency decay × weight of salience and confidence."""
-    age_days = max(0.0, (now - fact.updated_at).total_seconds() / 86_400)
-    recency = 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
-    weight = 0.5 + 0.5 * fact.salience * fact.confidence
-    return float(similarity * (0.7 + 0.3 * recency) * weight)
+@dataclass
+class _Stopwatch:
+    started: float = field(default_factory=time.perf_counter)
+    last: float = 0.0
+    laps: dict[str, float] = field(default_factory=dict)
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.laps[stage] = (now - (self.last or self.started)) * 1000
+        self.last = now
+
+    @property
+    def total_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000
+
+
+@dataclass(frozen=True)
+class _Found:
+    facts: list[RetrievedFact]
+    candidates: int
+    degraded_reason: str | None
 
 
 class ContextService:
     def __init__(
         self,
-        store: PostgresMemoryStore,
-        index: VectorIndex,
+        reads: PostgresReadModel,
+        index: RetrievalIndex,
         clock: Callable[[], datetime],
+        *,
+        cache: InjectionCache | None = None,
+        rewriter: Callable[[str], Rewrite] | None = None,
+        audit: BatchWriter[ContextLogRow] | None = None,
+        recalls: BatchWriter[Recall] | None = None,
+        metrics: ReadPathMetrics | None = None,
     ) -> None:
-        self._store = store
+        self._reads = reads
         self._index = index
         self._clock = clock
+        self._cache = cache or InjectionCache(reads)
+        self._rewriter = rewriter
+        self._audit = audit
+        self._recalls = recalls
+        self._metrics = metrics
 
     def assemble(
         self,
@@ -82,69 +157,242 @@ class ContextService:
         query: str,
         active_connection_ids: Sequence[str] = (),
         budget: Budget = Budget.BALANCED,
+        *,
+        organization_id: str | None = None,
+        context_types: Sequence[str] = (),
+        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
+        log_id: uuid.UUID | None = None,
     ) -> ContextBundle:
-        started = time.perf_counter()
-        state = self._store.load_state(user_id)
-        connections = self._store.connections(user_id, active_connection_ids)
+        """The context for one turn.
+
+        `statuses` widens retrieval beyond active facts (an audit view, say); pinned facts
+        are always in. With `organization_id`, a user of another organization raises
+        `TenantMismatch` and no fact of another organization can come back. `log_id` makes
+        the audit row idempotent when the caller retries the same turn.
+        """
+        watch = _Stopwatch()
+        injection, hit = self._cache.get(user_id)
+        owner = injection.state.organization_id
+        if organization_id is not None and owner and owner != organization_id:
+            raise TenantMismatch(f"user {user_id} is not in organization {organization_id}")
+        watch.lap("injection")
+        rewrite = self._rewrite(query)
+        watch.lap("rewrite")
+        connections = tuple(sorted(set(active_connection_ids)))
+        scope = Scope(
+            user_id=user_id,
+            connection_ids=connections,
+            statuses=tuple(dict.fromkeys(statuses)),
+            context_types=tuple(sorted(set(context_types))),
+            organization_id=organization_id,
+        )
         pinned = [
             f
-            for f in self._store.facts(user_id)
-            if f.pinned and _in_scope(f, active_connection_ids)
+            for f in injection.pinned
+            if _in_scope(f, connections)
+            and (organization_id is None or f.organization_id == organization_id)
         ]
-        degraded_reason: str | None = None
-        try:
-            hits = self._index.query(
-                user_id=user_id,
-                text=query,
-                connection_ids=list(active_connection_ids),
-                n=TOP_N[budget] * 3,
-            )
-        except VectorIndexUnavailable as e:
-            hits, degraded_reason = [], f"vector index unavailable: {e}"
-        retrieved = self._rank(hits, pinned, TOP_N[budget])
+        found = self._retrieve(scope, rewrite.query, PROFILES[budget], pinned, watch)
         bundle = ContextBundle(
             user_id=user_id,
-            memory_version=state.version,
-            working_memory=state.working_memory,
-            scaffold=dict(state.scaffold),
-            learned_info=state.learned_info,
-            connection_info={c.connection_id: c.learned_info for c in connections},
-            facts=tuple(retrieved),
-            degraded=degraded_reason is not None,
-            degraded_reason=degraded_reason,
-            latency_ms=(time.perf_counter() - started) * 1000,
+            memory_version=injection.state.version,
+            working_memory=injection.state.working_memory,
+            scaffold=dict(injection.state.scaffold),
+            learned_info=injection.state.learned_info,
+            connection_info={
+                c: injection.connections[c] for c in connections if c in injection.connections
+            },
+            facts=tuple(found.facts),
+            degraded=found.degraded_reason is not None,
+            degraded_reason=found.degraded_reason,
+            latency_ms=0.0,
+            connection_ids=connections,
+            log_id=log_id or uuid.uuid4(),
+            budget=budget,
+            query=query,
+            rewritten_query=rewrite.query if rewrite.outcome is RewriteOutcome.REWRITTEN else None,
         )
-        return replace(bundle, prompt_block=render_prompt_block(bundle))
+        bundle = replace(bundle, prompt_block=render_prompt_block(bundle))
+        watch.lap("render")
+        bundle = replace(bundle, latency_ms=watch.total_ms, timings_ms=dict(watch.laps))
+        self._observe(bundle, hit, rewrite)
+        self._hand_off(bundle, injection, found.candidates, owner or organization_id)
+        return bundle
 
-    def _rank(
-        self, hits: Sequence[VectorHit], pinned: Sequence[Fact], top_n: int
-    ) -> list[RetrievedFact]:
+    # -- retrieval ------------------------------------------------------------------------
+
+    def _retrieve(
+        self,
+        scope: Scope,
+        text: str,
+        profile: BudgetProfile,
+        pinned: Sequence[Fact],
+        watch: _Stopwatch,
+    ) -> _Found:
+        degraded: str | None = None
+        try:
+            hits = self._index.query(
+                user_id=scope.user_id,
+                text=text,
+                connection_ids=scope.connection_ids,
+                n=profile.pool,
+                statuses=scope.statuses,
+                context_types=scope.context_types,
+            )
+        except VectorIndexUnavailable as e:
+            hits, degraded = [], f"vector index unavailable: {e}"
+        watch.lap("dense")
+        keyword = self._reads.keyword_search(scope, text, profile.pool)
+        watch.lap("keyword")
+        # Chroma may lag behind a status or scope change: only Postgres's current rows count.
+        rows = {f.fact_id: f for f in keyword}
+        rows |= {
+            f.fact_id: f
+            for f in self._reads.facts_in_scope(
+                scope, [h.fact_id for h in hits if h.fact_id not in rows]
+            )
+        }
+        watch.lap("truth")
+        pinned_ids = {f.fact_id for f in pinned}
+        similarity = {h.fact_id: h.similarity for h in hits}
+        dense_ranking = [
+            h.fact_id for h in hits if h.fact_id in rows and h.fact_id not in pinned_ids
+        ]
+        keyword_ranking = [f.fact_id for f in keyword if f.fact_id not in pinned_ids]
+        rankings = [keyword_ranking] if degraded else [dense_ranking, keyword_ranking]
+        fused = reciprocal_rank_fusion(rankings)
         now = self._clock()
-        # Chroma may lag behind a status change: only what Postgres says is active counts.
-        current = {f.fact_id: f for f in self._store.facts_by_id([h.fact_id for h in hits])}
-        scored: list[RetrievedFact] = []
-        for hit in hits:
-            fact = current.get(hit.fact_id)
-            if fact is None or fact.status is not FactStatus.ACTIVE or fact.pinned:
-                continue
-            scored.append(RetrievedFact(fact, hit.similarity, relevance(hit.similarity, fact, now)))
-        scored.sort(key=lambda r: (-r.score, str(r.fact.fact_id)))
-        out = [RetrievedFact(f, 1.0, math.inf, pinned=True) for f in pinned]
-        seen = {normalize_content(r.fact.content) for r in out}
-        for r in scored:
-            key = normalize_content(r.fact.content)
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(r)
-            if len(out) - len(pinned) >= top_n:
-                break
-        return out
+        scores = {
+            fid: rerank(
+                fused[fid],
+                updated_at=rows[fid].updated_at,
+                salience=rows[fid].salience,
+                confidence=rows[fid].confidence,
+                now=now,
+            )
+            for fid in fused
+        }
+        ordered = _without_repeats(
+            sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0]))), rows, pinned
+        )
+        vectors: dict[uuid.UUID, Vector] = {}
+        if not degraded and ordered:
+            try:
+                vectors = self._index.embeddings([*pinned_ids, *(k for k, _ in ordered)])
+            except VectorIndexUnavailable as e:
+                degraded = f"vector index unavailable: {e}"
+        picked = mmr(
+            ordered,
+            vectors,
+            limit=profile.max_facts,
+            lam=profile.mmr_lambda,
+            selected=list(pinned_ids),
+        )
+        chosen = within_budget([(k, scores[k]) for k in picked], profile)
+        dense_rank = {fid: i for i, fid in enumerate(dense_ranking, start=1)}
+        keyword_rank = {fid: i for i, fid in enumerate(keyword_ranking, start=1)}
+        facts = [RetrievedFact(f, 1.0, 1.0, pinned=True) for f in pinned]
+        facts += [
+            RetrievedFact(
+                rows[fid],
+                similarity.get(fid, 0.0),
+                scores[fid],
+                dense_rank=dense_rank.get(fid),
+                keyword_rank=keyword_rank.get(fid),
+            )
+            for fid in chosen
+        ]
+        watch.lap("rank")
+        return _Found(facts, len(fused), degraded)
+
+    def _rewrite(self, query: str) -> Rewrite:
+        if self._rewriter is None:
+            return Rewrite(query, RewriteOutcome.UNCHANGED)
+        return self._rewriter(query)
+
+    # -- off the hot path -----------------------------------------------------------------
+
+    def _hand_off(
+        self, bundle: ContextBundle, injection: Injection, candidates: int, org: str | None
+    ) -> None:
+        at = self._clock()
+        if self._recalls is not None:
+            for r in bundle.facts:
+                self._recalls.submit(Recall(r.fact.fact_id, at))
+        if self._audit is not None:
+            self._audit.submit(_log_row(bundle, injection, candidates, org, at))
+
+    def _observe(self, bundle: ContextBundle, hit: bool, rewrite: Rewrite) -> None:
+        m = self._metrics
+        if m is None:
+            return
+        m.assemble_seconds.labels(bundle.budget.value, str(bundle.degraded).lower()).observe(
+            bundle.latency_ms / 1000
+        )
+        for stage, ms in bundle.timings_ms.items():
+            m.stage_seconds.labels(stage).observe(ms / 1000)
+        m.injection_cache.labels("hit" if hit else "miss").inc()
+        if self._rewriter is not None:
+            m.rewrites.labels(rewrite.outcome.value).inc()
+
+    def close(self) -> None:
+        """Write what the background writers hold (recall counters, audit rows)."""
+        for writer in (self._recalls, self._audit):
+            if writer is not None:
+                writer.close()
 
 
 def _in_scope(fact: Fact, connection_ids: Sequence[str]) -> bool:
     connection = fact.provenance.connection_id
     return connection is None or connection in connection_ids
+
+
+def _without_repeats(
+    ordered: list[tuple[uuid.UUID, float]], rows: Mapping[uuid.UUID, Fact], pinned: Sequence[Fact]
+) -> list[tuple[uuid.UUID, float]]:
+    """Drop a fact whose text repeats a pinned or a better-ranked one (vectors or not)."""
+    seen = {normalize_content(f.content) for f in pinned}
+    out = []
+    for fid, score in ordered:
+        key = normalize_content(rows[fid].content)
+        if key not in seen:
+            seen.add(key)
+            out.append((fid, score))
+    return out
+
+
+def _log_row(
+    bundle: ContextBundle, injection: Injection, candidates: int, org: str | None, at: datetime
+) -> ContextLogRow:
+    if bundle.log_id is None:
+        raise ValueError("an assembled bundle always has a log id")
+    state = injection.state
+    return ContextLogRow(
+        log_id=bundle.log_id,
+        user_id=bundle.user_id,
+        organization_id=org or None,
+        query=bundle.query,
+        rewritten_query=bundle.rewritten_query,
+        memory_version=bundle.memory_version,
+        budget=bundle.budget.value,
+        connection_ids=bundle.connection_ids,
+        injected={
+            "working_memory_chars": len(state.working_memory),
+            "scaffold_keys": sorted(str(k) for k in state.scaffold),
+            "learned_info": len(state.learned_info),
+            "connection_info": {k: len(v) for k, v in sorted(bundle.connection_info.items())},
+            "pinned_fact_ids": [str(r.fact.fact_id) for r in bundle.facts if r.pinned],
+            "candidates": candidates,
+            "prompt_chars": len(bundle.prompt_block),
+            "prompt_sha256": hashlib.sha256(bundle.prompt_block.encode()).hexdigest(),
+            "timings_ms": {k: round(v, 3) for k, v in bundle.timings_ms.items()},
+        },
+        retrieved=[r.audit() for r in bundle.facts],
+        latency_ms=bundle.latency_ms,
+        degraded=bundle.degraded,
+        degraded_reason=bundle.degraded_reason,
+        created_at=at,
+    )
 
 
 def fact_ids(bundle: ContextBundle) -> list[uuid.UUID]:

@@ -14,7 +14,7 @@ from typing import TypeVar
 from chromadb.api import ClientAPI
 
 from store.errors import VectorIndexUnavailable
-from store.protocols import Embedder
+from store.protocols import Embedder, Vector
 from store.records import Fact, FactStatus
 from store.vector_index import ChromaVectorIndex, VectorHit, close_client
 
@@ -76,6 +76,9 @@ class ReconnectingIndex:
                 context_types=context_types,
             )
         )
+
+    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
+        return self._call(lambda i: i.embeddings(fact_ids))
 
     def delete(self, fact_ids: Sequence[uuid.UUID]) -> None:
         self._call(lambda i: i.delete(fact_ids))

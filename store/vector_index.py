@@ -36,7 +36,7 @@ from chromadb.errors import ChromaError
 
 from store.embeddings import ChromaEmbeddingFunction
 from store.errors import VectorIndexUnavailable
-from store.protocols import Embedder
+from store.protocols import Embedder, Vector
 from store.records import NO_CONNECTION, Fact, FactStatus
 
 MetadataValue = str | int | float | bool
@@ -279,6 +279,24 @@ class ChromaVectorIndex:
                 ids, distances, documents, metadatas, strict=True
             )
         ]
+
+    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
+        """The stored vectors of these facts (those not indexed are absent).
+
+        Far cheaper than embedding the texts again: a get by id, no model run.
+        """
+        ids = sorted({str(f) for f in fact_ids})
+        if not ids:
+            return {}
+        with _translated("embeddings"):
+            result = self._get_collection().get(ids=ids, include=["embeddings"])
+        vectors = result["embeddings"]
+        if vectors is None:
+            return {}
+        return {
+            uuid.UUID(i): np.asarray(v, dtype=np.float32)
+            for i, v in zip(result["ids"], vectors, strict=True)
+        }
 
     def delete(self, fact_ids: Sequence[uuid.UUID]) -> None:
         ids = [str(f) for f in fact_ids]

@@ -9,7 +9,6 @@ from consumers.dead_letter import HEADER_REASON, HEADER_STAGE
 from memoryd import wiring
 from memoryd.settings import ChromaSettings
 from producers.contract import EventType, Source
-from store.context_service import ContextService
 from tests.support import Deployment, dead_letters, make_event
 
 pytestmark = pytest.mark.integration
@@ -79,7 +78,7 @@ def test_observations_become_working_memory_scaffold_and_facts(deployment: Deplo
         assert not any("engineering" in x for x in contents), contents
         assert any("design" in x for x in contents), contents
 
-        service = ContextService(c.memory, c.index, c.clock)
+        service = wiring.context_service(c)
         general = service.assemble("ada", "When is the Acme review?")
         with_mail = service.assemble("ada", "When is the Acme review?", ["gmail-work"])
         assert not any("quarterly review" in r.fact.content for r in general.facts)
