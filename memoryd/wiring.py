@@ -23,10 +23,10 @@ from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor, ProcessorSettings
 from memoryd.settings import Settings
-from processors.consolidate import Consolidator
 from processors.cost import PriceTable
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
+from processors.retraction import RetractingConsolidator, RetractionAwareBackend
 from processors.schema import ConsolidationBackend
 from producers.publisher import KafkaEventPublisher, ProducerSettings
 from store.background import BatchWriter, WriterSettings
@@ -179,8 +179,9 @@ def processor(
     p = s.processor
     flusher = UserFlusher(
         c.memory,
-        consolidation_backend or backend(c),
-        Consolidator(WriteGate(c.embedder), c.prices),
+        # Retractions (a user deleting or correcting a fact) bypass the backend.
+        RetractionAwareBackend(consolidation_backend or backend(c)),
+        RetractingConsolidator(WriteGate(c.embedder), c.prices),
         indexer(c),
         c.metrics,
         c.clock,

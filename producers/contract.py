@@ -36,6 +36,8 @@ class EventType(StrEnum):
     LEARNED_FACT = "learned_fact"
     TOOL_OUTPUT = "tool_output"
     CONNECTION_UPDATE = "connection_update"
+    # The user deleted or corrected one remembered fact; content is a `FactRetraction`.
+    FACT_RETRACTION = "fact_retraction"
 
 
 class Source(StrEnum):
@@ -56,6 +58,20 @@ class SourceMetadata(BaseModel):
     message_id: OptionalLabel = None
     attachment_id: OptionalLabel = None
     filename: OptionalLabel = None
+
+
+class RetractionReason(StrEnum):
+    DELETED = "deleted"  # the fact is archived
+    CORRECTED = "corrected"  # the fact is contradicted; a correction event says what is true
+
+
+class FactRetraction(BaseModel):
+    """The content of a `fact_retraction` event, as JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fact_id: uuid.UUID
+    reason: RetractionReason = RetractionReason.DELETED
 
 
 class ContextEvent(BaseModel):
@@ -88,7 +104,15 @@ class ContextEvent(BaseModel):
             raise ValueError("connection_update needs source_metadata.connection_id")
         if kind is EventType.TOOL_OUTPUT and self.source_metadata.tool_id is None:
             raise ValueError("tool_output needs source_metadata.tool_id")
+        if kind is EventType.FACT_RETRACTION:
+            FactRetraction.model_validate_json(self.content)
         return self
+
+    def retraction(self) -> FactRetraction:
+        """The decoded content of a fact_retraction."""
+        if self.event_type is not EventType.FACT_RETRACTION:
+            raise ValueError(f"{self.event_type} retracts nothing")
+        return FactRetraction.model_validate_json(self.content)
 
     def scaffold_value(self) -> Any:
         """The decoded JSON value of a scaffold_update."""

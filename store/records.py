@@ -193,6 +193,7 @@ class FactChangeKind(StrEnum):
     REINFORCE = "reinforce"
     CONTRADICT = "contradict"
     CLOSE_LOOP = "close_loop"
+    RETRACT = "retract"  # the user deleted or corrected the fact (a fact_retraction event)
 
 
 @dataclass(frozen=True)

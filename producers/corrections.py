@@ -1,0 +1,81 @@
+"""A user's own say over their memory: delete one fact, or correct it.
+
+Both are events through the same pipeline as everything else, so the log keeps them and the
+processor applies them in order with the user's other observations. A correction is two
+events: a `fact_retraction` of the fact (reason `corrected`) and a `correction` with what is
+true, which the consolidation turns into a fact like any other observation.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from producers.contract import (
+    ContextEvent,
+    EventType,
+    FactRetraction,
+    RetractionReason,
+    Source,
+    SourceMetadata,
+    new_event_id,
+    utc_now,
+)
+from producers.publisher import EventPublisher
+
+
+class FactCorrections:
+    def __init__(self, publisher: EventPublisher, user_id: str, organization_id: str) -> None:
+        self._publisher = publisher
+        self._user_id = user_id
+        self._organization_id = organization_id
+
+    def delete_fact(
+        self, fact_id: uuid.UUID, *, idempotency_key: str | None = None
+    ) -> ContextEvent:
+        """Publish the retraction of one fact; raises `PublishError` if the broker did not
+        take it. With an idempotency key a retried call publishes the same event."""
+        event = self._retraction(fact_id, RetractionReason.DELETED, idempotency_key, None)
+        self._publisher.publish([event])
+        return event
+
+    def correct_fact(
+        self,
+        fact_id: uuid.UUID,
+        content: str,
+        *,
+        connection_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[ContextEvent]:
+        """Publish the retraction of a fact and the correction that replaces it, in order."""
+        retraction = self._retraction(
+            fact_id, RetractionReason.CORRECTED, idempotency_key, connection_id
+        )
+        correction = ContextEvent(
+            event_id=new_event_id(None if idempotency_key is None else f"{idempotency_key}:new"),
+            user_id=self._user_id,
+            organization_id=self._organization_id,
+            event_type=EventType.CORRECTION,
+            content=content,
+            source_metadata=SourceMetadata(source=Source.INTERACTIVE, connection_id=connection_id),
+            occurred_at=retraction.occurred_at,
+        )
+        events = [retraction, correction]
+        self._publisher.publish(events)
+        return events
+
+    def _retraction(
+        self,
+        fact_id: uuid.UUID,
+        reason: RetractionReason,
+        idempotency_key: str | None,
+        connection_id: str | None,
+    ) -> ContextEvent:
+        return ContextEvent(
+            event_id=new_event_id(idempotency_key),
+            user_id=self._user_id,
+            organization_id=self._organization_id,
+            event_type=EventType.FACT_RETRACTION,
+            content=FactRetraction(fact_id=fact_id, reason=reason).model_dump_json(),
+            source_metadata=SourceMetadata(source=Source.INTERACTIVE, connection_id=connection_id),
+            occurred_at=utc_now(),
+        )
