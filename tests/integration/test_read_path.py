@@ -1,0 +1,216 @@
+"""The read path on real Postgres and Chroma: scope, status truth, policies, budgets, audit."""
+
+from __future__ import annotations
+
+import pytest
+
+from memoryd import wiring
+from memoryd.settings import ChromaSettings
+from store.context_service import ContextBundle, ContextService, TenantMismatch
+from store.ranking import Budget
+from store.records import FactStatus, SurfacePolicy
+from store.rendering import SurfaceGroup, group_facts
+from tests.read_path_support import make_fact, seed
+from tests.support import Deployment
+
+pytestmark = pytest.mark.integration
+
+
+def contents(bundle: ContextBundle) -> list[str]:
+    return [r.fact.content for r in bundle.facts]
+
+
+def test_facts_never_cross_users_or_organizations(deployment: Deployment) -> None:
+    def check(c: wiring.Core) -> None:
+        seed(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
+        # Better matches for the query, owned by someone else: same org, and another org.
+        dessert = "The favourite dessert is tiramisu from the bakery on Rua Augusta"
+        seed(c, "bob", [make_fact("bob", dessert)], org="org-a")
+        seed(c, "eve", [make_fact("eve", dessert, org="org-b")], org="org-b")
+        with wiring.read_path(c) as service:
+            for budget in Budget:
+                bundle = service.assemble("ada", dessert, budget=budget, organization_id="org-a")
+                assert {r.fact.user_id for r in bundle.facts} <= {"ada"}
+                assert dessert not in bundle.prompt_block
+            with pytest.raises(TenantMismatch):
+                service.assemble("ada", "coffee", organization_id="org-b")
+            with pytest.raises(TenantMismatch):
+                service.assemble("eve", dessert, organization_id="org-a")
+
+    deployment.with_core(check)
+
+
+def test_a_connection_scoped_fact_appears_only_with_its_connection(
+    deployment: Deployment,
+) -> None:
+    def check(c: wiring.Core) -> None:
+        seed(
+            c,
+            "ada",
+            [
+                make_fact("ada", "The Acme quarterly review is on Friday", connection_id="gmail"),
+                make_fact("ada", "Ada prefers morning meetings"),
+            ],
+            connections={"gmail": ("Acme emails come from lena@acme.example",)},
+        )
+        with wiring.read_path(c) as service:
+            without = service.assemble("ada", "When is the Acme review?")
+            other = service.assemble("ada", "When is the Acme review?", ["slack"])
+            with_mail = service.assemble("ada", "When is the Acme review?", ["gmail", "slack"])
+        assert not any("Acme" in x for x in contents(without) + contents(other))
+        assert "lena@acme.example" not in without.prompt_block
+        assert any("Acme quarterly review" in x for x in contents(with_mail))
+        assert with_mail.connection_info == {"gmail": ("Acme emails come from lena@acme.example",)}
+        assert "[gmail] Acme emails come from lena@acme.example" in with_mail.prompt_block
+
+    deployment.with_core(check)
+
+
+def test_contradicted_facts_never_appear_even_when_chroma_lags(deployment: Deployment) -> None:
+    old, new = "Ada lives in Lisbon", "Ada lives in Porto"
+
+    def check(c: wiring.Core) -> None:
+        seed(c, "ada", [make_fact("ada", old), make_fact("ada", new)])
+        # Postgres says contradicted; Chroma still holds the fact as active.
+        with c.pool.connection() as conn:
+            conn.execute(
+                "UPDATE memory_facts SET status = 'contradicted' WHERE content = %s", (old,)
+            )
+        with wiring.read_path(c) as service:
+            for budget in Budget:
+                bundle = service.assemble("ada", "Where does Ada live? Lisbon?", budget=budget)
+                assert old not in contents(bundle)
+                assert new in contents(bundle)
+            audit = service.assemble(
+                "ada", "Lisbon", statuses=(FactStatus.ACTIVE, FactStatus.CONTRADICTED)
+            )
+        assert old in contents(audit)  # only when asked for
+
+    deployment.with_core(check)
+
+
+def test_pinned_in_always_and_avoid_never_relevant(deployment: Deployment) -> None:
+    def check(c: wiring.Core) -> None:
+        seed(
+            c,
+            "ada",
+            [
+                make_fact("ada", "Ada is allergic to peanuts", pinned=True),
+                make_fact("ada", "Ada is going through a divorce", surface=SurfacePolicy.AVOID),
+                make_fact("ada", "Ada's divorce lawyer is Mr Smith", surface=SurfacePolicy.AVOID),
+                make_fact("ada", "Ada prefers short answers", surface=SurfacePolicy.ADAPT),
+                make_fact("ada", "Ada was comparing CRM vendors", surface=SurfacePolicy.CONTINUE),
+                make_fact("ada", "Ada's team ships Falcon in December"),
+            ],
+        )
+        with wiring.read_path(c) as service:
+            bundle = service.assemble("ada", "Any advice about my divorce and the team?")
+        groups = group_facts(bundle.facts)
+        assert [r.fact.content for r in groups[SurfaceGroup.ALWAYS_KNOWN]] == [
+            "Ada is allergic to peanuts"
+        ]
+        assert all(r.fact.surface is not SurfacePolicy.AVOID for r in groups[SurfaceGroup.RELEVANT])
+        assert any("divorce" in r.fact.content for r in groups[SurfaceGroup.AVOID])
+        block = bundle.prompt_block
+        avoid_at = block.index("Do not surface unless the user does:")
+        assert block.index("Ada is going through a divorce") > avoid_at
+        for header in ("# Your Context", "Structured Data:", "Learned Info:"):
+            assert header in block
+
+    deployment.with_core(check)
+
+
+def test_budgets_keyword_search_and_near_duplicates(deployment: Deployment) -> None:
+    paraphrases = [
+        "Ada works at Initech as a product designer",
+        "Ada is a product designer at Initech",
+        "Ada's job: product designer, Initech",
+        "At Initech, Ada works as a product designer",
+    ]
+    others = [f"Ada visited city number {i} on a trip in {2000 + i}" for i in range(20)]
+
+    def check(c: wiring.Core) -> None:
+        facts = [make_fact("ada", x) for x in paraphrases + others]
+        facts.append(make_fact("ada", "Invoice INV-4411 from Acme totals 12,400 EUR"))
+        facts.append(make_fact("ada", "Ada's manager at Initech is Grace"))
+        seed(c, "ada", facts)
+        with wiring.read_path(c) as service:
+            sizes = {
+                b: len(service.assemble("ada", "Ada trip city visited", budget=b).facts)
+                for b in Budget
+            }
+            lean = service.assemble("ada", "Where does Ada work at Initech?", budget=Budget.LEAN)
+            keyword = service.assemble("ada", "INV-4411", budget=Budget.LEAN)
+        assert 2 <= sizes[Budget.LEAN] <= 3
+        assert 5 <= sizes[Budget.BALANCED] <= 7
+        assert 10 <= sizes[Budget.DEEP] <= 15
+        # MMR: the four paraphrases do not take every slot from the manager fact.
+        assert sum(x in paraphrases for x in contents(lean)) <= 2
+        assert "Ada's manager at Initech is Grace" in contents(lean)
+        assert contents(keyword)[0].startswith("Invoice INV-4411")
+        assert keyword.facts[0].keyword_rank == 1
+
+    deployment.with_core(check)
+
+
+def test_chroma_down_still_answers_from_keywords_degraded(deployment: Deployment) -> None:
+    deployment.with_core(
+        lambda c: seed(c, "ada", [make_fact("ada", "Invoice INV-4411 totals 12,400 EUR")])
+    )
+    dead = deployment.settings.model_copy(
+        update={"chroma": ChromaSettings(mode="http", url="http://127.0.0.1:9")}
+    )
+    with wiring.core(dead) as c, wiring.read_path(c) as service:
+        bundle = service.assemble("ada", "What about invoice INV-4411?")
+    assert bundle.degraded
+    assert "unavailable" in (bundle.degraded_reason or "")
+    assert contents(bundle) == ["Invoice INV-4411 totals 12,400 EUR"]
+
+
+def test_audit_rows_and_recall_counters_are_written_off_the_hot_path(
+    deployment: Deployment,
+) -> None:
+    def check(c: wiring.Core) -> ContextService:
+        seed(c, "ada", [make_fact("ada", "Ada lives in Porto", pinned=True)], org="org-a")
+        seed(c, "ada", [make_fact("ada", "Ada's bike is a green Brompton")], org="org-a")
+        with wiring.read_path(c) as service:
+            first = service.assemble("ada", "What bike does Ada ride?")
+            service.assemble("ada", "Tell me about the Brompton bike")
+            service.assemble("ada", "Tell me about the Brompton bike", log_id=first.log_id)
+        return service
+
+    deployment.with_core(check)
+    logs = deployment.query(
+        "SELECT user_id, organization_id, memory_version, degraded, budget, retrieved, injected"
+        " FROM context_logs ORDER BY created_at"
+    )
+    assert len(logs) == 2  # the third repeated the first's log id
+    user, org, version, degraded, budget, retrieved, injected = logs[0]
+    assert (user, org, version, degraded, budget) == ("ada", "org-a", 2, False, "balanced")
+    assert {r["fact_id"] for r in retrieved} >= {r["fact_id"] for r in retrieved if r["pinned"]}
+    assert any(r["pinned"] for r in retrieved)
+    assert all({"score", "similarity", "dense_rank", "keyword_rank"} <= r.keys() for r in retrieved)
+    assert injected["pinned_fact_ids"]
+    assert injected["prompt_sha256"]
+    recalls = dict(
+        deployment.query("SELECT content, recall_count FROM memory_facts WHERE user_id = 'ada'")
+    )
+    assert recalls == {"Ada lives in Porto": 3, "Ada's bike is a green Brompton": 3}
+    assert deployment.query("SELECT count(*) FROM memory_facts WHERE last_recalled_at IS NULL") == [
+        (0,)
+    ]
+
+
+def test_injection_is_cached_per_memory_version(deployment: Deployment) -> None:
+    def check(c: wiring.Core) -> None:
+        seed(c, "ada", [], working_memory="Ada designs billing screens.")
+        with wiring.read_path(c) as service:
+            first = service.assemble("ada", "hi")
+            second = service.assemble("ada", "hi")
+            seed(c, "ada", [], working_memory="Ada moved to the payments team.")
+            third = service.assemble("ada", "hi")
+        assert first.working_memory == second.working_memory == "Ada designs billing screens."
+        assert third.working_memory == "Ada moved to the payments team."
+        assert third.memory_version == first.memory_version + 1
+
+    deployment.with_core(check)
