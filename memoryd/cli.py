@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from memoryd import wiring
+from memoryd import analyst, wiring
 from memoryd.settings import Settings, load_settings
 
 log = logging.getLogger("memoryd")
@@ -177,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("index-pending", help="index facts Chroma has not got yet").set_defaults(
         fn=cmd_index_pending
     )
+    analyst.add_commands(sub)  # history, replay, export
     return parser
 
 

@@ -1,0 +1,329 @@
+"""Replay and audit on real services: fold, memory at time T, shadow replay, export."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from memoryd import wiring
+from memoryd.analyst import analyst_core, live_memory
+from memoryd.cli import build_parser
+from memoryd.replay import (
+    FoldedMemory,
+    batches_by_size,
+    diff_memory,
+    fold_runs,
+    runs_until,
+    shadow_consolidate,
+)
+from processors.consolidate import Consolidator
+from processors.gate import WriteGate
+from processors.offline import OfflineBackend
+from processors.schema import BackendResponse, ConsolidationRequest
+from producers.contract import ContextEvent, EventType, Source
+from store.records import FactStatus
+from tests.support import Deployment, make_event
+
+pytestmark = pytest.mark.integration
+
+USER = "ada"
+
+# Several batches, so runs build on each other: a correction contradicts an earlier fact,
+# a repeated statement reinforces one, and every kind of explicit data is there.
+BATCHES: tuple[tuple[tuple[str, EventType, dict[str, Any]], ...], ...] = (
+    (
+        ("I work in engineering at Initech", EventType.FACT, {}),
+        ("I prefer short answers with code examples", EventType.PREFERENCE, {}),
+        ("Project Falcon ships the billing API by December 15", EventType.PROJECT_DETAILS, {}),
+        ("I live in Lisbon", EventType.FACT, {}),
+    ),
+    (
+        ("Actually I moved to design last month", EventType.CORRECTION, {}),
+        ("I prefer short answers with code examples", EventType.PREFERENCE, {}),
+        (
+            '"Product designer"',
+            EventType.SCAFFOLD_UPDATE,
+            {"source": Source.AUTONOMOUS, "scaffold_key": "Title"},
+        ),
+        ("Her manager is Grace Hopper", EventType.LEARNED_FACT, {"source": Source.AUTONOMOUS}),
+    ),
+    (
+        ("The quarterly review with Acme is on Friday", EventType.FACT, {"connection_id": "mail"}),
+        (
+            "Acme prefers invoices in EUR",
+            EventType.CONNECTION_UPDATE,
+            {"connection_id": "mail", "source": Source.TOOL},
+        ),
+        ("I need to send the Falcon launch checklist to Grace", EventType.FACT, {}),
+        ("I am training for the Berlin marathon in April", EventType.FACT, {}),
+    ),
+)
+
+
+def batch(n: int) -> list[ContextEvent]:
+    return [
+        make_event(USER, content, kind, minutes=10 * n + i, **dict(extra))
+        for i, (content, kind, extra) in enumerate(BATCHES[n])
+    ]
+
+
+def consolidate(deployment: Deployment, events: list[ContextEvent]) -> None:
+    deployment.publish(events)
+    deployment.run_both()
+
+
+def images(deployment: Deployment) -> tuple[FoldedMemory, FoldedMemory, list[Any]]:
+    """(live, folded, runs) for USER."""
+    with analyst_core(deployment.settings) as (c, run_log):
+        runs = run_log.runs(USER)
+        return live_memory(c, run_log, USER), fold_runs(runs), runs
+
+
+def db_now(deployment: Deployment) -> datetime:
+    value = deployment.query("SELECT clock_timestamp()")[0][0]
+    assert isinstance(value, datetime)
+    return value
+
+
+def run_cli(deployment: Deployment, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    args = build_parser().parse_args(argv)
+    assert args.fn(deployment.settings, args) == 0
+    return capsys.readouterr().out
+
+
+def table_digest(deployment: Deployment) -> dict[str, Any]:
+    """Every table's full content, to prove that nothing was written."""
+    tables = [
+        r[0]
+        for r in deployment.query(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1"
+        )
+    ]
+    digest = "SELECT md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM {} x"
+    return {t: deployment.query(digest.format(t))[0][0] for t in tables}
+
+
+def test_fold_of_the_runs_equals_live_memory(deployment: Deployment) -> None:
+    # Small batches: one publish becomes several runs that build on each other.
+    deployment.settings = deployment.settings.model_copy(
+        update={"processor": deployment.settings.processor.model_copy(update={"max_batch": 3})}
+    )
+    for n in range(len(BATCHES)):
+        consolidate(deployment, batch(n))
+
+    live, folded, runs = images(deployment)
+    succeeded = [r for r in runs if r.run.status.value == "succeeded"]
+    assert len(succeeded) >= 4
+    assert folded.version == live.version == len(succeeded)
+    assert folded.working_memory == live.working_memory
+    assert dict(folded.scaffold) == dict(live.scaffold)
+    assert folded.scaffold["Title"] == "Product designer"
+    assert folded.learned_info == live.learned_info
+    assert (
+        dict(folded.connections)
+        == dict(live.connections)
+        == {"mail": ("Acme prefers invoices in EUR",)}
+    )
+    assert folded.facts.keys() == live.facts.keys()
+    for fact_id, fact in live.facts.items():
+        mine = folded.facts[fact_id]
+        assert (mine.content, mine.status, mine.superseded_by) == (
+            fact.content,
+            fact.status,
+            fact.superseded_by,
+        )
+        assert (mine.fact_type, mine.surface, mine.version, mine.reinforce_count) == (
+            fact.fact_type,
+            fact.surface,
+            fact.version,
+            fact.reinforce_count,
+        )
+        assert (mine.confidence, mine.salience) == (fact.confidence, fact.salience)
+        assert mine.provenance == fact.provenance
+        assert (mine.created_by_run, mine.created_at) == (fact.created_by_run, fact.created_at)
+    assert any(f.status is FactStatus.CONTRADICTED for f in live.facts.values())
+    assert any(f.reinforce_count > 0 for f in live.facts.values())
+    assert diff_memory(live, folded).identical
+    assert fold_runs(runs) == folded  # deterministic
+
+
+def test_memory_at_a_time_is_the_fold_of_the_runs_committed_by_then(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consolidate(deployment, batch(0))
+    first_live, _, _ = images(deployment)
+    t1 = db_now(deployment)
+    consolidate(deployment, batch(1))
+    second_live, _, runs = images(deployment)
+
+    at_t1 = fold_runs(runs_until(runs, t1), FoldedMemory(user_id=USER))
+    assert diff_memory(first_live, at_t1).identical
+    assert at_t1.version == first_live.version < second_live.version
+    assert diff_memory(second_live, fold_runs(runs_until(runs, db_now(deployment)))).identical
+    long_ago = runs[0].finished_at.replace(year=2000)
+    before_any = fold_runs(runs_until(runs, long_ago), FoldedMemory(user_id=USER))
+    assert before_any.version == 0
+    assert not before_any.facts
+
+    doc = json.loads(
+        run_cli(deployment, ["history", USER, "--at", t1.isoformat(), "--json"], capsys)
+    )
+    assert doc["memory"]["version"] == first_live.version
+    assert doc["memory"]["working_memory"] == first_live.working_memory
+    assert {f["fact_id"] for f in doc["memory"]["facts"]} == {str(i) for i in first_live.facts}
+    assert len(doc["runs"]) == first_live.version
+
+    listing = json.loads(run_cli(deployment, ["history", USER, "--json"], capsys))["runs"]
+    assert [r["seq"] for r in listing] == [r.seq for r in runs]
+    consumed = {r[0] for r in deployment.query("SELECT event_id::text FROM consolidated_events")}
+    assert {e for r in listing for e in r["input_event_ids"]} == consumed
+    for row in listing:
+        assert row["backend"] == "offline"
+        assert row["model"] == "offline-deterministic-v1"
+        assert row["prompt_version"] == "offline-v1"
+        assert row["status"] == "succeeded"
+        assert set(row["gate"]) == {"allowed", "held", "discarded", "reinforced"}
+        assert row["tokens"]["prompt"] > 0
+        assert row["cost_micro_usd"] == 0
+
+    text = run_cli(deployment, ["history", USER], capsys)
+    assert f"{len(runs)} run(s) of {USER}" in text
+    assert str(runs[0].run.run_id) in text
+    text = run_cli(deployment, ["history", USER, "--at", t1.isoformat()], capsys)
+    assert f"version {first_live.version}" in text
+    assert "# Working memory" in text
+
+
+class ForgetfulBackend:
+    """The offline backend, but it keeps no facts and writes a different W: a 'worse model'."""
+
+    name = "forgetful"
+    model = "forgetful-v0"
+    prompt_version = "forgetful-prompt"
+
+    def __init__(self, inner: OfflineBackend) -> None:
+        self._inner = inner
+
+    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+        response = self._inner.consolidate(request)
+        output = response.output.model_copy(
+            update={"facts": [], "updated_working_memory": "Nothing worth remembering."}
+        )
+        return replace(response, output=output, model=self.model)
+
+
+def test_shadow_replay_diffs_against_live_and_never_writes(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consolidate(deployment, batch(0) + batch(1))
+    consolidate(deployment, batch(2))
+    before = table_digest(deployment)
+
+    # The live backend on the live batches reproduces live memory exactly.
+    argv = ["replay", USER, "--backend", "offline", "--batching", "live", "--json"]
+    doc = json.loads(run_cli(deployment, argv, capsys))
+    assert doc["diff"]["identical"], doc["diff"]
+    assert doc["events"] == 12
+    assert doc["failed_batches"] == []
+    assert doc["backend"] == "offline"
+
+    # Other batching: a real shadow run whose shape the diff reports.
+    argv = ["replay", USER, "--backend", "offline", "--max-batch", "5", "--json"]
+    doc = json.loads(run_cli(deployment, argv, capsys))
+    assert doc["batches"] == 3
+    assert doc["shadow_runs"] == 3
+    assert doc["shadow"]["version"] == 3
+    assert doc["shadow_memory"]["scaffold"]["Title"] == "Product designer"
+    assert set(doc["diff"]) >= {
+        "facts_only_live",
+        "facts_only_shadow",
+        "facts_changed",
+        "working_memory",
+        "scaffold",
+        "learned_info",
+    }
+    text = run_cli(deployment, ["replay", USER, "--backend", "offline", "--max-batch", "5"], capsys)
+    assert "shadow replay of ada: 12 event(s) in 3 batch(es)" in text
+
+    # A backend that keeps nothing: every live fact is reported as missing from the shadow.
+    with analyst_core(deployment.settings) as (c, run_log):
+        events = [e.event for e in c.events.user_events(USER)]
+        shadow = shadow_consolidate(
+            USER,
+            batches_by_size(events, 10),
+            ForgetfulBackend(OfflineBackend(c.embedder)),
+            Consolidator(WriteGate(c.embedder), c.prices),
+        )
+        live = live_memory(c, run_log, USER)
+    diff = diff_memory(live, shadow.memory)
+    assert {f.fact_id for f in diff.only_left} == set(live.facts)
+    assert not diff.only_right
+    assert not diff.changed
+    assert diff.working_memory == (live.working_memory, "Nothing worth remembering.")
+    assert shadow.memory.learned_info == live.learned_info  # explicit data is kept as given
+    assert all(r.backend == "forgetful" for r in shadow.runs)
+
+    assert table_digest(deployment) == before
+
+
+def test_analyst_connections_are_read_only(deployment: Deployment) -> None:
+    with (
+        analyst_core(deployment.settings) as (c, _),
+        pytest.raises(psycopg.errors.ReadOnlySqlTransaction),
+        c.pool.connection() as conn,
+    ):
+        conn.execute("INSERT INTO user_credits (user_id, credit_micro_usd) VALUES ('x', 1)")
+
+
+def test_export_has_events_runs_facts_with_history_memory_and_ledger(
+    deployment: Deployment, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events = batch(0) + batch(1) + batch(2)
+    consolidate(deployment, events)
+    deployment.with_core(lambda c: wiring.indexer(c).drain_pending())
+    out = tmp_path / "export" / "ada.json"
+
+    text = run_cli(deployment, ["export", USER, "--out", str(out)], capsys)
+    assert text.startswith(f"exported {USER}: 12 event(s)")
+    doc = json.loads(out.read_text())
+
+    assert doc["format"] == "memoryd-export/1"
+    assert doc["user_id"] == USER
+    assert [e["event_id"] for e in doc["events"]] == [str(e.event_id) for e in events]
+    assert all(e["seq"] and e["recorded_at"] for e in doc["events"])
+    live, _, runs = images(deployment)
+    assert [r["run_id"] for r in doc["runs"]] == [str(r.run.run_id) for r in runs]
+    assert all(r["output"]["applied"] for r in doc["runs"])
+    assert all(r["raw_response"] for r in doc["runs"])
+    assert doc["memory"]["working_memory"] == live.working_memory
+    assert doc["memory"]["scaffold"] == dict(live.scaffold)
+    assert doc["memory"]["version"] == live.version
+    assert doc["connections"] == {"mail": ["Acme prefers invoices in EUR"]}
+    assert {f["fact_id"] for f in doc["facts"]} == {str(i) for i in live.facts}
+    for fact in doc["facts"]:
+        assert fact["history"], fact
+        assert fact["history"][-1]["after"]["content"] == fact["content"]
+        assert fact["indexed_at"] is not None
+    ledger_runs = {e["run_id"] for e in doc["ledger"] if e["operation"] == "llm"}
+    assert ledger_runs == {str(r.run.run_id) for r in runs}
+    assert doc["balance_micro_usd"] is None  # no credit line: unlimited
+
+
+def test_history_of_an_unknown_user_is_empty(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert json.loads(run_cli(deployment, ["history", "nobody", "--json"], capsys)) == {
+        "user_id": "nobody",
+        "runs": [],
+    }
+    doc = json.loads(
+        run_cli(deployment, ["history", "nobody", "--at", "2030-01-01T00:00", "--json"], capsys)
+    )
+    assert doc["memory"]["version"] == 0
+    assert doc["memory"]["facts"] == []

@@ -1,0 +1,398 @@
+"""The fold of the run log, memory at a time, shadow batching and the memory diff: pure logic."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from memoryd.replay import (
+    FoldedMemory,
+    FoldError,
+    ShadowBatch,
+    batches_by_size,
+    batches_like_live,
+    diff_memory,
+    fold_runs,
+    merge_fact,
+    runs_until,
+    shadow_consolidate,
+)
+from processors.consolidate import Consolidator
+from processors.cost import PriceTable
+from processors.errors import BackendError, TransientBackendError
+from processors.gate import WriteGate
+from processors.offline import OfflineBackend
+from processors.schema import BackendResponse, ConsolidationRequest
+from producers.contract import ContextEvent, EventType
+from store.records import (
+    Fact,
+    FactChangeKind,
+    FactStatus,
+    FactType,
+    Provenance,
+    RunRecord,
+    RunStatus,
+    SurfacePolicy,
+    fact_id_for,
+)
+from store.run_log import LoggedRun
+from store.serialization import fact_to_json
+from tests.fakes import BagOfWordsEmbedder
+from tests.support import make_event
+
+T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+USER = "ada"
+
+
+def fact(content: str, at: datetime = T0, **changes: Any) -> Fact:
+    base = Fact(
+        fact_id=fact_id_for(USER, content, None),
+        user_id=USER,
+        organization_id="org-a",
+        content=content,
+        fact_type=FactType.PROFILE,
+        surface=SurfacePolicy.SPEAK,
+        status=FactStatus.ACTIVE,
+        confidence=0.85,
+        salience=0.7,
+        provenance=Provenance("fact", "interactive"),
+        created_by_run=uuid.uuid5(uuid.NAMESPACE_OID, f"run-{at.isoformat()}"),
+        created_at=at,
+        updated_at=at,
+    )
+    return replace(base, **changes)
+
+
+def run(
+    seq: int,
+    *,
+    version: int,
+    facts: Sequence[tuple[FactChangeKind, Fact]] = (),
+    w: str = "",
+    scaffold: dict[str, Any] | None = None,
+    learned: Sequence[str] = (),
+    connections: dict[str, list[str]] | None = None,
+    status: RunStatus = RunStatus.SUCCEEDED,
+    base: int | None = None,
+    user: str = USER,
+    minutes: int | None = None,
+) -> LoggedRun:
+    at = T0 + timedelta(minutes=seq if minutes is None else minutes)
+    applied = {
+        "working_memory": w,
+        "scaffold": scaffold or {},
+        "learned_info": list(learned),
+        "version": version,
+        "facts": [{"kind": k.value, "after": fact_to_json(f)} for k, f in facts],
+        "connection_additions": connections or {},
+    }
+    record = RunRecord(
+        run_id=uuid.uuid5(uuid.NAMESPACE_OID, f"{user}-{seq}"),
+        user_id=user,
+        organization_id="org-a",
+        input_event_ids=(uuid.uuid5(uuid.NAMESPACE_OID, f"event-{seq}"),),
+        backend="offline",
+        model="offline-deterministic-v1",
+        prompt_version="offline-v1",
+        status=status,
+        started_at=at,
+        duration_ms=5,
+        base_version=version - 1 if base is None else base,
+        output={"applied": applied} if status is RunStatus.SUCCEEDED else None,
+    )
+    return LoggedRun(seq=seq, finished_at=at, run=record)
+
+
+LISBON = fact("The user lives in Lisbon")
+PORTO = fact("The user lives in Porto", T0 + timedelta(minutes=2))
+LOOP = fact("Send the checklist to Grace", fact_type=FactType.OPEN_LOOP)
+LISBON_AGAIN = replace(LISBON, reinforce_count=1, confidence=0.9)
+
+
+def history() -> list[LoggedRun]:
+    """Add, reinforce, a failed run, contradict, close a loop, connection info twice."""
+    return [
+        run(
+            1,
+            version=1,
+            facts=[(FactChangeKind.ADD, LISBON), (FactChangeKind.ADD, LOOP)],
+            w="Lives in Lisbon.",
+            scaffold={"Location": "Lisbon"},
+            connections={"mail": ["Acme pays in EUR"]},
+        ),
+        run(
+            2,
+            version=2,
+            facts=[(FactChangeKind.REINFORCE, LISBON_AGAIN)],
+            w="Lives in Lisbon, really.",
+            scaffold={"Location": "Lisbon"},
+            learned=["Her manager is Grace"],
+        ),
+        run(3, version=3, status=RunStatus.FAILED, base=2),
+        run(
+            4,
+            version=3,
+            facts=[
+                (FactChangeKind.CONTRADICT, PORTO),
+                (
+                    FactChangeKind.CONTRADICT,
+                    replace(
+                        LISBON_AGAIN, status=FactStatus.CONTRADICTED, superseded_by=PORTO.fact_id
+                    ),
+                ),
+                (FactChangeKind.CLOSE_LOOP, replace(LOOP, status=FactStatus.ARCHIVED)),
+            ],
+            w="Moved to Porto.",
+            scaffold={"Location": "Porto"},
+            learned=["Her manager is Grace"],
+            connections={"mail": ["Invoices go to finance@acme"]},
+        ),
+    ]
+
+
+def test_fold_rebuilds_every_tier_from_the_applied_effects() -> None:
+    memory = fold_runs(history())
+
+    assert memory.version == 3
+    assert memory.runs_folded == 3
+    assert memory.last_seq == 4
+    assert memory.working_memory == "Moved to Porto."
+    assert memory.scaffold == {"Location": "Porto"}
+    assert memory.learned_info == ("Her manager is Grace",)
+    assert memory.connections == {"mail": ("Acme pays in EUR", "Invoices go to finance@acme")}
+    lisbon, porto, loop = (memory.facts[f.fact_id] for f in (LISBON, PORTO, LOOP))
+    assert (lisbon.status, lisbon.superseded_by) == (FactStatus.CONTRADICTED, PORTO.fact_id)
+    assert lisbon.reinforce_count == 1
+    assert lisbon.confidence == 0.9
+    assert lisbon.version == 3  # the row counts every upsert: add, reinforce, contradict
+    assert lisbon.created_at == T0
+    assert porto.status is FactStatus.ACTIVE
+    assert porto.version == 1
+    assert loop.status is FactStatus.ARCHIVED
+    assert [f.fact_id for f in memory.facts_in((FactStatus.ACTIVE,))] == [PORTO.fact_id]
+
+
+def test_fold_is_deterministic_and_can_resume_where_it_stopped() -> None:
+    runs = history()
+    whole = fold_runs(runs)
+    assert fold_runs(runs) == whole
+    for k in range(1, len(runs)):
+        assert fold_runs(runs[k:], fold_runs(runs[:k])) == whole
+
+
+def test_a_later_upsert_keeps_the_row_identity_origin_and_read_counters() -> None:
+    stored = replace(LISBON, recall_count=4, version=2)
+    again = replace(
+        LISBON,
+        created_by_run=uuid.uuid4(),
+        created_at=T0 + timedelta(days=1),
+        provenance=Provenance("correction", "autonomous", source_event_ids=(uuid.uuid4(),)),
+        confidence=0.1 + 0.2,
+    )
+    merged = merge_fact(stored, again)
+    assert (merged.created_by_run, merged.created_at) == (stored.created_by_run, T0)
+    assert merged.provenance.context_type == "fact"
+    assert merged.provenance.source_event_ids == again.provenance.source_event_ids
+    assert merged.recall_count == 4
+    assert merged.version == 3
+    assert merged.confidence == 0.3  # what Postgres `real` gives back
+    pinned = replace(stored, pinned=True)
+    assert merge_fact(pinned, again) == pinned
+
+
+@pytest.mark.parametrize(
+    ("runs", "message"),
+    [
+        ([run(2, version=1), run(1, version=2)], "seq 1 after seq 2"),
+        ([run(1, version=1), run(2, version=3, base=2)], "a run is missing"),
+        ([run(1, version=1), run(2, version=2, user="bob")], "of user bob"),
+        ([replace(run(1, version=1), run=replace(run(1, version=1).run, output={}))], "no applied"),
+        (
+            [
+                replace(
+                    run(1, version=1),
+                    run=replace(run(1, version=1).run, output={"applied": {"version": 1}}),
+                )
+            ],
+            "malformed",
+        ),
+    ],
+)
+def test_a_log_that_does_not_fold_is_refused(runs: list[LoggedRun], message: str) -> None:
+    with pytest.raises(FoldError, match=message):
+        fold_runs(runs)
+
+
+def test_nothing_to_fold_needs_a_start() -> None:
+    with pytest.raises(FoldError):
+        fold_runs([])
+    empty = FoldedMemory(user_id=USER)
+    assert fold_runs([], empty) == empty
+
+
+@pytest.mark.parametrize(
+    ("minutes", "expected_seqs"),
+    [(0, []), (1, [1]), (3, [1, 2, 3]), (10, [1, 2, 3, 4])],
+)
+def test_runs_until_is_the_prefix_committed_by_then(minutes: int, expected_seqs: list[int]) -> None:
+    chosen = runs_until(history(), T0 + timedelta(minutes=minutes))
+    assert [r.seq for r in chosen] == expected_seqs
+
+
+def test_memory_at_a_time_between_runs() -> None:
+    memory = fold_runs(runs_until(history(), T0 + timedelta(minutes=2, seconds=30)))
+    assert memory.version == 2
+    assert memory.scaffold == {"Location": "Lisbon"}
+    assert PORTO.fact_id not in memory.facts
+
+
+def events(n: int, minutes: Sequence[int] | None = None) -> list[ContextEvent]:
+    stamps = minutes or range(n)
+    return [make_event(USER, f"I like topic number {i}", minutes=m) for i, m in enumerate(stamps)]
+
+
+@pytest.mark.parametrize(
+    ("n", "max_batch", "sizes"),
+    [(0, 3, []), (1, 3, [1]), (3, 3, [3]), (7, 3, [3, 3, 1]), (5, 1, [1, 1, 1, 1, 1])],
+)
+def test_batches_by_size_cut_the_log_in_order(n: int, max_batch: int, sizes: list[int]) -> None:
+    log = events(n)
+    batches = batches_by_size(log, max_batch)
+    assert [len(b.events) for b in batches] == sizes
+    assert [e for b in batches for e in b.events] == log
+
+
+def test_a_batch_clock_is_its_latest_event_and_never_goes_back() -> None:
+    batches = batches_by_size(events(4, [5, 9, 1, 2]), 2)
+    assert [b.now for b in batches] == [T0 + timedelta(minutes=9)] * 2
+    with pytest.raises(ValueError, match="max_batch"):
+        batches_by_size(events(1), 0)
+
+
+def test_batches_like_live_follow_the_succeeded_runs_then_the_rest() -> None:
+    log = events(5)
+    ids = [e.event_id for e in log]
+
+    def logged(seq: int, taken: list[uuid.UUID], status: RunStatus) -> LoggedRun:
+        base = run(seq, version=seq, status=status)
+        return replace(base, run=replace(base.run, input_event_ids=tuple(taken)))
+
+    runs = [
+        logged(1, [ids[1], ids[0]], RunStatus.SUCCEEDED),
+        logged(2, [ids[2]], RunStatus.FAILED),
+        logged(3, [ids[2], uuid.uuid4()], RunStatus.SUCCEEDED),  # one id the log lacks
+    ]
+    batches = batches_like_live(log, runs, max_batch=10)
+    assert [[e.event_id for e in b.events] for b in batches] == [
+        [ids[1], ids[0]],
+        [ids[2]],
+        [ids[3], ids[4]],
+    ]
+    assert batches[0].now == runs[0].run.started_at
+
+
+def test_diff_reports_facts_on_each_side_changed_fields_and_tiers() -> None:
+    left = fold_runs(history())
+    right = replace(
+        left,
+        working_memory="Lives in Porto.",
+        scaffold={"Location": "Porto", "Title": "Designer"},
+        learned_info=("Her manager is Grace", "Likes tea"),
+        connections={"mail": ("Acme pays in EUR",)},
+        facts={
+            **{k: v for k, v in left.facts.items() if k != LOOP.fact_id},
+            PORTO.fact_id: replace(left.facts[PORTO.fact_id], status=FactStatus.HELD),
+            fact("Likes tea").fact_id: fact("Likes tea"),
+        },
+    )
+    diff = diff_memory(left, right)
+    assert not diff.identical
+    assert [f.fact_id for f in diff.only_left] == [LOOP.fact_id]
+    assert [f.content for f in diff.only_right] == ["Likes tea"]
+    assert [(d.fact_id, dict(d.fields)) for d in diff.changed] == [
+        (PORTO.fact_id, {"status": ("active", "held")})
+    ]
+    assert diff.working_memory == ("Moved to Porto.", "Lives in Porto.")
+    assert diff.scaffold == {"Title": (None, "Designer")}
+    assert diff.learned_info == ((), ("Likes tea",))
+    assert diff.connections == {"mail": (("Invoices go to finance@acme",), ())}
+    assert diff_memory(left, left).identical
+
+
+def consolidator() -> Consolidator:
+    return Consolidator(WriteGate(BagOfWordsEmbedder()), PriceTable({}))
+
+
+def test_shadow_consolidation_folds_like_the_log_and_is_reproducible() -> None:
+    log = [
+        make_event(USER, "I work in engineering at Initech", minutes=0),
+        make_event(USER, "I prefer short answers", EventType.PREFERENCE, minutes=1),
+        make_event(USER, "Actually I moved to design", EventType.CORRECTION, minutes=2),
+        make_event(USER, "I prefer short answers", EventType.PREFERENCE, minutes=3),
+    ]
+    backend = OfflineBackend(BagOfWordsEmbedder())
+    first = shadow_consolidate(USER, batches_by_size(log, 2), backend, consolidator())
+    again = shadow_consolidate(USER, batches_by_size(log, 2), backend, consolidator())
+
+    assert first.memory == again.memory
+    assert len(first.runs) == 2
+    assert not first.failed
+    assert first.memory.version == 2
+    assert first.memory.organization_id == "org-a"
+    assert first.prompt_tokens > 0
+    logged = [LoggedRun(i + 1, r.started_at, r) for i, r in enumerate(first.runs)]
+    assert fold_runs(logged) == first.memory
+    statuses = {f.content: f.status for f in first.memory.facts.values()}
+    assert FactStatus.CONTRADICTED in statuses.values(), statuses
+
+
+class FlakyBackend:
+    """Fails the way it is told to, batch by batch, then answers like the offline backend."""
+
+    name = "flaky"
+    model = "flaky-1"
+    prompt_version = "p1"
+
+    def __init__(self, failures: list[BackendError | None]) -> None:
+        self._failures = failures
+        self._inner = OfflineBackend()
+        self.calls = 0
+
+    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+        self.calls += 1
+        failure = self._failures.pop(0) if self._failures else None
+        if failure is not None:
+            raise failure
+        return self._inner.consolidate(request)
+
+
+def test_shadow_retries_transient_errors_and_skips_batches_the_backend_cannot_do() -> None:
+    log = events(3)
+    batches = [ShadowBatch((e,), e.occurred_at) for e in log]
+    backend = FlakyBackend(
+        [
+            TransientBackendError("429"),
+            None,  # batch 1 on its second attempt
+            BackendError("unparseable"),  # batch 2: skipped
+            TransientBackendError("503"),
+            TransientBackendError("503"),
+            TransientBackendError("503"),  # batch 3: out of attempts
+        ]
+    )
+    slept: list[float] = []
+    result = shadow_consolidate(USER, batches, backend, consolidator(), sleep=slept.append)
+
+    assert backend.calls == 6
+    assert slept == [1.0, 1.0, 2.0]
+    assert [r.input_event_ids for r in result.runs] == [(log[0].event_id,)]
+    assert result.runs[0].attempt == 1
+    assert [(f.event_ids, f.error) for f in result.failed] == [
+        ((log[1].event_id,), "unparseable"),
+        ((log[2].event_id,), "503"),
+    ]
+    assert result.memory.version == 1
