@@ -92,10 +92,8 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_context(settings: Settings, args: argparse.Namespace) -> int:
     from store.context_service import Budget  # noqa: PLC0415
 
-    with wiring.core(settings) as c:
-        bundle = wiring.context_service(c).assemble(
-            args.user, args.query, args.connection or [], Budget(args.budget)
-        )
+    with wiring.core(settings) as c, wiring.read_path(c) as service:
+        bundle = service.assemble(args.user, args.query, args.connection or [], Budget(args.budget))
     print(bundle.prompt_block)
     return 0
 
@@ -138,6 +136,27 @@ def cmd_index_pending(settings: Settings, _args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
+    if args.openapi:
+        from memoryd.api.openapi import write_openapi  # noqa: PLC0415
+
+        write_openapi(Path(args.openapi))
+        print(f"wrote {args.openapi}")
+        return 0
+    if args.hash_token:
+        from memoryd.api.auth import hash_token  # noqa: PLC0415
+
+        # From stdin, so the token stays out of shell history and the process list.
+        print(hash_token(sys.stdin.readline().strip()))
+        return 0
+    import uvicorn  # noqa: PLC0415
+
+    with wiring.core(settings) as c, wiring.api_app(c) as app:
+        wiring.serve_metrics(settings, c.registry, settings.metrics.api_port)
+        uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memoryd", description=__doc__)
     parser.add_argument("--config", type=Path, help="TOML settings file (env vars override it)")
@@ -177,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("index-pending", help="index facts Chroma has not got yet").set_defaults(
         fn=cmd_index_pending
     )
+    p = sub.add_parser("api", help="serve the HTTP API (and its metrics) with uvicorn")
+    p.add_argument("--openapi", metavar="PATH", help="write the OpenAPI document and exit")
+    p.add_argument(
+        "--hash-token", action="store_true", help="read a token on stdin, print its digest"
+    )
+    p.set_defaults(fn=cmd_api)
     analyst.add_commands(sub)  # history, replay, export
     return parser
 

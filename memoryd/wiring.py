@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chromadb.api import ClientAPI
+from fastapi import FastAPI
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from prometheus_client import CollectorRegistry, start_http_server
@@ -257,3 +258,18 @@ def read_path(c: Core, metrics: ReadPathMetrics | None = None) -> Iterator[Conte
         yield service
     finally:
         service.close()
+
+
+@contextmanager
+def api_app(c: Core) -> Iterator[FastAPI]:
+    """The HTTP API over this core, its read path and a Kafka publisher; closes them after."""
+    from memoryd.api.app import ApiDependencies, create_app  # noqa: PLC0415 - api process only
+    from memoryd.api.auth import TokenTable  # noqa: PLC0415
+
+    tokens = TokenTable(c.settings.api.tokens)
+    pub = publisher(c.settings)
+    try:
+        with read_path(c, ReadPathMetrics(c.registry)) as service:
+            yield create_app(ApiDependencies(service, read_model(c), pub, tokens), c.registry)
+    finally:
+        pub.close()

@@ -1,0 +1,248 @@
+"""The FastAPI application: context for a turn, memory inspection, corrections, events.
+
+Endpoints are plain `def`s: the clients underneath (psycopg, chromadb, kafka-python) are
+synchronous, and FastAPI runs such endpoints in its thread pool. Every route but the health
+check needs a bearer token, and acts only on users of the token's organization.
+Writes (corrections, deletions, events) go to Kafka as events, never to Postgres directly:
+the API answers 202 once Kafka has them, and memory changes when the pipeline has run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CollectorRegistry
+
+from memoryd.api.auth import TokenTable
+from memoryd.api.metrics import HttpMetrics, RequestLatencyMiddleware
+from memoryd.api.models import (
+    Accepted,
+    ContextRequest,
+    ContextResponse,
+    CorrectionRequest,
+    EventsRequest,
+    FactOut,
+    MemoryResponse,
+    Problem,
+)
+from producers.contract import ContextEvent
+from producers.corrections import FactCorrections
+from producers.errors import PublishError
+from producers.publisher import EventPublisher
+from store.context_service import ContextService, TenantMismatch
+from store.errors import DatabaseUnavailable
+from store.fact_queries import PostgresReadModel
+from store.records import Fact, FactStatus
+
+API_VERSION = "1.0.0"
+TURN_NAMESPACE = uuid.UUID("3d6f0a4e-9b2c-4f7a-8e1d-5c4b3a291807")
+
+
+@dataclass(frozen=True)
+class ApiDependencies:
+    context: ContextService
+    reads: PostgresReadModel
+    publisher: EventPublisher
+    tokens: TokenTable
+
+
+_bearer = HTTPBearer(auto_error=False, description="A token issued to one organization")
+_UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 403: {"model": Problem}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {**_UNAUTHORIZED, 404: {"model": Problem}}
+
+
+def _deps(request: Request) -> ApiDependencies:
+    deps: ApiDependencies = request.app.state.deps
+    return deps
+
+
+Deps = Annotated[ApiDependencies, Depends(_deps)]
+
+
+def _organization(
+    deps: Deps,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> str:
+    org = None if credentials is None else deps.tokens.organization(credentials.credentials)
+    if org is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "a valid bearer token is required",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return org
+
+
+Organization = Annotated[str, Depends(_organization)]
+
+
+def _own_user(deps: ApiDependencies, org: str, user_id: str) -> None:
+    """404 for a user memoryd has never heard of, 403 for another organization's."""
+    owner = deps.reads.owner_organization(user_id)
+    if owner is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"unknown user {user_id}")
+    if owner != org:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "the user is in another organization")
+
+
+def create_app(deps: ApiDependencies | None, registry: CollectorRegistry | None = None) -> FastAPI:
+    """The application; `deps` may be None only to render the OpenAPI document."""
+    app = FastAPI(
+        title="memoryd",
+        version=API_VERSION,
+        description="Memory for AI agents: the context of a chat turn, what is remembered "
+        "about a user, and the user's corrections. Every route needs a bearer token issued "
+        "to an organization and acts only on that organization's users.",
+    )
+    app.state.deps = deps
+    if registry is not None:
+        app.add_middleware(RequestLatencyMiddleware, metrics=HttpMetrics(registry))
+
+    @app.exception_handler(DatabaseUnavailable)
+    def _database_down(_request: Request, e: DatabaseUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": f"database unavailable: {e}"}, status_code=503)
+
+    @app.exception_handler(PublishError)
+    def _kafka_down(_request: Request, e: PublishError) -> JSONResponse:
+        return JSONResponse({"detail": f"events not accepted: {e}"}, status_code=503)
+
+    @app.get("/healthz", tags=["operations"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/context", tags=["read"], responses=_UNAUTHORIZED)
+    def read_context(body: ContextRequest, deps: Deps, org: Organization) -> ContextResponse:
+        """The context of one chat turn: the rendered prompt block and what went into it."""
+        log_id = (
+            None if body.turn_id is None else uuid.uuid5(TURN_NAMESPACE, f"{org}:{body.turn_id}")
+        )
+        try:
+            bundle = deps.context.assemble(
+                body.user_id,
+                body.query,
+                body.active_connection_ids,
+                body.budget,
+                organization_id=org,
+                context_types=body.context_types,
+                log_id=log_id,
+            )
+        except TenantMismatch as e:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, str(e)) from e
+        return ContextResponse.of(bundle)
+
+    @app.get(
+        "/v1/users/{user_id}/memory",
+        tags=["inspect"],
+        responses=_NOT_FOUND,
+    )
+    def inspect_memory(
+        user_id: str,
+        deps: Deps,
+        org: Organization,
+        fact_status: Annotated[list[FactStatus] | None, Query(alias="status")] = None,
+    ) -> MemoryResponse:
+        """What memoryd remembers about a user: W, S, learned info and facts with their
+        status and provenance (every status unless `status` is given)."""
+        _own_user(deps, org, user_id)
+        injection = deps.reads.injection(user_id)
+        facts = deps.reads.user_facts(user_id, fact_status or tuple(FactStatus))
+        state = injection.state if injection is not None else None
+        return MemoryResponse(
+            user_id=user_id,
+            organization_id=org,
+            memory_version=state.version if state else 0,
+            working_memory=state.working_memory if state else "",
+            scaffold=dict(state.scaffold) if state else {},
+            learned_info=list(state.learned_info) if state else [],
+            connection_info={k: list(v) for k, v in injection.connections.items()}
+            if injection
+            else {},
+            facts=[FactOut.of(f) for f in facts],
+        )
+
+    @app.post(
+        "/v1/users/{user_id}/facts/{fact_id}/correction",
+        status_code=status.HTTP_202_ACCEPTED,
+        tags=["correct"],
+        responses=_NOT_FOUND,
+    )
+    def correct_fact(
+        user_id: str, fact_id: uuid.UUID, body: CorrectionRequest, deps: Deps, org: Organization
+    ) -> Accepted:
+        """Replace a fact with what is true: the fact is contradicted, the content becomes a
+        correction observation, once the pipeline has run."""
+        fact = _own_fact(deps, org, user_id, fact_id)
+        events = FactCorrections(deps.publisher, user_id, org).correct_fact(
+            fact_id,
+            body.content,
+            connection_id=fact.provenance.connection_id,
+            idempotency_key=_scoped(org, user_id, body.idempotency_key),
+        )
+        return Accepted(event_ids=[e.event_id for e in events])
+
+    @app.delete(
+        "/v1/users/{user_id}/facts/{fact_id}",
+        status_code=status.HTTP_202_ACCEPTED,
+        tags=["correct"],
+        responses=_NOT_FOUND,
+    )
+    def delete_fact(
+        user_id: str,
+        fact_id: uuid.UUID,
+        deps: Deps,
+        org: Organization,
+        idempotency_key: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> Accepted:
+        """Forget a fact: it is archived, and never retrieved again, once the pipeline ran."""
+        _own_fact(deps, org, user_id, fact_id)
+        event = FactCorrections(deps.publisher, user_id, org).delete_fact(
+            fact_id, idempotency_key=_scoped(org, user_id, idempotency_key)
+        )
+        return Accepted(event_ids=[event.event_id])
+
+    @app.post(
+        "/v1/events",
+        status_code=status.HTTP_202_ACCEPTED,
+        tags=["write"],
+        responses=_UNAUTHORIZED,
+    )
+    def publish_events(body: EventsRequest, deps: Deps, org: Organization) -> Accepted:
+        """Publish observations (the `ContextEvent` contract) into the pipeline, all or none."""
+        _publishable(deps, org, body.events)
+        deps.publisher.publish(body.events)
+        return Accepted(event_ids=[e.event_id for e in body.events])
+
+    return app
+
+
+def _own_fact(deps: ApiDependencies, org: str, user_id: str, fact_id: uuid.UUID) -> Fact:
+    _own_user(deps, org, user_id)
+    fact = deps.reads.user_fact(user_id, fact_id)
+    if fact is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {user_id} has no fact {fact_id}")
+    return fact
+
+
+def _scoped(org: str, user_id: str, key: str | None) -> str | None:
+    # Keys from different tenants must never collide into one event id.
+    return None if key is None else f"{org}\x1f{user_id}\x1f{key}"
+
+
+def _publishable(deps: ApiDependencies, org: str, events: Sequence[ContextEvent]) -> None:
+    for event in events:
+        if event.organization_id != org:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN, f"event {event.event_id} is for another organization"
+            )
+    for user_id in sorted({e.user_id for e in events}):
+        owner = deps.reads.owner_organization(user_id)
+        if owner is not None and owner != org:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN, f"user {user_id} is in another organization"
+            )

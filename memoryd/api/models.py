@@ -1,0 +1,182 @@
+"""Request and response bodies of the HTTP API."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from producers.contract import MAX_CONTENT_CHARS, ContextEvent, Identifier
+from store.context_service import ContextBundle, RetrievedFact
+from store.ranking import Budget
+from store.records import Fact, FactStatus, FactType, SurfacePolicy
+from store.rendering import surface_group
+
+MAX_CONNECTIONS = 50
+MAX_EVENTS_PER_REQUEST = 500
+
+Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
+Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class ContextRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Identifier
+    query: Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS)]
+    active_connection_ids: list[Identifier] = Field(default_factory=list, max_length=50)
+    budget: Budget = Budget.BALANCED
+    context_types: list[Key] = Field(default_factory=list, max_length=20)
+    # The caller's id of the turn: a retried request then writes one audit row, not two.
+    turn_id: Key | None = None
+
+
+class ProvenanceOut(BaseModel):
+    context_type: str
+    source: str
+    connection_id: str | None
+    tool_id: str | None
+    message_id: str | None
+    attachment_id: str | None
+    filename: str | None
+    source_event_ids: list[uuid.UUID]
+
+
+class FactOut(BaseModel):
+    fact_id: uuid.UUID
+    content: str
+    fact_type: FactType
+    surface: SurfacePolicy
+    status: FactStatus
+    pinned: bool
+    confidence: float
+    salience: float
+    provenance: ProvenanceOut
+    created_at: datetime
+    updated_at: datetime
+    reinforce_count: int
+    recall_count: int
+    last_recalled_at: datetime | None
+    superseded_by: uuid.UUID | None
+    version: int
+
+    @classmethod
+    def of(cls, fact: Fact) -> FactOut:
+        p = fact.provenance
+        return cls(
+            fact_id=fact.fact_id,
+            content=fact.content,
+            fact_type=fact.fact_type,
+            surface=fact.surface,
+            status=fact.status,
+            pinned=fact.pinned,
+            confidence=fact.confidence,
+            salience=fact.salience,
+            provenance=ProvenanceOut(
+                context_type=p.context_type,
+                source=p.source,
+                connection_id=p.connection_id,
+                tool_id=p.tool_id,
+                message_id=p.message_id,
+                attachment_id=p.attachment_id,
+                filename=p.filename,
+                source_event_ids=list(p.source_event_ids),
+            ),
+            created_at=fact.created_at,
+            updated_at=fact.updated_at,
+            reinforce_count=fact.reinforce_count,
+            recall_count=fact.recall_count,
+            last_recalled_at=fact.last_recalled_at,
+            superseded_by=fact.superseded_by,
+            version=fact.version,
+        )
+
+
+class RetrievedFactOut(BaseModel):
+    fact: FactOut
+    group: str  # the prompt block's group: always known, relevant for this turn, ...
+    pinned: bool
+    score: float
+    similarity: float
+    dense_rank: int | None
+    keyword_rank: int | None
+
+    @classmethod
+    def of(cls, r: RetrievedFact) -> RetrievedFactOut:
+        return cls(
+            fact=FactOut.of(r.fact),
+            group=surface_group(r).value,
+            pinned=r.pinned,
+            score=r.score,
+            similarity=r.similarity,
+            dense_rank=r.dense_rank,
+            keyword_rank=r.keyword_rank,
+        )
+
+
+class ContextResponse(BaseModel):
+    user_id: str
+    memory_version: int
+    prompt_block: str
+    working_memory: str
+    scaffold: dict[str, Any]
+    learned_info: list[str]
+    connection_info: dict[str, list[str]]
+    facts: list[RetrievedFactOut]
+    degraded: bool
+    degraded_reason: str | None
+    latency_ms: float
+    log_id: uuid.UUID | None
+
+    @classmethod
+    def of(cls, b: ContextBundle) -> ContextResponse:
+        return cls(
+            user_id=b.user_id,
+            memory_version=b.memory_version,
+            prompt_block=b.prompt_block,
+            working_memory=b.working_memory,
+            scaffold=b.scaffold,
+            learned_info=list(b.learned_info),
+            connection_info={k: list(v) for k, v in b.connection_info.items()},
+            facts=[RetrievedFactOut.of(r) for r in b.facts],
+            degraded=b.degraded,
+            degraded_reason=b.degraded_reason,
+            latency_ms=b.latency_ms,
+            log_id=b.log_id,
+        )
+
+
+class MemoryResponse(BaseModel):
+    user_id: str
+    organization_id: str
+    memory_version: int
+    working_memory: str
+    scaffold: dict[str, Any]
+    learned_info: list[str]
+    connection_info: dict[str, list[str]]
+    facts: list[FactOut]
+
+
+class CorrectionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: Text
+    idempotency_key: Key | None = None
+
+
+class EventsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[ContextEvent] = Field(min_length=1, max_length=MAX_EVENTS_PER_REQUEST)
+
+
+class Accepted(BaseModel):
+    """The events were acknowledged by Kafka; memory changes once the pipeline ran."""
+
+    event_ids: list[uuid.UUID]
+
+
+class Problem(BaseModel):
+    detail: str

@@ -1,0 +1,157 @@
+"""The HTTP API on real Kafka, Postgres and Chroma, through FastAPI's TestClient."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import generate_latest
+
+from memoryd import wiring
+from memoryd.api.auth import hash_token
+from memoryd.settings import ApiSettings
+from producers.contract import EventType
+from tests.read_path_support import make_fact, seed
+from tests.support import Deployment, make_event
+
+pytestmark = pytest.mark.integration
+
+TOKEN_A, TOKEN_B = "token-for-org-a", "token-for-org-b"
+A = {"Authorization": f"Bearer {TOKEN_A}"}
+B = {"Authorization": f"Bearer {TOKEN_B}"}
+
+
+@contextmanager
+def api(deployment: Deployment) -> Iterator[tuple[TestClient, wiring.Core]]:
+    settings = deployment.settings.model_copy(
+        update={
+            "api": ApiSettings(tokens={hash_token(TOKEN_A): "org-a", hash_token(TOKEN_B): "org-b"})
+        }
+    )
+    with wiring.core(settings) as c, wiring.api_app(c) as app, TestClient(app) as client:
+        yield client, c
+
+
+def test_tokens_are_required_and_scoped_to_their_organization(deployment: Deployment) -> None:
+    with api(deployment) as (client, c):
+        (fact,) = [make_fact("ada", "Ada takes her coffee black")]
+        seed(c, "ada", [fact], org="org-a")
+        fid = fact.fact_id
+        body = {"user_id": "ada", "query": "coffee"}
+        calls = [
+            ("POST", "/v1/context", body),
+            ("GET", "/v1/users/ada/memory", None),
+            ("POST", f"/v1/users/ada/facts/{fid}/correction", {"content": "I drink tea"}),
+            ("DELETE", f"/v1/users/ada/facts/{fid}", None),
+        ]
+        for method, path, json in calls:
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
+                response = client.request(method, path, json=json, headers=headers)
+                assert response.status_code == 401, (method, path, headers)
+            assert client.request(method, path, json=json, headers=B).status_code == 403
+        event = make_event("ada", "I moved to Porto", org="org-a")
+        payload = {"events": [event.model_dump(mode="json")]}
+        assert client.post("/v1/events", json=payload, headers=B).status_code == 403
+        as_b = make_event("ada", "I moved to Porto", org="org-b").model_dump(mode="json")
+        # Org B may not write into org A's user by claiming the user for itself either.
+        assert client.post("/v1/events", json={"events": [as_b]}, headers=B).status_code == 403
+        assert client.get("/v1/users/nobody/memory", headers=A).status_code == 404
+        assert client.delete(f"/v1/users/ada/facts/{uuid.uuid4()}", headers=A).status_code == 404
+        assert client.get("/healthz").status_code == 200
+
+
+def test_context_and_memory_for_the_right_token(deployment: Deployment) -> None:
+    with api(deployment) as (client, c):
+        seed(
+            c,
+            "ada",
+            [
+                make_fact("ada", "Ada is allergic to peanuts", pinned=True),
+                make_fact("ada", "The Acme review is on Friday", connection_id="gmail"),
+            ],
+            working_memory="Ada designs billing screens.",
+        )
+        response = client.post(
+            "/v1/context",
+            json={
+                "user_id": "ada",
+                "query": "When is the Acme review?",
+                "active_connection_ids": ["gmail"],
+                "budget": "lean",
+                "turn_id": "turn-1",
+            },
+            headers=A,
+        )
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["working_memory"] == "Ada designs billing screens."
+        assert "# Your Context" in body["prompt_block"]
+        groups = {f["fact"]["content"]: f["group"] for f in body["facts"]}
+        assert groups["Ada is allergic to peanuts"] == "always known"
+        assert groups["The Acme review is on Friday"] == "relevant for this turn"
+        memory = client.get("/v1/users/ada/memory", headers=A).json()
+        assert memory["organization_id"] == "org-a"
+        assert memory["memory_version"] == 1
+        assert {f["provenance"]["connection_id"] for f in memory["facts"]} == {None, "gmail"}
+        assert {f["status"] for f in memory["facts"]} == {"active"}
+        bad = client.post("/v1/context", json={"user_id": "a b", "query": "x"}, headers=A)
+        assert bad.status_code == 422
+        metrics = generate_latest(c.registry).decode()
+        assert 'route="/v1/users/{user_id}/memory"' in metrics
+        assert "/v1/users/ada/memory" not in metrics
+
+
+def test_deleted_and_corrected_facts_leave_retrieval_after_the_pipeline(
+    deployment: Deployment,
+) -> None:
+    with api(deployment) as (client, _c):
+        events = [
+            make_event("ada", "I live in Lisbon", minutes=0),
+            make_event("ada", "My dog is called Pixel", minutes=1),
+            make_event("ada", "I play the cello", minutes=2),
+        ]
+        published = client.post(
+            "/v1/events", json={"events": [e.model_dump(mode="json") for e in events]}, headers=A
+        )
+        assert published.status_code == 202, published.text
+        deployment.run_both()
+        facts = client.get("/v1/users/ada/memory", headers=A).json()["facts"]
+        by_text = {f["content"]: f["fact_id"] for f in facts}
+        dog = next(fid for text, fid in by_text.items() if "Pixel" in text)
+        city = next(fid for text, fid in by_text.items() if "Lisbon" in text)
+
+        assert client.delete(f"/v1/users/ada/facts/{dog}", headers=A).status_code == 202
+        corrected = client.post(
+            f"/v1/users/ada/facts/{city}/correction",
+            json={"content": "I live in Porto now"},
+            headers=A,
+        )
+        assert corrected.status_code == 202
+        assert len(corrected.json()["event_ids"]) == 2
+        deployment.run_both()
+
+        memory = client.get("/v1/users/ada/memory", headers=A).json()
+        status = {f["fact_id"]: f["status"] for f in memory["facts"]}
+        assert status[dog] == "archived"
+        assert status[city] == "contradicted"
+        assert any("Porto" in f["content"] and f["status"] == "active" for f in memory["facts"])
+        for query in ("What is the dog called? Pixel", "Where does Ada live? Lisbon"):
+            context = client.post(
+                "/v1/context", json={"user_id": "ada", "query": query, "budget": "deep"}, headers=A
+            ).json()
+            ids = {f["fact"]["fact_id"] for f in context["facts"]}
+            assert dog not in ids
+            assert city not in ids
+            assert "Pixel" not in "\n".join(f["fact"]["content"] for f in context["facts"])
+    logged = deployment.query(
+        "SELECT event_type FROM context_events"
+        " WHERE event_type IN ('fact_retraction', 'correction')"
+    )
+    assert sorted(r[0] for r in logged) == [
+        EventType.CORRECTION.value,
+        EventType.FACT_RETRACTION.value,
+        EventType.FACT_RETRACTION.value,
+    ]

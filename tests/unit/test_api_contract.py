@@ -1,0 +1,43 @@
+"""The API's published contract: the committed OpenAPI document, and token handling."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memoryd.api.auth import TokenTable, hash_token
+from memoryd.api.openapi import COMMITTED, openapi_json
+
+
+def test_committed_openapi_document_is_current() -> None:
+    assert COMMITTED.read_text() == openapi_json(), (
+        "infra/openapi.json is stale: run `memoryd api --openapi infra/openapi.json`"
+    )
+
+
+def test_openapi_lists_every_route_with_bearer_auth() -> None:
+    spec = json.loads(openapi_json())
+    assert set(spec["paths"]) == {
+        "/healthz",
+        "/v1/context",
+        "/v1/events",
+        "/v1/users/{user_id}/memory",
+        "/v1/users/{user_id}/facts/{fact_id}",
+        "/v1/users/{user_id}/facts/{fact_id}/correction",
+    }
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_token_table() -> None:
+    table = TokenTable({hash_token("s3cret"): "org-a", hash_token("other"): "org-b"})
+    assert table.organization("s3cret") == "org-a"
+    assert table.organization("other") == "org-b"
+    assert table.organization("S3cret") is None
+    assert table.organization("") is None
+
+
+@pytest.mark.parametrize("digest", ["s3cret", "ABC" * 21 + "D", "g" * 64])
+def test_token_table_takes_only_sha256_digests(digest: str) -> None:
+    with pytest.raises(ValueError, match="sha256"):
+        TokenTable({digest: "org-a"})
