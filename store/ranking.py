@@ -8,7 +8,6 @@ that near-duplicates do not crowd out the rest; then cut to the budget.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +15,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from store.protocols import Vector
 
@@ -120,31 +120,38 @@ def mmr(
     if limit <= 0 or not scored:
         return []
     top = max(score for _, score in scored) or 1.0
-    remaining = [(key, score / top) for key, score in scored]
-    taken = [vectors[k] for k in selected if k in vectors]
-    out: list[K] = []
-    while remaining and len(out) < limit:
-        best_index, best_value = -1, -math.inf
-        kept: list[tuple[K, float]] = []
-        for key, relevance in remaining:
-            vector = vectors.get(key)
-            similarity = (
-                max((cosine(vector, t) for t in taken), default=0.0) if vector is not None else 0.0
-            )
-            if similarity >= duplicate:
-                continue
-            kept.append((key, relevance))
-            value = lam * relevance - (1 - lam) * similarity
-            if value > best_value:
-                best_index, best_value = len(kept) - 1, value
-        if best_index < 0:
-            break
-        key, _ = kept.pop(best_index)
-        out.append(key)
+    keys = [key for key, _ in scored]
+    relevance = np.array([score / top for _, score in scored], dtype=np.float64)
+    has_vector = np.array([k in vectors for k in keys])
+    dimension = next((len(v) for v in vectors.values()), 0)
+    matrix = np.zeros((len(keys), dimension), dtype=np.float64)
+    for row, key in enumerate(keys):
+        if has_vector[row]:
+            matrix[row] = _unit(vectors[key])
+    # Highest similarity of each candidate to anything taken so far, updated per pick.
+    closest = np.zeros(len(keys), dtype=np.float64)
+    for key in selected:
         if key in vectors:
-            taken.append(vectors[key])
-        remaining = kept
+            closest = np.maximum(closest, matrix @ _unit(vectors[key]))
+    open_ = np.ones(len(keys), dtype=bool)
+    out: list[K] = []
+    while len(out) < limit:
+        open_ &= ~(has_vector & (closest >= duplicate))
+        if not open_.any():
+            break
+        value = np.where(open_, lam * relevance - (1 - lam) * closest, -np.inf)
+        pick = int(np.argmax(value))  # the first of equal values: input order breaks ties
+        out.append(keys[pick])
+        open_[pick] = False
+        if has_vector[pick]:
+            closest = np.maximum(closest, matrix @ matrix[pick])
     return out
+
+
+def _unit(vector: Vector) -> npt.NDArray[np.float64]:
+    v = np.asarray(vector, dtype=np.float64)
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm else v
 
 
 def within_budget(ordered: Sequence[tuple[K, float]], profile: BudgetProfile) -> list[K]:
