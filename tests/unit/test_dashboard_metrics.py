@@ -1,0 +1,111 @@
+"""The Grafana dashboard and the alert rules only use metrics that memoryd exports.
+
+The names come from registering `PipelineMetrics` (consumers/metrics.py) and expanding each
+family the way Prometheus sees it: counters as `_total`, histograms as `_bucket`, `_sum` and
+`_count`, gauges as they are. A renamed metric then fails here, not on a blank panel.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
+from prometheus_client import CollectorRegistry
+
+from consumers.metrics import PipelineMetrics
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = REPO_ROOT / "infra" / "grafana" / "dashboards" / "memoryd.json"
+ALERTS = REPO_ROOT / "infra" / "prometheus" / "alerts.yml"
+PROVISIONING = REPO_ROOT / "infra" / "grafana" / "provisioning"
+METRIC = re.compile(r"\bmemoryd_[a-z_]+")
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+
+
+def exported() -> dict[str, str]:
+    """Series name → the family it belongs to."""
+    registry = CollectorRegistry()
+    PipelineMetrics(registry)
+    names: dict[str, str] = {}
+    for family in registry.collect():
+        for suffix in SUFFIXES[family.type]:
+            names[family.name + suffix] = family.name
+    return names
+
+
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return loaded
+
+
+def panels() -> list[dict[str, Any]]:
+    return [p for p in dashboard()["panels"] if p["type"] != "row"]
+
+
+def panel_expressions() -> list[tuple[str, str]]:
+    return [(p["title"], t["expr"]) for p in panels() for t in p["targets"]]
+
+
+def alert_expressions() -> list[tuple[str, str]]:
+    doc = yaml.safe_load(ALERTS.read_text())
+    return [(r["alert"], r["expr"]) for g in doc["groups"] for r in g["rules"]]
+
+
+def test_the_exported_names_follow_prometheus_conventions() -> None:
+    names = exported()
+    assert "memoryd_records_total" in names
+    assert {"memoryd_flush_seconds_bucket", "memoryd_flush_seconds_count"} <= names.keys()
+    assert "memoryd_buffered_events" in names
+
+
+@pytest.mark.parametrize("source", ["dashboard", "alerts"])
+def test_every_metric_used_is_exported(source: str) -> None:
+    expressions = panel_expressions() if source == "dashboard" else alert_expressions()
+    assert expressions
+    names = exported()
+    unknown = {
+        (where, metric)
+        for where, expr in expressions
+        for metric in METRIC.findall(expr)
+        if metric not in names
+    }
+    assert not unknown, f"not exported by consumers/metrics.py: {sorted(unknown)}"
+
+
+def test_every_pipeline_metric_has_a_panel() -> None:
+    used = {exported().get(m) for _, expr in panel_expressions() for m in METRIC.findall(expr)}
+    missing = set(exported().values()) - used
+    assert not missing, f"add a panel for {sorted(missing)} to {DASHBOARD.relative_to(REPO_ROOT)}"
+
+
+def test_panels_use_the_provisioned_datasource_and_fit_the_grid() -> None:
+    provisioned = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yml").read_text())
+    uid = provisioned["datasources"][0]["uid"]
+    ids = [p["id"] for p in dashboard()["panels"]]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for panel in dashboard()["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        mine = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not cells & mine, f"{panel['title']} overlaps another panel"
+        cells |= mine
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == uid, panel["title"]
+            assert all(t["datasource"]["uid"] == uid for t in panel["targets"])
+
+
+def test_the_dashboard_provider_reads_where_compose_mounts_the_dashboards() -> None:
+    compose = (REPO_ROOT / "infra" / "compose.yaml").read_text()
+    provider = yaml.safe_load((PROVISIONING / "dashboards" / "memoryd.yml").read_text())
+    path = provider["providers"][0]["options"]["path"]
+    assert f"./grafana/dashboards:{path}:ro" in compose
+    assert "./grafana/provisioning:/etc/grafana/provisioning:ro" in compose
