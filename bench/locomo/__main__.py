@@ -13,6 +13,7 @@ bench/services.py (options, MEMORYD_* settings, else local ones started for the 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,7 +58,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             retrievals = ask(settings, questions, max(KS))
     baselines = _baselines(conversations, questions)
     print(_report(args.path, settings, conversations, questions, report, retrievals, baselines))
-    print(f"\nWhole bench: {time.perf_counter() - began:.0f} s.")
+    average = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"\nWhole bench: {time.perf_counter() - began:.0f} s; load average at the end {average} "
+        f"(1/5/15 min) on {os.cpu_count()} CPUs."
+    )
 
 
 def topic_names(run: str) -> list[str]:

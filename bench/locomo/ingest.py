@@ -130,9 +130,8 @@ def ask(
 ) -> list[Retrieval]:
     """Ask every question; keep the top k facts of each bundle, as turn sets."""
     out = []
-    with wiring.core(settings) as c:
+    with wiring.core(settings) as c, wiring.read_path(c) as service:
         turn_of = _turns_by_event(c, sorted({q.sample_id for q in questions}))
-        service = wiring.context_service(c)
         for q in questions:
             started = time.perf_counter()
             bundle = service.assemble(q.sample_id, q.question, budget=budget)
