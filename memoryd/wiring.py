@@ -270,6 +270,7 @@ def api_app(c: Core) -> Iterator[FastAPI]:
     pub = publisher(c.settings)
     try:
         with read_path(c, ReadPathMetrics(c.registry)) as service:
-            yield create_app(ApiDependencies(service, read_model(c), pub, tokens), c.registry)
+            deps = ApiDependencies(service, read_model(c), pub, tokens)
+            yield create_app(deps, c.registry, on_shutdown=service.close)
     finally:
         pub.close()

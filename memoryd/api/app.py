@@ -10,7 +10,8 @@ the API answers 202 once Kafka has them, and memory changes when the pipeline ha
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
+from starlette.concurrency import run_in_threadpool
 
 from memoryd.api.auth import TokenTable
 from memoryd.api.metrics import HttpMetrics, RequestLatencyMiddleware
@@ -91,9 +93,26 @@ def _own_user(deps: ApiDependencies, org: str, user_id: str) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "the user is in another organization")
 
 
-def create_app(deps: ApiDependencies | None, registry: CollectorRegistry | None = None) -> FastAPI:
-    """The application; `deps` may be None only to render the OpenAPI document."""
+def create_app(
+    deps: ApiDependencies | None,
+    registry: CollectorRegistry | None = None,
+    on_shutdown: Callable[[], None] | None = None,
+) -> FastAPI:
+    """The application; `deps` may be None only to render the OpenAPI document.
+
+    `on_shutdown` runs in the server's graceful shutdown: uvicorn re-raises SIGTERM once it
+    has stopped, so code after `uvicorn.run` never runs and cannot be where the audit rows
+    and recall counters still queued get written.
+    """
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if on_shutdown is not None:
+            await run_in_threadpool(on_shutdown)
+
     app = FastAPI(
+        lifespan=lifespan,
         title="memoryd",
         version=API_VERSION,
         description="Memory for AI agents: the context of a chat turn, what is remembered "
