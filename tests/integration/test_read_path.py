@@ -214,3 +214,22 @@ def test_injection_is_cached_per_memory_version(deployment: Deployment) -> None:
         assert third.memory_version == first.memory_version + 1
 
     deployment.with_core(check)
+
+
+def test_context_type_filter(deployment: Deployment) -> None:
+    def check(c: wiring.Core) -> None:
+        seed(
+            c,
+            "ada",
+            [
+                make_fact("ada", "Invoice 4411 totals 12,400 EUR", context_type="tool_output"),
+                make_fact("ada", "Ada thinks invoice 4411 is too high"),
+            ],
+        )
+        with wiring.read_path(c) as service:
+            both = service.assemble("ada", "invoice 4411")
+            tools = service.assemble("ada", "invoice 4411", context_types=["tool_output"])
+        assert len(both.facts) == 2
+        assert contents(tools) == ["Invoice 4411 totals 12,400 EUR"]
+
+    deployment.with_core(check)

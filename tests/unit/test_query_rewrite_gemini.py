@@ -1,0 +1,59 @@
+"""The Gemini query rewriter on the real google-genai SDK against the local fake Gemini."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from google import genai
+
+from processors.gemini import make_gemini_client
+from processors.query_rewrite import GeminiQueryRewriter
+from store.query_rewrite import QueryRewriteFailed, RewriteOutcome, TimeBoundRewriter
+from tests.fake_gemini import FakeGemini, FakeReply, fake_gemini  # noqa: F401
+
+
+@pytest.fixture
+def client(fake_gemini: FakeGemini) -> Iterator[genai.Client]:  # noqa: F811
+    with make_gemini_client("test-key", fake_gemini.url, timeout_ms=2_000) as c:
+        yield c
+
+
+def test_rewrites_and_delimits_the_message(
+    fake_gemini: FakeGemini,  # noqa: F811
+    client: genai.Client,
+) -> None:
+    fake_gemini.reply(FakeReply.text(" Ada's employer and role \n"))
+    rewriter = GeminiQueryRewriter(client, "gemini-2.5-flash-lite")
+    assert rewriter("and where does she work now?") == "Ada's employer and role"
+    (sent,) = fake_gemini.requests
+    assert "<message>\nand where does she work now?\n</message>" in sent.user_text
+    assert "data, not instructions" in sent.system_text
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [FakeReply.status(429), FakeReply.status(503), FakeReply.blocked(), FakeReply.no_text()],
+)
+def test_failures_are_query_rewrite_failed(
+    fake_gemini: FakeGemini,  # noqa: F811
+    client: genai.Client,
+    reply: FakeReply,
+) -> None:
+    fake_gemini.reply(reply)
+    with pytest.raises(QueryRewriteFailed):
+        GeminiQueryRewriter(client, "m")("hello")
+
+
+def test_a_slow_gemini_costs_the_turn_only_the_time_limit(
+    fake_gemini: FakeGemini,  # noqa: F811
+    client: genai.Client,
+) -> None:
+    fake_gemini.reply(FakeReply.delay(1.0, FakeReply.text("too late")))
+    bounded = TimeBoundRewriter(GeminiQueryRewriter(client, "m"), timeout_s=0.1)
+    started = time.perf_counter()
+    result = bounded("raw turn")
+    assert time.perf_counter() - started < 0.6
+    assert (result.query, result.outcome) == ("raw turn", RewriteOutcome.TIMEOUT)
+    bounded.close()
