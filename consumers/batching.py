@@ -63,7 +63,8 @@ class UserBuffers:
         return [b.user_id for b in sorted(users, key=lambda b: b.first_at)]
 
     def take(self, user_id: str) -> UserBuffer:
-        """Remove and return up to `max_batch` events; the rest stay, with a fresh age."""
+        """Remove and return up to `max_batch` events; the rest stay and keep their age (they
+        have waited that long already), so they flush as soon as the user is free again."""
         buffer = self._buffers.pop(user_id)
         if len(buffer.items) > self.max_batch:
             rest = buffer.items[self.max_batch :]
@@ -98,17 +99,24 @@ class OffsetTracker:
     """Which offsets of each partition are still open, and what may be committed."""
 
     def __init__(self) -> None:
-        self._open: dict[TopicPartition, list[int]] = {}
+        self._open: dict[TopicPartition, list[int]] = {}  # a heap per partition
+        self._members: dict[TopicPartition, set[int]] = {}  # what the heap holds
         self._closed: dict[TopicPartition, set[int]] = {}
         self._next: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
 
     def received(self, tp: TopicPartition, offset: int) -> None:
-        heapq.heappush(self._open.setdefault(tp, []), offset)
+        members = self._members.setdefault(tp, set())
+        # A record read twice (a fetch repeated after an error) is still one open offset; a
+        # second heap entry would never be closed and would hold the partition back forever.
+        if offset not in members and offset >= self._committed.get(tp, 0):
+            members.add(offset)
+            heapq.heappush(self._open.setdefault(tp, []), offset)
         self._next[tp] = max(self._next.get(tp, 0), offset + 1)
 
     def done(self, tp: TopicPartition, offset: int) -> None:
-        self._closed.setdefault(tp, set()).add(offset)
+        if offset in self._members.get(tp, ()):
+            self._closed.setdefault(tp, set()).add(offset)
 
     def committable(self) -> dict[TopicPartition, int]:
         """Partition → offset to commit, for partitions that moved since the last commit."""
@@ -116,7 +124,9 @@ class OffsetTracker:
         for tp, heap in self._open.items():
             closed = self._closed.get(tp, set())
             while heap and heap[0] in closed:
-                closed.discard(heapq.heappop(heap))
+                offset = heapq.heappop(heap)
+                closed.discard(offset)
+                self._members[tp].discard(offset)
             position = heap[0] if heap else self._next[tp]
             if position > self._committed.get(tp, -1):
                 out[tp] = position
@@ -128,6 +138,7 @@ class OffsetTracker:
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:
             self._open.pop(tp, None)
+            self._members.pop(tp, None)
             self._closed.pop(tp, None)
             self._next.pop(tp, None)
             self._committed.pop(tp, None)

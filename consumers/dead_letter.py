@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
+from consumers.batching import BufferedEvent
 from consumers.errors import DeadLetterError
 
 HEADER_REASON = "dlq.reason"
@@ -42,6 +43,22 @@ class DeadLetter:
             (HEADER_OFFSET, str(self.offset).encode()),
             (HEADER_CONSUMER, consumer.encode()),
         ]
+
+
+def event_letters(items: Sequence[BufferedEvent], stage: str, reason: str) -> list[DeadLetter]:
+    """Dead letters for valid events a consumer gives up on, each at its source offset."""
+    return [
+        DeadLetter(
+            i.event.kafka_key,
+            i.event.to_bytes(),
+            stage,
+            reason,
+            i.tp.topic,
+            i.tp.partition,
+            i.offset,
+        )
+        for i in items
+    ]
 
 
 class DeadLetterSink(Protocol):

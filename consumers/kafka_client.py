@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafka import KafkaConsumer
+from kafka import ConsumerRebalanceListener, KafkaConsumer
 from kafka.structs import OffsetAndMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from consumers.batching import TopicPartition
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,3 +56,40 @@ def commit(consumer: Any, positions: Mapping[TopicPartition, int]) -> None:
         consumer.commit(
             {to_kafka(tp): OffsetAndMetadata(pos, "", -1) for tp, pos in positions.items()}
         )
+
+
+def commit_async(consumer: Any, positions: Mapping[TopicPartition, int]) -> None:
+    """Commit without blocking: the only kind allowed on kafka-python's IO thread, where the
+    rebalance listener runs. A failure is logged when a later poll reports it."""
+    if positions:
+        consumer.commit_async(
+            {to_kafka(tp): OffsetAndMetadata(pos, "", -1) for tp, pos in positions.items()},
+            callback=_log_commit_failure,
+        )
+
+
+def _log_commit_failure(offsets: Any, result: Any) -> None:
+    if isinstance(result, BaseException):
+        # Harmless (the partition's next owner reads those records again), but visible.
+        log.warning("asynchronous offset commit failed: %r", result)
+
+
+class RevocationListener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Forwards revoked and lost partitions to `on_leave(partitions, lost=...)`.
+
+    kafka-python calls it on its IO thread, inside the owner's `poll()`: the owner's thread is
+    blocked meanwhile, and the callback must not make blocking consumer calls.
+    """
+
+    def __init__(self, on_leave: Callable[..., None]) -> None:
+        self._on_leave = on_leave
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self._on_leave([from_kafka(tp) for tp in revoked])
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        # Evicted from the group: the partitions are someone else's, nothing may be committed.
+        self._on_leave([from_kafka(tp) for tp in lost], lost=True)
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        log.info("assigned %s", sorted(str(tp) for tp in assigned))

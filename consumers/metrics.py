@@ -89,6 +89,18 @@ class PipelineMetrics:
         self.pending_index = Gauge(
             "memoryd_facts_pending_index", "Facts not yet in the vector index", registry=registry
         )
+        self.commit_failures = Counter(
+            "memoryd_commit_failures_total",
+            "Offset commits that failed (the records are read again, harmlessly)",
+            ["consumer"],
+            registry=registry,
+        )
+        self.budget_actions = Counter(
+            "memoryd_budget_actions_total",
+            "Flushes of users out of credit, by the budget policy applied",
+            ["policy"],
+            registry=registry,
+        )
         self.commit_lag = Gauge(
             "memoryd_uncommitted_records",
             "Records read but not yet committed",

@@ -4,6 +4,11 @@ One thread owns the Kafka consumer (kafka-python's consumer is not thread-safe):
 buffers events per user, hands ready users to a thread pool, collects results, and commits
 per partition the offset below the earliest record not yet done. A user is never flushed
 twice at once: while a batch is in flight or waiting for a retry, newer events wait.
+
+kafka-python runs the rebalance listener on its own IO thread, where a blocking call into the
+consumer (a synchronous commit) raises. So a revocation settles what already finished,
+commits asynchronously, and leaves batches still running as orphans: their effect is durable
+and idempotent, the partition's new owner re-reads their records and finds them consumed.
 """
 
 from __future__ import annotations
@@ -17,17 +22,22 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka import ConsumerRebalanceListener
+from kafka.errors import KafkaError
 
 from consumers.batching import BufferedEvent, OffsetTracker, TopicPartition, UserBuffers
-from consumers.dead_letter import DeadLetter, DeadLetterSink
+from consumers.dead_letter import DeadLetter, DeadLetterSink, event_letters
 from consumers.decoding import Rejected, decode_event
 from consumers.errors import DeadLetterError
 from consumers.flush import FlushKind, FlushResult, UserFlusher
-from consumers.kafka_client import commit, from_kafka
+from consumers.kafka_client import RevocationListener, commit, commit_async, from_kafka
 from consumers.metrics import PipelineMetrics
 from processors.errors import BackendError, TransientBackendError
-from store.errors import DatabaseUnavailable, EventsAlreadyConsolidated, StaleMemoryVersion
+from store.errors import (
+    DatabaseUnavailable,
+    EventsAlreadyConsolidated,
+    StaleMemoryVersion,
+    StoreError,
+)
 
 log = logging.getLogger(__name__)
 CONSUMER_NAME = "processor"
@@ -43,6 +53,19 @@ class ProcessorSettings:
     backoff_max_s: float = 30.0
     max_buffered: int = 5_000
     poll_timeout_ms: int = 200
+    # How long a revocation waits for running flushes. It blocks kafka-python's IO thread (and
+    # so heartbeats): keep it well below the session timeout.
+    revoke_wait_s: float = 2.0
+
+
+@dataclass
+class Rejection:
+    """Why a batch is given up; once set, only its delivery to the dead-letter topic is left."""
+
+    stage: str  # "consolidate" or "budget"
+    reason: str
+    raw_response: str | None = None
+    recorded: bool = False  # the failed run record is written (or not needed)
 
 
 @dataclass
@@ -52,6 +75,7 @@ class Batch:
     attempt: int = 0
     not_before: float = 0.0
     future: Future[FlushResult] | None = field(default=None, repr=False)
+    rejection: Rejection | None = None
 
     @property
     def events(self) -> list[Any]:
@@ -79,13 +103,19 @@ class MemoryProcessor:
         self._buffers = UserBuffers(settings.max_batch, settings.max_wait_s)
         self._offsets = OffsetTracker()
         self._batches: dict[str, Batch] = {}  # in flight or waiting for a retry, by user
+        # Flushes still running for partitions this processor lost: their users wait for them.
+        self._orphans: dict[str, Future[FlushResult]] = {}
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="flush")
         self._paused = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._consumer.subscribe([self._topic], listener=_Rebalance(self))
+        self._consumer.subscribe([self._topic], listener=RevocationListener(self.revoke))
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this processor owns now."""
+        return {from_kafka(tp) for tp in self._consumer.assignment()}
 
     def run(self, stop: threading.Event) -> None:
         self.start()
@@ -101,7 +131,7 @@ class MemoryProcessor:
         start = quiet_since = self._monotonic()
         try:
             while self._monotonic() - start < deadline_s:
-                if self.step() or self._batches or len(self._buffers):
+                if self.step() or self._batches or self._orphans or len(self._buffers):
                     quiet_since = self._monotonic()
                 elif self._monotonic() - quiet_since >= idle_s and self._consumer.assignment():
                     return
@@ -175,10 +205,16 @@ class MemoryProcessor:
 
     def _launch(self, force: bool) -> None:
         now = self._monotonic()
-        for batch in self._batches.values():
+        for batch in list(self._batches.values()):
             if batch.future is None and batch.not_before <= now:
-                self._submit(batch)
-        for user_id in self._buffers.ready(now, force=force, exclude=self._batches):
+                if batch.rejection is None:
+                    self._submit(batch)
+                else:
+                    # Given up already: only the dead letter (or its run record) is retried,
+                    # never the backend call.
+                    self._deliver(batch)
+        busy = set(self._batches) | set(self._orphans)
+        for user_id in self._buffers.ready(now, force=force, exclude=busy):
             taken = self._buffers.take(user_id)
             batch = Batch(user_id, taken.items)
             self._batches[user_id] = batch
@@ -197,6 +233,7 @@ class MemoryProcessor:
             ]
             for batch in finished:
                 self._settle(batch)
+            self._reap_orphans()
             if finished or self._monotonic() >= deadline:
                 return
             time.sleep(0.01)
@@ -217,26 +254,28 @@ class MemoryProcessor:
             self._retry_or_give_up(batch, e)
             return
         except BackendError as e:
-            self._give_up(batch, f"backend error: {e}", e.raw_response)
+            self._reject(batch, Rejection("consolidate", f"backend error: {e}", e.raw_response))
             return
         except DatabaseUnavailable as e:
             self._retry_later(batch, f"database unavailable: {e}", count_attempt=False)
             return
         except Exception as e:
+            # A poison batch must not stall its partition: it goes to the dead-letter topic
+            # with the error, and the traceback goes to the log for whoever fixes the bug.
             log.exception("flush of %s failed unexpectedly", batch.user_id)
-            self._give_up(batch, f"unexpected {type(e).__name__}: {e}", None)
+            self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
             return
         if result.kind is FlushKind.DEFERRED:
-            self._dead_letter(batch, "budget", result.reason)
+            # The flusher recorded the deferred run itself, under the user's lock.
+            self._reject(batch, Rejection("budget", result.reason, recorded=True))
             return
         self._finish(batch, result.kind.value)
 
     def _retry_or_give_up(self, batch: Batch, error: TransientBackendError) -> None:
         self._metrics.backend_retries.labels(self._flusher.backend_name).inc()
         if batch.attempt + 1 >= self._settings.max_attempts:
-            self._give_up(
-                batch, f"gave up after {batch.attempt + 1} attempts: {error}", error.raw_response
-            )
+            reason = f"gave up after {batch.attempt + 1} attempts: {error}"
+            self._reject(batch, Rejection("consolidate", reason, error.raw_response))
         else:
             self._retry_later(batch, str(error), count_attempt=True)
 
@@ -248,37 +287,47 @@ class MemoryProcessor:
             batch.attempt += 1
         log.warning("flush of %s failed (%s); retry in %.2fs", batch.user_id, reason, delay)
 
-    def _give_up(self, batch: Batch, reason: str, raw: str | None) -> None:
-        try:
-            self._flusher.record_failure(batch.user_id, batch.events, batch.attempt, reason, raw)
-        except DatabaseUnavailable as e:
-            self._retry_later(batch, f"cannot record the failed run: {e}", count_attempt=False)
-            return
-        self._dead_letter(batch, "consolidate", reason)
+    def _reject(self, batch: Batch, rejection: Rejection) -> None:
+        batch.rejection = rejection
+        self._deliver(batch)
 
-    def _dead_letter(self, batch: Batch, stage: str, reason: str) -> None:
-        letters = [
-            DeadLetter(
-                i.event.kafka_key,
-                i.event.to_bytes(),
-                stage,
-                reason,
-                i.tp.topic,
-                i.tp.partition,
-                i.offset,
-            )
-            for i in batch.items
-        ]
+    def _deliver(self, batch: Batch) -> None:
+        """Record the failed run, then dead-letter the events; either step may be retried."""
+        rejection = batch.rejection
+        assert rejection is not None
+        if not rejection.recorded:
+            try:
+                self._flusher.record_failure(
+                    batch.user_id,
+                    batch.events,
+                    batch.attempt,
+                    rejection.reason,
+                    rejection.raw_response,
+                )
+            except DatabaseUnavailable as e:
+                self._retry_later(batch, f"cannot record the failed run: {e}", count_attempt=False)
+                return
+            except StoreError as e:
+                # A record Postgres refuses for good must not hold the partition forever: the
+                # dead letter carries the reason, and says the run record is missing.
+                log.error("failed run of %s not recorded: %s", batch.user_id, e)
+                rejection.reason = f"{rejection.reason} (failed run not recorded: {e})"
+            rejection.recorded = True
+        letters = event_letters(batch.items, rejection.stage, rejection.reason)
         try:
             self._dead_letters.send(letters)
         except DeadLetterError as e:
             self._retry_later(batch, str(e), count_attempt=False)
             return
-        self._metrics.dead_letters.labels(CONSUMER_NAME, stage).inc(len(letters))
+        self._metrics.dead_letters.labels(CONSUMER_NAME, rejection.stage).inc(len(letters))
         log.error(
-            "dead-lettered %d event(s) of %s (%s): %s", len(letters), batch.user_id, stage, reason
+            "dead-lettered %d event(s) of %s (%s): %s",
+            len(letters),
+            batch.user_id,
+            rejection.stage,
+            rejection.reason,
         )
-        self._finish(batch, f"dead_lettered_{stage}")
+        self._finish(batch, f"dead_lettered_{rejection.stage}")
 
     def _finish(self, batch: Batch, outcome: str) -> None:
         for item in batch.items:
@@ -291,8 +340,16 @@ class MemoryProcessor:
     def _commit(self) -> None:
         positions = self._offsets.committable()
         if positions:
-            commit(self._consumer, positions)
-            self._offsets.committed(positions)
+            try:
+                commit(self._consumer, positions)
+            except KafkaError as e:
+                # Not a data problem: an offset left uncommitted only means its record is read
+                # again, and consolidated_events makes that a no-op. Usually the group is
+                # rebalancing; the next step commits again if the partition is still ours.
+                self._metrics.commit_failures.labels(CONSUMER_NAME).inc()
+                log.warning("offset commit failed, retrying on the next step: %r", e)
+            else:
+                self._offsets.committed(positions)
         self._metrics.commit_lag.labels(CONSUMER_NAME).set(self._offsets.open_count())
 
     def _backpressure(self) -> None:
@@ -304,28 +361,37 @@ class MemoryProcessor:
             self._consumer.resume(*self._consumer.paused())
             self._paused = False
 
-    def revoke(self, tps: Sequence[TopicPartition]) -> None:
-        """Partitions are leaving: finish their flushes, commit, forget the rest."""
+    def revoke(self, tps: Sequence[TopicPartition], *, lost: bool = False) -> None:
+        """Partitions are leaving (called on kafka-python's IO thread, inside `poll`).
+
+        Revoked: wait briefly for running flushes, settle what finished and commit it without
+        blocking. Lost (we were evicted): commit nothing, we no longer own them. Either way
+        the rest is forgotten and the new owner re-reads it.
+        """
         gone = set(tps)
-        mine = [b for b in self._batches.values() if b.items and b.items[0].tp in gone]
-        running = [b.future for b in mine if b.future is not None]
-        wait(running, timeout=self._settings.max_wait_s + 60)
-        for batch in mine:
-            if batch.future is not None and batch.future.done():
-                self._settle(batch)
-        for batch in [b for b in self._batches.values() if b.items and b.items[0].tp in gone]:
-            del self._batches[batch.user_id]  # waiting for a retry: the new owner retries
+        mine = [b for b in self._batches.values() if b.items[0].tp in gone]
+        if not lost:
+            running = [b.future for b in mine if b.future is not None]
+            wait(running, timeout=self._settings.revoke_wait_s)
+            for batch in mine:
+                if batch.future is not None and batch.future.done():
+                    self._settle(batch)
+            positions = {tp: p for tp, p in self._offsets.committable().items() if tp in gone}
+            commit_async(self._consumer, positions)
+        for batch in [b for b in self._batches.values() if b.items[0].tp in gone]:
+            del self._batches[batch.user_id]
+            if batch.future is not None:
+                # Still running: its user waits for it before a new flush starts here.
+                self._orphans[batch.user_id] = batch.future
         self._buffers.drop_partitions(gone)
-        self._commit()
         self._offsets.forget(gone)
+        # A new assignment starts unpaused; _backpressure pauses it again if needed.
+        self._paused = False
 
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, processor: MemoryProcessor) -> None:
-        self._processor = processor
-
-    def on_partitions_revoked(self, revoked: Any) -> None:
-        self._processor.revoke([from_kafka(tp) for tp in revoked])
-
-    def on_partitions_assigned(self, assigned: Any) -> None:
-        log.info("assigned %s", sorted(str(tp) for tp in assigned))
+    def _reap_orphans(self) -> None:
+        for user_id, future in list(self._orphans.items()):
+            if future.done():
+                del self._orphans[user_id]
+                if future.exception() is not None:
+                    # Not lost: the partition's owner re-reads these events and retries them.
+                    log.info("orphaned flush of %s failed: %r", user_id, future.exception())

@@ -1,0 +1,138 @@
+"""Several users at once, never one user twice at once: in a processor, across processors.
+
+The backend records when each call ran; the assertions are on overlap of those intervals,
+never on wall-clock thresholds, so a loaded machine slows the test down but cannot fail it.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from consumers.flush import FlushKind, UserFlusher
+from memoryd import wiring
+from processors.consolidate import Consolidator
+from processors.gate import WriteGate
+from tests.consolidation_support import (
+    ProcessorThread,
+    RecordingBackend,
+    tuned,
+    users_per_partition,
+    wait_until,
+)
+from tests.support import Deployment, make_event
+
+pytestmark = pytest.mark.integration
+
+LATENCY_S = 0.3
+
+
+def consolidated_count(deployment: Deployment) -> int:
+    return int(deployment.query("SELECT count(*) FROM consolidated_events")[0][0])
+
+
+def events_per_succeeded_run(deployment: Deployment) -> dict[object, int]:
+    rows = deployment.query(
+        "SELECT e, count(*) FROM consolidation_runs, unnest(input_event_ids) e"
+        " WHERE status = 'succeeded' GROUP BY e"
+    )
+    return {r[0]: r[1] for r in rows}
+
+
+def test_users_are_consolidated_concurrently_and_one_user_never_twice_at_once(
+    deployment: Deployment,
+) -> None:
+    users = [f"user{i}" for i in range(8)]
+    # Four events per user and batches of two: each user has a second batch ready while its
+    # first is in flight, which the processor must hold back.
+    events = [make_event(u, f"{u} note number {n} about the launch", minutes=n) for u in users
+              for n in range(4)]  # fmt: skip
+    deployment.publish(events)
+    backend = RecordingBackend(latency_s=LATENCY_S)
+    tuned(deployment, concurrency=4, max_batch=2, max_wait_s=1.0).run_processor(backend)
+
+    assert consolidated_count(deployment) == len(events)
+    assert set(events_per_succeeded_run(deployment).values()) == {1}
+    assert backend.same_user_overlaps() == []
+    # Eight ready users, four workers: four calls ran at once, and never more.
+    assert backend.max_overlap() == 4
+    assert {c.user_id for c in backend.calls} == set(users)
+    assert all(c.events <= 2 for c in backend.calls)
+
+
+def test_two_processors_in_one_group_share_users_without_overlap(deployment: Deployment) -> None:
+    partitions = 3
+    users = users_per_partition("member", partitions, per_partition=4)
+    settings = tuned(deployment, concurrency=2, max_batch=1, max_wait_s=0.2).settings
+    first_backend = RecordingBackend(latency_s=LATENCY_S)
+    second_backend = RecordingBackend(latency_s=LATENCY_S)
+    wave_one = [make_event(u, f"{u} works on the Falcon project", minutes=0) for u in users]
+    wave_two = [make_event(u, f"{u} prefers written status updates", minutes=1) for u in users]
+
+    first = ProcessorThread(settings, first_backend).start()
+    try:
+        deployment.publish(wave_one)
+        wait_until(lambda: first_backend.started >= 2, 60, "the first processor to flush")
+        # The second member joins while the first has flushes in flight: a rebalance
+        # revokes partitions under running batches.
+        second = ProcessorThread(settings, second_backend).start()
+        try:
+            wait_until(
+                lambda: (
+                    bool(first.assignment())
+                    and bool(second.assignment())
+                    and first.assignment() | second.assignment() == set(range(partitions))
+                ),
+                60,
+                "both processors to own partitions",
+            )
+            deployment.publish(wave_two)
+            total = len(wave_one) + len(wave_two)
+            wait_until(lambda: consolidated_count(deployment) == total, 60, "consolidation")
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+    runs = events_per_succeeded_run(deployment)
+    assert set(runs) == {e.event_id for e in wave_one + wave_two}
+    assert set(runs.values()) == {1}, "an event was consolidated by two runs"
+    calls = RecordingBackend(calls=first_backend.calls + second_backend.calls)
+    assert calls.same_user_overlaps() == []
+    # After the rebalance both members did work.
+    second_users = {c.user_id for c in second_backend.calls}
+    assert second_users
+    assert {c.user_id for c in first_backend.calls} - second_users
+    failed = deployment.query("SELECT count(*) FROM consolidation_runs WHERE status <> 'succeeded'")
+    assert failed == [(0,)]
+
+
+def test_the_user_lock_serializes_two_flushers_of_the_same_user(deployment: Deployment) -> None:
+    """Two instances that both believe they own a user (a rebalance in progress): the
+    Postgres advisory lock makes the second wait, and it then finds nothing left to do."""
+    events = [make_event("ada", "I work in engineering at Initech")]
+    backend = RecordingBackend(latency_s=LATENCY_S)
+    gate = threading.Barrier(2)
+
+    def flush_once() -> FlushKind:
+        with wiring.core(deployment.settings) as c:
+            flusher = UserFlusher(
+                c.memory,
+                backend,
+                Consolidator(WriteGate(None), c.prices),
+                wiring.indexer(c),
+                c.metrics,
+                c.clock,
+            )
+            gate.wait(timeout=60)
+            return flusher.flush("ada", events, attempt=0).kind
+
+    with ThreadPoolExecutor(2) as pool:
+        kinds = sorted(f.result() for f in [pool.submit(flush_once) for _ in range(2)])
+
+    assert kinds == sorted([FlushKind.CONSOLIDATED, FlushKind.NOTHING_NEW])
+    assert len(backend.calls) == 1
+    assert backend.same_user_overlaps() == []
+    assert consolidated_count(deployment) == 1
