@@ -18,21 +18,40 @@ from memoryd.settings import Settings
 from producers.contract import ContextEvent
 
 REDRIVABLE = ("consolidate", "budget")
-REDRIVE_GROUP = "memoryd-redrive"
 
 
-def redrive(settings: Settings, stages: Sequence[str] | None = None, idle_s: float = 3.0) -> int:
+class RedriveError(RuntimeError):
+    """The dead-letter topic could not be read (no partitions assigned in time)."""
+
+
+def redrive_group(settings: Settings) -> str:
+    """The redrive's consumer group, derived from the processor's: one per deployment, so
+    deployments sharing a cluster never share (or rebalance) each other's redrive progress."""
+    return f"{settings.kafka.processor_group}-redrive"
+
+
+def redrive(
+    settings: Settings,
+    stages: Sequence[str] | None = None,
+    idle_s: float = 3.0,
+    join_timeout_s: float = 60.0,
+) -> int:
+    """Republish the redrivable dead letters not redriven yet; returns how many."""
     wanted = set(stages or REDRIVABLE)
     k = settings.kafka
     consumer = make_consumer(
-        ConsumerSettings(k.bootstrap_servers, k.dead_letter_topic, REDRIVE_GROUP, "memoryd-redrive")
+        ConsumerSettings(
+            k.bootstrap_servers, k.dead_letter_topic, redrive_group(settings), "memoryd-redrive"
+        )
     )
     pub = wiring.publisher(settings)
     moved = 0
     try:
         consumer.subscribe([k.dead_letter_topic])
-        quiet_since = time.monotonic()
+        started = quiet_since = time.monotonic()
         while time.monotonic() - quiet_since < idle_s or not consumer.assignment():
+            if not consumer.assignment() and time.monotonic() - started > join_timeout_s:
+                raise RedriveError(f"no partition of {k.dead_letter_topic} assigned")
             batches = consumer.poll(timeout_ms=500)
             if not batches:
                 continue

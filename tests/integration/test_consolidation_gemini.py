@@ -1,0 +1,223 @@
+"""The real google-genai SDK against the local fake Gemini, through the real pipeline.
+
+Kafka in, Postgres and Chroma out: what a good answer, rate limits, server errors, truncated
+JSON, JSON-in-a-string and an oversized working memory each do to runs, memory, the dead-letter
+topic and offsets. Retries are kept fast with a 50 ms backoff base and three attempts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from memoryd import wiring
+from memoryd.redrive import redrive
+from producers.contract import EventType
+from tests.consolidation_support import gemini_backend, headers_of, topic_size, tuned
+from tests.fake_gemini import FakeGemini, FakeReply
+from tests.support import Deployment, dead_letters, make_event
+
+pytestmark = pytest.mark.integration
+
+GOOD: dict[str, Any] = {
+    "updated_working_memory": "Ada is an engineer at Initech who likes short answers.",
+    "updated_scaffold": {"Role": "Engineer", "Employer": "Initech"},
+    "facts": [
+        {
+            "op": "add",
+            "content": "The user works in engineering at Initech.",
+            "type": "profile",
+            "confidence": 0.9,
+            "salience": 0.7,
+            "surface": "speak",
+            "target_fact_id": None,
+            "evidence": ["E1"],
+        },
+        {
+            "op": "add",
+            "content": "The user prefers short answers with code examples.",
+            "type": "preference",
+            "confidence": 0.85,
+            "salience": 0.6,
+            "surface": "adapt",
+            "target_fact_id": None,
+            "evidence": ["E2"],
+        },
+    ],
+}
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGemini]:
+    with FakeGemini() as server:
+        yield server
+
+
+@pytest.fixture
+def fast(deployment: Deployment) -> Deployment:
+    return tuned(deployment, backoff_base_s=0.05, max_attempts=3)
+
+
+def publish_ada(deployment: Deployment) -> set[object]:
+    events = [
+        make_event("ada", "I work in engineering at Initech", minutes=0),
+        make_event("ada", "I prefer short answers with code examples", EventType.PREFERENCE,
+                   minutes=1),
+    ]  # fmt: skip
+    deployment.publish(events)
+    return {e.event_id for e in events}
+
+
+def run_gemini(deployment: Deployment, fake: FakeGemini) -> None:
+    with gemini_backend(fake.url) as backend:
+        deployment.run_processor(backend)
+
+
+def runs(deployment: Deployment) -> list[tuple[Any, ...]]:
+    return deployment.query(
+        "SELECT status, input_event_ids, error, raw_response, prompt_tokens, completion_tokens"
+        " FROM consolidation_runs ORDER BY seq"
+    )
+
+
+def consumed(deployment: Deployment) -> list[Any]:
+    return [r[0] for r in deployment.query("SELECT event_id FROM consolidated_events")]
+
+
+def dlq_size(deployment: Deployment) -> int:
+    k = deployment.settings.kafka
+    return topic_size(k.bootstrap_servers, k.dead_letter_topic)
+
+
+def test_a_good_answer_becomes_memory(fast: Deployment, fake: FakeGemini) -> None:
+    ids = publish_ada(fast)
+    fake.reply(FakeReply.json(GOOD, prompt_tokens=120, completion_tokens=40))
+    run_gemini(fast, fake)
+
+    [sent] = fake.requests
+    assert "<observation label=" in sent.user_text
+    assert "I work in engineering at Initech" in sent.user_text
+    [(status, inputs, error, _, prompt, completion)] = runs(fast)
+    assert (status, set(inputs), error, prompt, completion) == ("succeeded", ids, None, 120, 40)
+    assert sorted(consumed(fast), key=str) == sorted(ids, key=str)
+
+    def check(c: wiring.Core) -> None:
+        state = c.memory.load_state("ada")
+        assert state.working_memory == GOOD["updated_working_memory"]
+        assert state.scaffold == GOOD["updated_scaffold"]
+        facts = c.memory.facts("ada")
+        assert sorted(f.content for f in facts) == sorted(f["content"] for f in GOOD["facts"])
+        assert all(f.indexed_at is not None for f in facts)
+        assert c.index.count("ada") == 2
+
+    fast.with_core(check)
+    assert dlq_size(fast) == 0
+
+
+def test_rate_limited_twice_then_consolidated_once(fast: Deployment, fake: FakeGemini) -> None:
+    ids = publish_ada(fast)
+    fake.reply(
+        FakeReply.status(429, "Resource has been exhausted"),
+        FakeReply.status(429, "Resource has been exhausted"),
+        FakeReply.json(GOOD),
+    )
+    run_gemini(fast, fake)
+
+    assert len(fake.requests) == 3
+    [(status, inputs, *_)] = runs(fast)
+    assert (status, set(inputs)) == ("succeeded", ids)
+    assert sorted(consumed(fast), key=str) == sorted(ids, key=str)
+    assert fast.query("SELECT attempt FROM consolidation_runs") == [(2,)]
+    assert dlq_size(fast) == 0
+
+
+def test_server_errors_dead_letter_then_redrive_consolidates_once(
+    fast: Deployment, fake: FakeGemini
+) -> None:
+    ids = publish_ada(fast)
+    fake.default = FakeReply.status(500, "internal error")
+    run_gemini(fast, fake)
+
+    assert len(fake.requests) == 3  # max_attempts, each one request: no SDK retries
+    k = fast.settings.kafka
+    letters = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=2)
+    assert len(letters) == 2
+    for letter in letters:
+        headers = headers_of(letter)
+        assert headers["dlq.stage"] == "consolidate"
+        assert "gave up after 3 attempts" in headers["dlq.reason"]
+        assert "500" in headers["dlq.reason"]
+    [(status, inputs, error, *_)] = runs(fast)
+    assert (status, set(inputs)) == ("failed", ids)
+    assert "500" in error
+    assert consumed(fast) == []
+
+    fake.default = FakeReply.json(GOOD)
+    assert redrive(fast.settings) == 2
+    run_gemini(fast, fake)
+    assert [r[0] for r in runs(fast)] == ["failed", "succeeded"]
+    assert set(runs(fast)[1][1]) == ids
+    assert sorted(consumed(fast), key=str) == sorted(ids, key=str)
+
+    # Nothing is redriven twice, and a second pass consolidates nothing again.
+    assert redrive(fast.settings, idle_s=1.0) == 0
+    run_gemini(fast, fake)
+    assert len(runs(fast)) == 2
+
+
+def test_truncated_json_is_dead_lettered_with_the_raw_answer(
+    fast: Deployment, fake: FakeGemini
+) -> None:
+    ids = publish_ada(fast)
+    truncated = json.dumps(GOOD)[:70]
+    fake.reply(FakeReply.text(truncated, finish_reason="MAX_TOKENS"))
+    run_gemini(fast, fake)
+
+    assert len(fake.requests) == 1  # not worth a retry: the same prompt truncates again
+    k = fast.settings.kafka
+    letters = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=2)
+    assert {headers_of(x)["dlq.stage"] for x in letters} == {"consolidate"}
+    assert all("MAX_TOKENS" in headers_of(x)["dlq.reason"] for x in letters)
+    [(status, inputs, error, raw, *_)] = runs(fast)
+    assert (status, set(inputs), raw) == ("failed", ids, truncated)
+    assert "not JSON" in error
+    assert consumed(fast) == []
+
+
+def test_nested_values_returned_as_json_strings_are_normalized(
+    fast: Deployment, fake: FakeGemini
+) -> None:
+    publish_ada(fast)
+    stringly = {
+        "updated_working_memory": GOOD["updated_working_memory"],
+        "updated_scaffold": json.dumps(
+            {"Role": "Engineer", "Projects": json.dumps([{"name": "Falcon", "due": "Dec"}])}
+        ),
+        "facts": json.dumps(GOOD["facts"]),
+    }
+    fake.reply(FakeReply.json(stringly))
+    run_gemini(fast, fake)
+
+    assert [r[0] for r in runs(fast)] == ["succeeded"]
+
+    def check(c: wiring.Core) -> None:
+        scaffold = c.memory.load_state("ada").scaffold
+        assert scaffold == {"Role": "Engineer", "Projects": [{"name": "Falcon", "due": "Dec"}]}
+        assert len(c.memory.facts("ada")) == 2
+
+    fast.with_core(check)
+
+
+def test_an_oversized_working_memory_is_capped(fast: Deployment, fake: FakeGemini) -> None:
+    publish_ada(fast)
+    huge = " ".join(f"word{i}" for i in range(2_000))
+    fake.reply(FakeReply.json({**GOOD, "updated_working_memory": huge}))
+    run_gemini(fast, fake)
+
+    assert [r[0] for r in runs(fast)] == ["succeeded"]
+    [(stored,)] = fast.query("SELECT working_memory FROM user_memory WHERE user_id = 'ada'")
+    assert 0 < len(stored.split()) <= 500
+    assert stored.startswith("word0 word1")
