@@ -431,12 +431,17 @@ def build_working_memory(
 
     for key in ("Name", "Role", "Employer", "Location"):
         section(key, [scaffold.get(key, "")], 1)
-    facts = [f for f in _believed(request, plan) if f.status is FactStatus.ACTIVE]
+    # W is shown in every chat: what was said inside one connection stays out of it.
+    facts = [
+        f
+        for f in _believed(request, plan)
+        if f.status is FactStatus.ACTIVE and f.provenance.connection_id is None
+    ]
     rows = [(f.salience, f.updated_at, f.fact_type, f.content) for f in facts]
     rows += [
         (d.proposal.salience, d.at, d.proposal.type, d.proposal.content)
         for d in plan.drafts
-        if d.alive
+        if d.alive and d.scope is None
     ]
     # Newest first within a salience; content breaks exact ties so the order never depends on
     # the input's.

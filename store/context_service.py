@@ -197,7 +197,7 @@ class ContextService:
             user_id=user_id,
             memory_version=injection.state.version,
             working_memory=injection.state.working_memory,
-            scaffold=dict(injection.state.scaffold),
+            scaffold=scoped_scaffold(injection.state.scaffold, connections),
             learned_info=injection.state.learned_info,
             connection_info={
                 c: injection.connections[c] for c in connections if c in injection.connections
@@ -340,6 +340,26 @@ class ContextService:
         for writer in (self._recalls, self._audit):
             if writer is not None:
                 writer.close()
+
+
+CONNECTIONS_KEY = "Connections"
+
+
+def scoped_scaffold(scaffold: Mapping[str, Any], connection_ids: Sequence[str]) -> dict[str, Any]:
+    """S as this turn may see it: what was learned inside a connection only when it is active.
+
+    Backends keep connection-scoped knowledge under S["Connections"][connection_id] (the prompt
+    asks for it; the offline backend does it), so one filter here covers every backend.
+    """
+    out = dict(scaffold)
+    per_connection = out.get(CONNECTIONS_KEY)
+    if isinstance(per_connection, Mapping):
+        visible = {k: v for k, v in per_connection.items() if k in connection_ids}
+        if visible:
+            out[CONNECTIONS_KEY] = visible
+        else:
+            del out[CONNECTIONS_KEY]
+    return out
 
 
 def _in_scope(fact: Fact, connection_ids: Sequence[str]) -> bool:

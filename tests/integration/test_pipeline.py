@@ -82,6 +82,9 @@ def test_observations_become_working_memory_scaffold_and_facts(deployment: Deplo
         general = service.assemble("ada", "When is the Acme review?")
         with_mail = service.assemble("ada", "When is the Acme review?", ["gmail-work"])
         assert not any("quarterly review" in r.fact.content for r in general.facts)
+        # Nothing learned inside the mail connection reaches a turn where it is not active.
+        assert "quarterly review" not in general.prompt_block
+        assert "gmail-work" in with_mail.scaffold.get("Connections", {})
         assert any("quarterly review" in r.fact.content for r in with_mail.facts)
         assert "# Your Context" in with_mail.prompt_block
         assert "Relevant Retrieved Facts:" in with_mail.prompt_block
