@@ -63,13 +63,34 @@ NOW = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 
 # --- synthetic memory ------------------------------------------------------------------
 
-NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kofi"]
-CITIES = ["Berlin", "Lisbon", "Kyoto", "Toronto", "Nairobi", "Oslo", "Lima", "Pune", "Austin"]
-PROJECTS = ["billing", "search", "onboarding", "ledger", "notifications", "payments", "mobile"]
-TOOLS = ["Jira", "Linear", "Notion", "PagerDuty", "Figma", "Grafana", "Postgres", "Kafka"]
-MONTHS = ["January", "March", "April", "June", "September", "November"]
-HOBBIES = ["climbing", "the cello", "sourdough baking", "chess", "trail running", "pottery"]
-FOODS = ["vegetarian food", "spicy ramen", "oat flat whites", "green tea", "dark chocolate"]
+NAMES = [
+    "Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kofi", "Lena",
+    "Mateo", "Nia", "Omar", "Priya", "Quinn", "Rosa", "Sami", "Tomas", "Uma", "Vik", "Wen", "Yara",
+]  # fmt: skip
+CITIES = [
+    "Berlin", "Lisbon", "Kyoto", "Toronto", "Nairobi", "Oslo", "Lima", "Pune", "Austin", "Lyon",
+    "Seoul", "Dublin", "Accra", "Porto", "Krakow", "Denver", "Hanoi", "Bergen", "Quito", "Turin",
+]  # fmt: skip
+PROJECTS = [
+    "billing", "search", "onboarding", "ledger", "notifications", "payments", "mobile", "pricing",
+    "analytics", "checkout", "identity", "reporting", "storage", "routing", "support", "growth",
+]  # fmt: skip
+TOOLS = [
+    "Jira", "Linear", "Notion", "PagerDuty", "Figma", "Grafana", "Postgres", "Kafka", "Terraform",
+    "Sentry", "Airflow", "dbt",
+]  # fmt: skip
+MONTHS = [
+    "January", "February", "March", "April", "May", "June", "July", "August", "September",
+    "October", "November", "December",
+]  # fmt: skip
+HOBBIES = [
+    "climbing", "the cello", "sourdough baking", "chess", "trail running", "pottery", "sailing",
+    "watercolor painting", "birdwatching", "salsa dancing", "woodworking", "Japanese",
+]  # fmt: skip
+FOODS = [
+    "vegetarian food", "spicy ramen", "oat flat whites", "green tea", "dark chocolate", "tacos",
+    "Ethiopian food", "black coffee", "sushi", "lentil soup",
+]  # fmt: skip
 TEMPLATES = [
     "The user lives in {city} and commutes by bike most days.",
     "The user works on the {project} team and reports to {name}.",
