@@ -149,6 +149,11 @@ class FactLedger:
             self._supersede(supersedes, fact)
 
     def _reinforce(self, target: Fact, proposal: FactProposal, reason: str) -> None:
+        if target.pinned:
+            # Reached through the gate (a paraphrase of a pinned fact) or the same content:
+            # a pinned fact is the user's word and no run changes it, not even its counters.
+            self._record(proposal, Verdict.DISCARD, "repeats a pinned fact", target.fact_id)
+            return
         fact = replace(
             target,
             reinforce_count=target.reinforce_count + 1,

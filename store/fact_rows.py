@@ -137,13 +137,26 @@ def _params(fact: Fact, run_id: uuid.UUID) -> tuple[Any, ...]:
 def write_changes(
     conn: psycopg.Connection[Any], run_id: uuid.UUID, changes: Sequence[FactChange]
 ) -> None:
-    """Upsert every changed fact and its history row.
+    """Upsert every changed fact and the history row of each change actually written.
 
-    New facts first: a contradicted fact points at its successor through a foreign key.
+    New facts first: a contradicted fact points at its successor through a foreign key. A
+    pinned row refuses the upsert (`WHERE NOT pinned`), and then no history row may claim a
+    change the table never got.
     """
     ordered = sorted(changes, key=lambda c: c.before is not None)
+    if not ordered:
+        return
     with conn.cursor() as cur:
-        cur.executemany(_UPSERT, [_params(c.after, run_id) for c in ordered])
+        cur.executemany(
+            _UPSERT + " RETURNING fact_id",
+            [_params(c.after, run_id) for c in ordered],
+            returning=True,
+        )
+        written: set[uuid.UUID] = set()
+        while True:
+            written.update(row[0] for row in cur.fetchall())
+            if not cur.nextset():
+                break
         cur.executemany(
             "INSERT INTO fact_history (fact_id, run_id, operation, before, after)"
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (fact_id, run_id, operation) DO NOTHING",
@@ -156,5 +169,6 @@ def write_changes(
                     Jsonb(fact_to_json(c.after)),
                 )
                 for c in ordered
+                if c.after.fact_id in written
             ],
         )

@@ -1,0 +1,264 @@
+"""Fact lifecycle operations of one run: what each op does, to which facts, with what history."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from processors.gate import WriteGate
+from processors.lifecycle import REINFORCE_CONFIDENCE_STEP, FactLedger
+from processors.schema import FactOp, FactProposal, Observation
+from producers.contract import ContextEvent, EventType, Source, SourceMetadata
+from store.records import (
+    Fact,
+    FactChange,
+    FactChangeKind,
+    FactStatus,
+    FactType,
+    GateCounts,
+    Provenance,
+    SurfacePolicy,
+    fact_id_for,
+)
+
+EARLIER = datetime(2026, 11, 1, tzinfo=UTC)
+NOW = datetime(2026, 11, 2, tzinfo=UTC)
+RUN = uuid.UUID(int=7)
+EVENT = ContextEvent(
+    event_id=uuid.UUID(int=42),
+    user_id="ada",
+    organization_id="org-a",
+    event_type=EventType.FACT,
+    content="I moved to the design team",
+    source_metadata=SourceMetadata(source=Source.INTERACTIVE, message_id="m-1"),
+    occurred_at=NOW,
+)
+
+
+def fact(
+    content: str,
+    kind: FactType = FactType.PROFILE,
+    *,
+    status: FactStatus = FactStatus.ACTIVE,
+    pinned: bool = False,
+    **extra: Any,
+) -> Fact:
+    return Fact(
+        fact_id=fact_id_for("ada", content, None),
+        user_id="ada",
+        organization_id="org-a",
+        content=content,
+        fact_type=kind,
+        surface=SurfacePolicy.SPEAK,
+        status=status,
+        confidence=0.8,
+        salience=0.5,
+        provenance=Provenance(
+            context_type="fact", source="interactive", source_event_ids=(uuid.UUID(int=1),)
+        ),
+        created_by_run=uuid.UUID(int=1),
+        created_at=EARLIER,
+        updated_at=EARLIER,
+        pinned=pinned,
+        indexed_at=EARLIER,
+        **extra,
+    )
+
+
+def ledger(*active: Fact) -> FactLedger:
+    return FactLedger(
+        user_id="ada",
+        organization_id="org-a",
+        run_id=RUN,
+        now=NOW,
+        active=active,
+        observations=[Observation("E1", EVENT)],
+        gate=WriteGate(None),
+    )
+
+
+def propose(op: FactOp, content: str, target: Fact | None = None, **extra: Any) -> FactProposal:
+    return FactProposal(
+        op=op,
+        content=content,
+        target_fact_id=None if target is None else str(target.fact_id),
+        evidence=["E1"],
+        **{"confidence": 0.9, "salience": 0.6, **extra},
+    )
+
+
+def by_id(changes: tuple[FactChange, ...]) -> dict[uuid.UUID, FactChange]:
+    return {c.after.fact_id: c for c in changes}
+
+
+ENGINEERING = fact("The user works in engineering.")
+LOOP = fact("The user must send the Q3 report by Friday.", FactType.OPEN_LOOP)
+PINNED = fact("The user is allergic to peanuts.", pinned=True)
+
+
+def test_add_creates_a_fact_with_provenance_and_no_history() -> None:
+    run = ledger()
+    run.apply(propose(FactOp.ADD, "The user works in design."))
+    [change] = run.changes()
+    assert (change.kind, change.before) == (FactChangeKind.ADD, None)
+    new = change.after
+    assert new.fact_id == fact_id_for("ada", "The user works in design.", None)
+    assert (new.status, new.created_by_run, new.created_at) == (FactStatus.ACTIVE, RUN, NOW)
+    assert new.provenance.source_event_ids == (EVENT.event_id,)
+    assert new.provenance.message_id == "m-1"
+    assert run.counts() == GateCounts(allowed=1)
+
+
+def test_a_doubtful_add_is_held() -> None:
+    run = ledger()
+    run.apply(propose(FactOp.ADD, "The user may work in design.", confidence=0.5))
+    [change] = run.changes()
+    assert change.after.status is FactStatus.HELD
+    assert run.counts() == GateCounts(held=1)
+
+
+def test_update_changes_the_fact_in_place_and_keeps_what_it_was() -> None:
+    run = ledger(ENGINEERING)
+    run.apply(propose(FactOp.UPDATE, "The user works in platform engineering.", ENGINEERING))
+    run.apply(propose(FactOp.UPDATE, "The user leads platform engineering.", ENGINEERING))
+    [change] = run.changes()
+    assert change.kind is FactChangeKind.UPDATE
+    assert change.before == ENGINEERING  # the state before the run, not after the first op
+    after = change.after
+    assert after.fact_id == ENGINEERING.fact_id
+    assert after.content == "The user leads platform engineering."
+    assert (after.version, after.indexed_at, after.updated_at) == (3, None, NOW)
+    assert after.provenance.source_event_ids == (uuid.UUID(int=1), EVENT.event_id)
+
+
+def test_reinforce_counts_and_firms_up_a_fact() -> None:
+    held = fact("The user likes jazz.", status=FactStatus.HELD)
+    run = ledger(ENGINEERING, held)
+    run.apply(propose(FactOp.REINFORCE, "Works in engineering", ENGINEERING, confidence=0.5))
+    run.apply(propose(FactOp.REINFORCE, "Likes jazz", held))
+    changes = by_id(run.changes())
+    eng = changes[ENGINEERING.fact_id]
+    assert eng.kind is FactChangeKind.REINFORCE
+    assert (eng.after.reinforce_count, eng.after.last_reinforced_at) == (1, NOW)
+    assert eng.after.confidence == pytest.approx(0.8 + REINFORCE_CONFIDENCE_STEP)
+    assert eng.after.content == ENGINEERING.content
+    # A held fact observed again has earned its place.
+    assert changes[held.fact_id].after.status is FactStatus.ACTIVE
+
+
+def test_contradict_supersedes_the_target_with_the_new_fact() -> None:
+    run = ledger(ENGINEERING)
+    run.apply(propose(FactOp.CONTRADICT, "The user works in design.", ENGINEERING))
+    changes = by_id(run.changes())
+    new_id = fact_id_for("ada", "The user works in design.", None)
+    assert set(changes) == {ENGINEERING.fact_id, new_id}
+    new, old = changes[new_id], changes[ENGINEERING.fact_id]
+    assert (new.kind, new.before, new.after.status) == (
+        FactChangeKind.CONTRADICT,
+        None,
+        FactStatus.ACTIVE,
+    )
+    assert old.kind is FactChangeKind.CONTRADICT
+    assert old.before == ENGINEERING
+    assert (old.after.status, old.after.superseded_by) == (FactStatus.CONTRADICTED, new_id)
+    assert old.after.version == ENGINEERING.version + 1
+
+
+def test_a_doubtful_contradiction_is_held_and_supersedes_nothing() -> None:
+    run = ledger(ENGINEERING)
+    run.apply(propose(FactOp.CONTRADICT, "The user might work in design.", ENGINEERING,
+                      confidence=0.5))  # fmt: skip
+    [change] = run.changes()
+    assert change.after.status is FactStatus.HELD
+    assert change.after.fact_id != ENGINEERING.fact_id
+
+
+def test_a_contradiction_that_repeats_another_fact_reinforces_that_one() -> None:
+    design = fact("The user works in design.")
+    run = ledger(ENGINEERING, design)
+    run.apply(propose(FactOp.CONTRADICT, "the user WORKS in design", ENGINEERING))
+    changes = by_id(run.changes())
+    assert changes[design.fact_id].after.reinforce_count == 1
+    assert changes[ENGINEERING.fact_id].after.superseded_by == design.fact_id
+
+
+def test_close_loop_archives_an_open_loop() -> None:
+    run = ledger(LOOP)
+    run.apply(propose(FactOp.CLOSE_LOOP, "The Q3 report was sent.", LOOP))
+    [change] = run.changes()
+    assert (change.kind, change.before) == (FactChangeKind.CLOSE_LOOP, LOOP)
+    assert change.after.status is FactStatus.ARCHIVED
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        (ENGINEERING, "not an open loop"),
+        (fact("Unknown loop", FactType.OPEN_LOOP), "not an active fact"),  # not in the ledger
+    ],
+)
+def test_close_loop_only_closes_an_active_open_loop(target: Fact, reason: str) -> None:
+    run = ledger(ENGINEERING, LOOP)
+    run.apply(propose(FactOp.CLOSE_LOOP, "Done with it.", target))
+    assert run.changes() == ()
+    assert reason in run.decisions[-1].reason
+    assert run.counts() == GateCounts(discarded=1)
+
+
+@pytest.mark.parametrize(
+    "op", [FactOp.UPDATE, FactOp.CONTRADICT, FactOp.REINFORCE, FactOp.CLOSE_LOOP]
+)
+def test_a_pinned_fact_is_never_changed(op: FactOp) -> None:
+    pinned_loop = replace(LOOP, pinned=True)
+    run = ledger(PINNED, pinned_loop)
+    target = pinned_loop if op is FactOp.CLOSE_LOOP else PINNED
+    run.apply(propose(op, "The user is no longer allergic to peanuts.", target))
+    changed = by_id(run.changes())
+    assert PINNED.fact_id not in changed
+    assert pinned_loop.fact_id not in changed
+    # A competing statement is kept, held, for a human to look at; a reinforce is dropped.
+    if op is FactOp.REINFORCE:
+        assert changed == {}
+    else:
+        [competing] = changed.values()
+        assert competing.after.status is FactStatus.HELD
+
+
+@pytest.mark.parametrize(
+    "content", ["The user is allergic to peanuts.", "the user is ALLERGIC to peanuts"]
+)
+def test_repeating_a_pinned_fact_changes_nothing(content: str) -> None:
+    run = ledger(PINNED)
+    run.apply(propose(FactOp.ADD, content))
+    assert run.changes() == ()
+    assert run.decisions[-1].verdict == "discard"
+
+
+def test_a_target_that_is_not_active_is_read_as_an_add() -> None:
+    contradicted = fact("The user works in sales.", status=FactStatus.CONTRADICTED)
+    run = ledger(ENGINEERING)
+    run.apply(propose(FactOp.UPDATE, "The user works in marketing.", contradicted))
+    run.apply(FactProposal(op=FactOp.UPDATE, content="The user owns a boat.",
+                           target_fact_id="not-a-uuid"))  # fmt: skip
+    kinds = {c.after.content: c.kind for c in run.changes()}
+    assert kinds == {
+        "The user works in marketing.": FactChangeKind.ADD,
+        "The user owns a boat.": FactChangeKind.ADD,
+    }
+
+
+def test_every_proposal_leaves_a_decision() -> None:
+    run = ledger(ENGINEERING)
+    for p in [
+        propose(FactOp.ADD, "tiny"),
+        propose(FactOp.ADD, "The user is based in Lisbon."),
+        propose(FactOp.ADD, "The user works in engineering"),
+        propose(FactOp.ADD, "The user maybe likes tea.", confidence=0.45),
+    ]:
+        run.apply(p)
+    assert [d.verdict for d in run.decisions] == ["discard", "allow", "reinforce", "hold"]
+    assert run.counts() == GateCounts(allowed=1, held=1, discarded=1, reinforced=1)
