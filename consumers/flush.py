@@ -4,6 +4,12 @@ Runs in a worker thread. Under the user's advisory lock it drops events already 
 reads the current memory, asks the backend, plans the update with the write gate and applies
 it in one transaction. Indexing happens after the commit; if it fails the facts stay pending
 in Postgres and the scheduled indexer picks them up.
+
+Budget: a user with a credit line whose balance is spent (<= 0) before a flush gets the
+configured policy, decided under the lock and written down: DEFER records a deferred run and
+the runtime parks the events on the dead-letter topic (stage `budget`) until `memoryd redrive`;
+SKIP_EMBEDDINGS consolidates, records `budget_action` in the run's output and leaves the new
+facts unindexed until credit is added (the index drain skips users out of credit).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -21,9 +27,9 @@ from consumers.metrics import PipelineMetrics
 from processors.consolidate import Consolidator, failed_run
 from processors.schema import ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
-from store.errors import VectorIndexUnavailable
+from store.errors import StoreError
 from store.memory_store import PostgresMemoryStore
-from store.records import FactStatus, MemoryState, MemoryUpdate, RunStatus, run_id_for
+from store.records import FactStatus, MemoryState, MemoryUpdate, RunRecord, RunStatus, run_id_for
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,7 @@ class FlushResult:
     run_id: uuid.UUID | None = None
     update: MemoryUpdate | None = None
     reason: str = ""
+    skip_embeddings: bool = False
 
 
 class UserFlusher:
@@ -73,10 +80,12 @@ class UserFlusher:
 
     def flush(self, user_id: str, events: Sequence[ContextEvent], attempt: int) -> FlushResult:
         """Raises the backend's and the store's errors; the runtime decides retry or dead letter."""
+        started = time.monotonic()
         with self._store.user_lock(user_id):
             result = self._consolidate(user_id, events, attempt)
-        if result.update is not None and not self._skip_embeddings(user_id):
+        if result.update is not None and not result.skip_embeddings:
             self._index(result.update)
+        self._metrics.flush_seconds.labels(self._backend.name).observe(time.monotonic() - started)
         return result
 
     def record_failure(
@@ -90,7 +99,7 @@ class UserFlusher:
         """Write the failed run record for events about to be dead-lettered."""
         state = self._store.load_state(user_id, events[0].organization_id)
         request = ConsolidationRequest.build(state, (), list(events), self._clock())
-        run_id = run_id_for(user_id, request.event_ids, attempt=attempt + 1)
+        run_id = occurrence_run_id()
         self._store.record_run(
             failed_run(
                 request,
@@ -117,8 +126,12 @@ class UserFlusher:
             return FlushResult(FlushKind.NOTHING_NEW, 0)
         state = self._store.load_state(user_id, fresh[0].organization_id)
         now = self._clock()
-        if self._budget_policy is BudgetPolicy.DEFER and self._exhausted(user_id):
-            return self._defer(user_id, state, fresh, now, attempt)
+        balance = self._store.balance(user_id)
+        exhausted = balance is not None and balance <= 0
+        if balance is not None and balance <= 0:
+            self._metrics.budget_actions.labels(self._budget_policy.value).inc()
+            if self._budget_policy is BudgetPolicy.DEFER:
+                return self._defer(state, fresh, now, attempt, balance)
         active = tuple(self._store.facts(user_id, (FactStatus.ACTIVE, FactStatus.HELD)))
         request = ConsolidationRequest.build(state, active, fresh, now)
         run_id = run_id_for(user_id, request.event_ids)
@@ -135,21 +148,25 @@ class UserFlusher:
             duration_ms=duration_ms,
             attempt=attempt,
         )
+        if exhausted:
+            update = _with_budget_action(update, self._budget_policy)
         self._store.apply(update)
-        self._observe(update)
-        return FlushResult(FlushKind.CONSOLIDATED, len(fresh), run_id, update)
+        self._observe(update.run)
+        return FlushResult(
+            FlushKind.CONSOLIDATED, len(fresh), run_id, update, skip_embeddings=exhausted
+        )
 
     def _defer(
         self,
-        user_id: str,
         state: MemoryState,
         fresh: list[ContextEvent],
         now: datetime,
         attempt: int,
+        balance: int,
     ) -> FlushResult:
         request = ConsolidationRequest.build(state, (), fresh, now)
-        run_id = run_id_for(user_id, request.event_ids, attempt=attempt)
-        reason = "credit exhausted: consolidation deferred"
+        run_id = occurrence_run_id()
+        reason = f"credit exhausted (balance {balance} micro-USD): consolidation deferred"
         self._store.record_run(
             failed_run(
                 request,
@@ -167,25 +184,17 @@ class UserFlusher:
         )
         return FlushResult(FlushKind.DEFERRED, len(fresh), run_id, reason=reason)
 
-    def _exhausted(self, user_id: str) -> bool:
-        balance = self._store.balance(user_id)
-        return balance is not None and balance <= 0
-
-    def _skip_embeddings(self, user_id: str) -> bool:
-        return self._budget_policy is BudgetPolicy.SKIP_EMBEDDINGS and self._exhausted(user_id)
-
     def _index(self, update: MemoryUpdate) -> None:
         try:
             self._indexer.index_changes(update)
-        except VectorIndexUnavailable as e:
-            # Not lost: the facts keep indexed_at = NULL and the scheduled indexer retries them.
+        except StoreError as e:
+            # The run is committed; indexing is its outbox. Chroma, the embedder or Postgres
+            # failing here leaves the facts with indexed_at = NULL, and the scheduled drain
+            # indexes them: failing the batch would dead-letter events already consolidated.
             self._metrics.index_failures.inc()
-            log.warning(
-                "vector index unavailable, %d fact(s) left pending: %s", len(update.fact_changes), e
-            )
+            log.warning("indexing failed, %d fact(s) left pending: %s", len(update.fact_changes), e)
 
-    def _observe(self, update: MemoryUpdate) -> None:
-        run = update.run
+    def _observe(self, run: RunRecord) -> None:
         m = self._metrics
         m.events_consolidated.inc(len(run.input_event_ids))
         m.tokens.labels(run.backend, "prompt").inc(run.usage.prompt_tokens)
@@ -198,3 +207,19 @@ class UserFlusher:
             ("reinforce", run.gate.reinforced),
         ):
             m.gate_verdicts.labels(verdict).inc(count)
+
+
+def _with_budget_action(update: MemoryUpdate, policy: BudgetPolicy) -> MemoryUpdate:
+    """The run's output says which budget policy shaped it, for the audit trail."""
+    output = {**(update.run.output or {}), "budget_action": policy.value}
+    return replace(update, run=replace(update.run, output=output))
+
+
+def occurrence_run_id() -> uuid.UUID:
+    """The id of a failed or deferred run: one occurrence, not a function of its events.
+
+    The same events can fail again after a redrive, or succeed; each occurrence needs its own
+    record. An id derived from the events would collide with the succeeded run's id
+    (`run_id_for`), and `ON CONFLICT DO NOTHING` would then silently drop that run's record.
+    """
+    return uuid.uuid4()

@@ -2,8 +2,10 @@
 
 A fact version is written to the index, then marked `indexed_at` in Postgres with its
 embedding cost booked in the same transaction. Chroma upserts are idempotent on the fact id,
-so a crash between the two only repeats the upsert; the ledger entry id is derived from the
-fact versions, so the cost is booked once.
+so a crash between the two only repeats the upsert. Only the indexer that flips a version from
+pending to indexed books it (the ledger entry id is derived from the versions it flipped), so
+the flush path and the scheduled drain racing over the same facts book each version once:
+the ledger's embedding units are the fact versions indexed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from itertools import groupby
 from consumers.metrics import PipelineMetrics
 from processors.cost import PriceTable, embedding_entry
 from store.memory_store import PostgresMemoryStore
-from store.records import Fact, MemoryUpdate
+from store.records import Fact, LedgerEntry, MemoryUpdate
 from store.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
@@ -46,18 +48,22 @@ class FactIndexer:
         facts = [f for f in self._store.facts_by_id(ids) if f.indexed_at is None]
         return self._index_facts(facts)
 
-    def drain_pending(self, batch: int = 256) -> int:
-        """Index every pending fact (the outbox); returns how many were indexed."""
+    def drain_pending(self, batch: int = 256, *, skip_out_of_credit: bool = False) -> int:
+        """Index every pending fact (the outbox); returns how many were indexed.
+
+        `skip_out_of_credit` leaves the facts of users whose credit is spent pending (the
+        SKIP_EMBEDDINGS budget policy); they are indexed by the first drain after a top-up.
+        """
         total = 0
         while True:
-            facts = self._store.pending_index(limit=batch)
+            facts = self._store.pending_index(limit=batch, skip_out_of_credit=skip_out_of_credit)
             if not facts:
                 break
             done = self._index_facts(facts)
             total += done
             if done == 0:
-                break
-        self._metrics.pending_index.set(len(self._store.pending_index(limit=10_000)))
+                break  # another indexer got them first, or only stale versions were read
+        self._metrics.pending_index.set(self._store.pending_count())
         return total
 
     def _index_facts(self, facts: Sequence[Fact]) -> int:
@@ -65,11 +71,22 @@ class FactIndexer:
             return 0
         embedded = self._index.upsert(facts)
         now = self._clock()
+        booked: list[LedgerEntry] = []
+
+        def ledger_for(marked: Sequence[Fact]) -> list[LedgerEntry]:
+            booked[:] = self._entries(marked, now)
+            return booked
+
+        marked = self._store.mark_indexed(facts, now, ledger_for)
+        self._metrics.facts_indexed.inc(embedded)
+        self._metrics.cost.labels("embedding").inc(sum(e.cost_micro_usd for e in booked))
+        return len(marked)
+
+    def _entries(self, facts: Sequence[Fact], at: datetime) -> list[LedgerEntry]:
+        """One entry per (user, run that created the facts); its id is derived from the
+        exact fact versions, so the same versions can never be booked twice."""
         entries = []
-        # One ledger entry per (user, run that created the facts) in the batch; its id is
-        # derived from the exact fact versions, so re-indexing the same versions books nothing.
-        ordered = sorted(facts, key=_group_key)
-        for (user_id, run_id), group in groupby(ordered, key=_group_key):
+        for (user_id, run_id), group in groupby(sorted(facts, key=_group_key), key=_group_key):
             members = list(group)
             key = ",".join(f"{f.fact_id}:{f.version}:{f.updated_at.isoformat()}" for f in members)
             entries.append(
@@ -81,13 +98,10 @@ class FactIndexer:
                     organization_id=members[0].organization_id,
                     model=self._model,
                     texts=len(members),
-                    at=now,
+                    at=at,
                 )
             )
-        marked = self._store.mark_indexed(facts, now, entries)
-        self._metrics.facts_indexed.inc(embedded)
-        self._metrics.cost.labels("embedding").inc(sum(e.cost_micro_usd for e in entries))
-        return marked
+        return entries
 
 
 def _group_key(fact: Fact) -> tuple[str, str]:

@@ -10,6 +10,7 @@ import logging
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from consumers.flush import BudgetPolicy
 from memoryd import wiring
 from store.errors import StoreError
 
@@ -26,7 +27,8 @@ def drain_index_once(c: wiring.Core) -> int | None:
         if not got or not got[0]:
             return None
         try:
-            return wiring.indexer(c).drain_pending()
+            skip = c.settings.processor.budget_policy is BudgetPolicy.SKIP_EMBEDDINGS
+            return wiring.indexer(c).drain_pending(skip_out_of_credit=skip)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (INDEX_DRAIN_LOCK,))
             conn.autocommit = False

@@ -1,4 +1,8 @@
-"""Prices and the ledger entries a run owes. Integer micro-dollars: sums stay exact."""
+"""Prices and the ledger entries a run owes. Integer micro-dollars: sums stay exact.
+
+A price is read as the decimal it was written as (0.3, not the binary float just above it),
+so a cost that is a whole number of micro-dollars is not rounded up to the next one.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from fractions import Fraction
 
 from store.records import LedgerEntry, TokenUsage, ledger_entry_id_for
 
@@ -29,14 +34,17 @@ class PriceTable:
 
     def llm_cost_micro_usd(self, model: str, usage: TokenUsage) -> int:
         p = self.price(model)
-        micro = (
-            usage.prompt_tokens * p.input_usd_per_mtok
-            + usage.completion_tokens * p.output_usd_per_mtok
-        )
-        return math.ceil(micro)  # (tokens / 1e6) * usd * 1e6 micro-usd per usd
+        # (tokens / 1e6) * usd per Mtok * 1e6 micro-usd per usd
+        prompt = usage.prompt_tokens * _exact(p.input_usd_per_mtok)
+        completion = usage.completion_tokens * _exact(p.output_usd_per_mtok)
+        return math.ceil(prompt + completion)
 
     def embedding_cost_micro_usd(self, model: str, texts: int) -> int:
-        return math.ceil(texts * self.price(model).usd_per_1k_embeddings * 1_000)
+        return math.ceil(texts * _exact(self.price(model).usd_per_1k_embeddings) * 1_000)
+
+
+def _exact(price: float) -> Fraction:
+    return Fraction(str(price))
 
 
 def llm_entry(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
@@ -38,6 +38,14 @@ from store.records import (
 )
 
 USER_LOCK_NAMESPACE = 0x4D454D  # "MEM": keeps user locks apart from the job locks
+
+# Users with a credit line that is spent: the index drain leaves their facts pending when the
+# budget policy says so (see consumers.flush.BudgetPolicy.SKIP_EMBEDDINGS).
+_OUT_OF_CREDIT = (
+    "EXISTS (SELECT 1 FROM user_credits c WHERE c.user_id = memory_facts.user_id"
+    " AND c.credit_micro_usd <= coalesce((SELECT sum(l.cost_micro_usd) FROM credit_ledger l"
+    " WHERE l.user_id = c.user_id), 0))"
+)
 
 
 def user_lock_key(user_id: str) -> int:
@@ -188,35 +196,65 @@ class PostgresMemoryStore:
 
     def record_run(self, run: RunRecord) -> None:
         """Record a run that changed nothing (failed or deferred); idempotent on run_id."""
-        with transaction(self._pool) as conn:
-            self._insert_run(conn, run)
+        try:
+            with transaction(self._pool) as conn:
+                self._insert_run(conn, run)
+        except psycopg.Error as e:  # OperationalError arrives as DatabaseUnavailable
+            raise StoreError(f"recording run {run.run_id} failed: {e}") from e
 
     def record_ledger(self, entries: Sequence[LedgerEntry]) -> None:
         with transaction(self._pool) as conn:
             self._insert_ledger(conn, entries)
 
-    def pending_index(self, limit: int = 500) -> list[Fact]:
-        """Facts whose current version is not yet in the vector index."""
+    def pending_index(self, limit: int = 500, *, skip_out_of_credit: bool = False) -> list[Fact]:
+        """Facts whose current version is not yet in the vector index, oldest change first."""
+        hold = f" AND NOT {_OUT_OF_CREDIT}" if skip_out_of_credit else ""
         with transaction(self._pool) as conn:
             rows = conn.execute(
-                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE indexed_at IS NULL"
+                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE indexed_at IS NULL{hold}"
                 " ORDER BY updated_at, fact_id LIMIT %s",
                 (limit,),
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
+    def pending_count(self) -> int:
+        with transaction(self._pool) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM memory_facts WHERE indexed_at IS NULL"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     def mark_indexed(
-        self, facts: Sequence[Fact], at: datetime, ledger: Sequence[LedgerEntry]
-    ) -> int:
-        """Mark these fact versions indexed (a newer version stays pending) and book the cost."""
+        self,
+        facts: Sequence[Fact],
+        at: datetime,
+        ledger_for: Callable[[Sequence[Fact]], Sequence[LedgerEntry]],
+    ) -> list[Fact]:
+        """Mark these fact versions indexed and book their cost, in one transaction.
+
+        Only versions still pending are marked (a newer version stays pending, one another
+        indexer marked first is left alone), and `ledger_for` is asked to price exactly the
+        ones marked here: however many indexers race, a fact version is booked once.
+        Returns the facts marked.
+        """
+        params = [(at, f.fact_id, f.version, f.updated_at) for f in facts]
+        if not params:
+            return []
         with transaction(self._pool) as conn, conn.cursor() as cur:
             cur.executemany(
                 "UPDATE memory_facts SET indexed_at = %s WHERE fact_id = %s AND version = %s"
-                " AND updated_at = %s",
-                [(at, f.fact_id, f.version, f.updated_at) for f in facts],
+                " AND updated_at = %s AND indexed_at IS NULL RETURNING fact_id",
+                params,
+                returning=True,
             )
-            self._insert_ledger(conn, ledger)
-            return cur.rowcount
+            marked_ids: set[uuid.UUID] = set()
+            while True:
+                marked_ids.update(row[0] for row in cur.fetchall())
+                if not cur.nextset():
+                    break
+            marked = [f for f in facts if f.fact_id in marked_ids]
+            self._insert_ledger(conn, ledger_for(marked))
+        return marked
 
     def set_credit(self, user_id: str, credit_micro_usd: int) -> None:
         with transaction(self._pool) as conn:
@@ -274,14 +312,14 @@ class PostgresMemoryStore:
                 run.attempt,
                 run.base_version,
                 None if run.output is None else Jsonb(dict(run.output)),
-                run.raw_response,
+                _text(run.raw_response),
                 Jsonb(asdict(run.gate)),
                 run.usage.prompt_tokens,
                 run.usage.completion_tokens,
                 run.cost_micro_usd,
                 run.duration_ms,
                 run.started_at,
-                run.error,
+                _text(run.error),
             ),
         )
 
@@ -322,3 +360,9 @@ class PostgresMemoryStore:
                     for e in entries
                 ],
             )
+
+
+def _text(value: str | None) -> str | None:
+    """Postgres text cannot hold NUL. A model's raw answer can; a failed run that cannot be
+    recorded would hold its batch back, so the NUL is kept visibly escaped instead."""
+    return None if value is None else value.replace("\x00", "\\u0000")

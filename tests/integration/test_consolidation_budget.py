@@ -1,0 +1,133 @@
+"""A user out of credit: the configured budget policy applies, and says so in the records.
+
+Each Gemini answer costs 155 micro-dollars (100 prompt tokens at $0.30/Mtok, 50 completion
+tokens at $2.50/Mtok); a credit of 100 is spent by the first run, so the second finds the
+balance at -55.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from consumers.flush import BudgetPolicy
+from memoryd import wiring
+from memoryd.jobs import drain_index_once
+from memoryd.redrive import redrive
+from tests.consolidation_support import gemini_backend, headers_of, tuned
+from tests.fake_gemini import FakeGemini, FakeReply
+from tests.support import Deployment, dead_letters, make_event
+
+pytestmark = pytest.mark.integration
+
+RUN_COST = 155
+CREDIT = 100
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGemini]:
+    with FakeGemini() as server:
+        yield server
+
+
+def answer(content: str) -> FakeReply:
+    payload = {
+        "updated_working_memory": f"Latest: {content}",
+        "updated_scaffold": {},
+        "facts": [{"op": "add", "content": content, "type": "profile", "confidence": 0.9,
+                   "salience": 0.6, "surface": "speak", "evidence": ["E1"]}],
+    }  # fmt: skip
+    return FakeReply.json(payload, prompt_tokens=100, completion_tokens=50)
+
+
+def consolidate(deployment: Deployment, fake: FakeGemini, text: str) -> Any:
+    event = make_event("ada", text)
+    deployment.publish([event])
+    with gemini_backend(fake.url) as backend:
+        deployment.run_processor(backend)
+    return event.event_id
+
+
+def set_credit(deployment: Deployment, micro_usd: int) -> None:
+    deployment.with_core(lambda c: c.memory.set_credit("ada", micro_usd))
+
+
+def balance(deployment: Deployment) -> int | None:
+    result: int | None = deployment.with_core(lambda c: c.memory.balance("ada"))
+    return result
+
+
+def runs(deployment: Deployment) -> list[tuple[Any, ...]]:
+    return deployment.query(
+        "SELECT status, input_event_ids, error, output->>'budget_action' FROM consolidation_runs"
+        " ORDER BY seq"
+    )
+
+
+def test_defer_parks_the_events_until_credit_is_added(
+    deployment: Deployment, fake: FakeGemini
+) -> None:
+    set_credit(deployment, CREDIT)
+    fake.reply(answer("The user works at Initech."))
+    first = consolidate(deployment, fake, "I work at Initech")
+    assert balance(deployment) == CREDIT - RUN_COST
+
+    second = consolidate(deployment, fake, "I live in Lisbon")
+    assert len(fake.requests) == 1  # no LLM call for a user out of credit
+    (_, (status, inputs, error, _)) = runs(deployment)
+    assert (status, inputs) == ("deferred", [second])
+    assert "credit exhausted" in error
+    k = deployment.settings.kafka
+    [letter] = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=1)
+    assert headers_of(letter)["dlq.stage"] == "budget"
+    assert "credit exhausted" in headers_of(letter)["dlq.reason"]
+    consumed = {r[0] for r in deployment.query("SELECT event_id FROM consolidated_events")}
+    assert consumed == {first}
+    assert balance(deployment) == CREDIT - RUN_COST  # deferring costs nothing
+
+    set_credit(deployment, 10_000)
+    assert redrive(deployment.settings) == 1
+    fake.reply(answer("The user lives in Lisbon."))
+    with gemini_backend(fake.url) as backend:
+        deployment.run_processor(backend)
+    assert [(r[0], r[1]) for r in runs(deployment)] == [
+        ("succeeded", [first]),
+        ("deferred", [second]),
+        ("succeeded", [second]),  # its own run record, not shadowed by the deferred one
+    ]
+    consumed = {r[0] for r in deployment.query("SELECT event_id FROM consolidated_events")}
+    assert consumed == {first, second}
+    assert balance(deployment) == 10_000 - 2 * RUN_COST
+
+
+def test_skip_embeddings_consolidates_but_indexes_only_after_a_top_up(
+    deployment: Deployment, fake: FakeGemini
+) -> None:
+    skipping = tuned(deployment, budget_policy=BudgetPolicy.SKIP_EMBEDDINGS)
+    set_credit(skipping, CREDIT)
+    fake.reply(answer("The user works at Initech."), answer("The user lives in Lisbon."))
+    consolidate(skipping, fake, "I work at Initech")
+    consolidate(skipping, fake, "I live in Lisbon")
+
+    assert len(fake.requests) == 2
+    assert [(r[0], r[3]) for r in runs(skipping)] == [
+        ("succeeded", None),
+        ("succeeded", "skip_embeddings"),
+    ]
+    pending = skipping.query(
+        "SELECT content FROM memory_facts WHERE indexed_at IS NULL ORDER BY content"
+    )
+    assert pending == [("The user lives in Lisbon.",)]
+
+    def index_state(c: wiring.Core) -> tuple[int | None, int]:
+        return drain_index_once(c), c.index.count("ada")
+
+    # The scheduled drain leaves them alone while the user is out of credit...
+    assert skipping.with_core(index_state) == (0, 1)
+    assert skipping.query("SELECT count(*) FROM memory_facts WHERE indexed_at IS NULL") == [(1,)]
+    # ...and indexes them once credit is added.
+    set_credit(skipping, 10_000)
+    assert skipping.with_core(index_state) == (1, 2)
+    assert skipping.query("SELECT count(*) FROM memory_facts WHERE indexed_at IS NULL") == [(0,)]
