@@ -10,6 +10,7 @@ import argparse
 import difflib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from typing import Any
 from memoryd import wiring
 from memoryd.replay import (
     FoldedMemory,
+    FoldError,
     MemoryDiff,
     ShadowResult,
     batches_by_size,
@@ -94,7 +96,10 @@ def run_json(logged: LoggedRun, *, full: bool = False) -> dict[str, Any]:
 
 def parse_time(text: str) -> datetime:
     """ISO 8601; a time without an offset is UTC."""
-    value = datetime.fromisoformat(text)
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from e
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
@@ -163,9 +168,13 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
         else:
             print(render_runs(args.user, runs))
         return 0
-    at = parse_time(args.at)
+    at: datetime = args.at
     before = runs_until(runs, at)
-    memory = fold_runs(before, FoldedMemory(user_id=args.user))
+    try:
+        memory = fold_runs(before, FoldedMemory(user_id=args.user))
+    except FoldError as e:
+        print(f"memoryd history: the run log does not fold: {e}", file=sys.stderr)
+        return 1
     if args.json:
         doc = {
             "user_id": args.user,
@@ -420,7 +429,9 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("history", help="a user's consolidation runs, or memory at a time")
     p.add_argument("user")
-    p.add_argument("--at", help="ISO time: fold the runs committed by then (no offset = UTC)")
+    p.add_argument(
+        "--at", type=parse_time, help="ISO time: fold the runs committed by then (no offset = UTC)"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_history)
     p = sub.add_parser(
