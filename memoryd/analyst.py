@@ -34,8 +34,6 @@ from memoryd.replay import (
     shadow_consolidate,
 )
 from memoryd.settings import Settings
-from processors.consolidate import Consolidator
-from processors.gate import WriteGate
 from store.records import Fact, FactStatus
 from store.run_log import LoggedRun, PostgresRunLog, read_only_dsn
 from store.serialization import fact_to_json
@@ -318,8 +316,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
             batches = batches_like_live(events, run_log.runs(args.user), args.max_batch)
         else:
             batches = batches_by_size(events, args.max_batch)
-        backend = wiring.backend(c)
-        consolidator = Consolidator(WriteGate(c.embedder), c.prices)
+        backend, consolidator = wiring.consolidation(c)
         shadow = shadow_consolidate(args.user, batches, backend, consolidator)
         live = live_memory(c, run_log, args.user)
     diff = diff_memory(live, shadow.memory)

@@ -24,6 +24,7 @@ from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor, ProcessorSettings
 from memoryd.settings import Settings
+from processors.consolidate import Consolidator
 from processors.cost import PriceTable
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
@@ -173,16 +174,27 @@ def indexer(c: Core) -> FactIndexer:
     return FactIndexer(c.memory, c.index, c.prices, c.embedder.model_name, c.metrics, c.clock)
 
 
+def consolidation(
+    c: Core, consolidation_backend: ConsolidationBackend | None = None
+) -> tuple[ConsolidationBackend, Consolidator]:
+    """The backend and the planner, as live processing and shadow replay must both use them."""
+    return (
+        # Retractions (a user deleting or correcting a fact) bypass the backend.
+        RetractionAwareBackend(consolidation_backend or backend(c)),
+        RetractingConsolidator(WriteGate(c.embedder), c.prices),
+    )
+
+
 def processor(
     c: Core, consolidation_backend: ConsolidationBackend | None = None
 ) -> MemoryProcessor:
     s = c.settings
     p = s.processor
+    chosen_backend, consolidator = consolidation(c, consolidation_backend)
     flusher = UserFlusher(
         c.memory,
-        # Retractions (a user deleting or correcting a fact) bypass the backend.
-        RetractionAwareBackend(consolidation_backend or backend(c)),
-        RetractingConsolidator(WriteGate(c.embedder), c.prices),
+        chosen_backend,
+        consolidator,
         indexer(c),
         c.metrics,
         c.clock,
