@@ -10,6 +10,7 @@ templates (5 to 40 words, like consolidated facts), so runs are comparable.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import random
 import statistics
@@ -75,12 +76,21 @@ def measure_load(threads: int, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def throughput(embedder: MiniLmEmbedder, texts: Sequence[str], call_size: int) -> float:
-    """Texts per second when the caller hands over call_size texts per embed call."""
-    started = time.perf_counter()
-    for start in range(0, len(texts), call_size):
-        embedder.embed(texts[start : start + call_size])
-    return len(texts) / (time.perf_counter() - started)
+def throughput(
+    embedder: MiniLmEmbedder, texts: Sequence[str], call_size: int, repeats: int = 3
+) -> float:
+    """Texts per second when the caller hands over call_size texts per embed call.
+
+    The median of a few runs: the machines this runs on are shared, and one busy neighbour
+    during a single run would otherwise decide the number.
+    """
+    rates = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for start in range(0, len(texts), call_size):
+            embedder.embed(texts[start : start + call_size])
+        rates.append(len(texts) / (time.perf_counter() - started))
+    return statistics.median(rates)
 
 
 def query_latencies_ms(embedder: MiniLmEmbedder, queries: Sequence[str]) -> list[float]:
@@ -114,10 +124,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows.append((f"single-query latency p99 ({args.queries} queries)", f"{p99:.2f} ms"))
 
     words = [len(t.split()) for t in texts]
+    load_1m, _, _ = os.getloadavg()
     print(
         f"Embedder {embedder.model_name}, intra-op threads {args.threads or 'auto'}, "
-        f"{platform.processor() or platform.machine()}; texts of {min(words)}-{max(words)} "
-        f"words (mean {statistics.mean(words):.0f})\n"
+        f"{os.cpu_count()} CPUs ({platform.machine()}), load average {load_1m:.1f} at the end; "
+        f"texts of {min(words)}-{max(words)} words (mean {statistics.mean(words):.0f})\n"
     )
     print("| measure | value |")
     print("|---|---|")

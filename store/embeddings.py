@@ -164,7 +164,7 @@ class MiniLmEmbedder:
             session = ort.InferenceSession(
                 model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
             )
-        except RuntimeError as e:  # onnxruntime's Fail/InvalidProtobuf derive from it
+        except Exception as e:  # onnxruntime's Fail, InvalidProtobuf... derive from Exception only
             raise EmbeddingModelError(f"onnxruntime cannot load {model_path}: {e}") from e
         input_names = {i.name for i in session.get_inputs()}
         return _Model(tokenizer, session, wants_token_type_ids="token_type_ids" in input_names)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -143,6 +144,19 @@ def test_a_corrupted_model_file_is_refused(tmp_path: Path) -> None:
     embedder = MiniLmEmbedder(model_path=corrupted)
     with pytest.raises(EmbeddingModelError, match="sha256"):
         embedder.embed(["lives in Berlin"])
+
+
+def test_a_file_onnxruntime_cannot_load_is_an_embedding_model_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    garbage = tmp_path / "model.onnx"
+    garbage.write_bytes(b"not an onnx model")
+    # Pretend it is the pinned file, to get past the hash check to onnxruntime.
+    monkeypatch.setattr(
+        "store.embeddings.MODEL_SHA256", hashlib.sha256(b"not an onnx model").hexdigest()
+    )
+    with pytest.raises(EmbeddingModelError, match="onnxruntime cannot load"):
+        MiniLmEmbedder(model_path=garbage).load()
 
 
 def test_a_missing_model_file_is_an_embedding_model_error(tmp_path: Path) -> None:
