@@ -368,22 +368,22 @@ def measure_injection(c: wiring.Core, requests: Sequence[tuple[str, str, str]]) 
 
 def measure_retrieval(
     c: wiring.Core, requests: Sequence[tuple[str, str, str]], budget: Budget
-) -> tuple[list[float], list[float]]:
-    """Full assemble latencies, and the injection stage inside them where the bundle has it.
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Full assemble latencies, and the stage timings the bundles report.
 
     A fresh service (so an empty injection cache) per call of this function: every budget
     meets the same sequence of cache misses and hits.
     """
-    total, injection = [], []
+    total: list[float] = []
+    stages: dict[str, list[float]] = {}
     with wiring.read_path(c) as service:
         for user, connection, query in requests:
             started = time.perf_counter()
             bundle = service.assemble(user, query, [connection], budget)
             total.append((time.perf_counter() - started) * 1000)
-            stage = bundle.timings_ms.get("injection")
-            if stage is not None:
-                injection.append(stage)
-    return total, injection
+            for stage, ms in bundle.timings_ms.items():
+                stages.setdefault(stage, []).append(ms)
+    return total, stages
 
 
 # --- the run ---------------------------------------------------------------------------
@@ -397,24 +397,33 @@ class Row:
     latencies: Latencies
 
 
+@dataclass(frozen=True)
+class Stages:
+    facts: int
+    budget: Budget
+    p50_ms: dict[str, float]
+
+
 def run_scale(
-    c: wiring.Core, users: Sequence[str], samples: int, seed: int
-) -> list[tuple[str, float, Latencies]]:
+    c: wiring.Core, users: Sequence[str], samples: int, seed: int, facts: int
+) -> tuple[list[Row], list[Stages]]:
     warm = _requests(users, 50, seed + 1)
     measure_injection(c, warm)
     measure_retrieval(c, warm, Budget.BALANCED)
     requests = _requests(users, samples, seed)
     injection = Latencies.of(measure_injection(c, requests))
-    out = [("injection: load_state + connection info", SEED_INJECTION_MS, injection)]
-    retrievals = []
+    rows = [Row(facts, "injection: load_state + connection info", SEED_INJECTION_MS, injection)]
+    retrievals, stages = [], []
     for budget in Budget:
-        total, stage = measure_retrieval(c, requests, budget)
-        if budget is Budget.BALANCED and stage:
+        total, laps = measure_retrieval(c, requests, budget)
+        if budget is Budget.BALANCED and "injection" in laps:
             name = "injection stage inside assemble (balanced)"
-            out.append((name, SEED_INJECTION_MS, Latencies.of(stage)))
+            rows.append(Row(facts, name, SEED_INJECTION_MS, Latencies.of(laps["injection"])))
         name = f"retrieval: assemble, budget {budget.value}"
-        retrievals.append((name, SEED_RETRIEVAL_MS, Latencies.of(total)))
-    return out + retrievals
+        retrievals.append(Row(facts, name, SEED_RETRIEVAL_MS, Latencies.of(total)))
+        p50 = {stage: float(np.percentile(ms, 50)) for stage, ms in laps.items()}
+        stages.append(Stages(facts, budget, p50))
+    return rows + retrievals, stages
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -436,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     pool = text_pool(args.distinct_texts, args.seed)
     embedder = CachingEmbedder(MiniLmEmbedder())
     rows: list[Row] = []
+    stages: list[Stages] = []
     loads: list[tuple[int, float, float]] = []
     with services.endpoints(args, base, kafka=False) as ends:
         run = services.run_id()
@@ -467,17 +477,28 @@ def main(argv: Sequence[str] | None = None) -> None:
                     index_facts(ends.chroma_url, collection, embedder, facts)
                     loads.append((size, pg_s, time.perf_counter() - started - pg_s))
                     loaded_per_user = per_user
-                    for measure, limit, latencies in run_scale(c, users, args.samples, args.seed):
-                        rows.append(Row(size, measure, limit, latencies))
-    print(_report(args, rows, loads, time.perf_counter() - began))
+                    measured, laps = run_scale(c, users, args.samples, args.seed, size)
+                    rows.extend(measured)
+                    stages.extend(laps)
+    print(_report(args, rows, stages, loads, time.perf_counter() - began))
 
 
 def _report(
     args: argparse.Namespace,
     rows: Sequence[Row],
+    stages: Sequence[Stages],
     loads: Sequence[tuple[int, float, float]],
     total_s: float,
 ) -> str:
+    names = list(dict.fromkeys(name for s in stages for name in s.p50_ms))
+    stage_table = markdown_table(
+        ["facts", "budget", *names],
+        [
+            [f"{s.facts:,}", s.budget.value, *(f"{s.p50_ms.get(n, 0.0):.1f}" for n in names)]
+            for s in stages
+        ],
+        left=2,
+    )
     table = markdown_table(
         ["facts", "measure", "seed limit", "p50", "p99", "mean"],
         [
@@ -509,6 +530,10 @@ def _report(
             ),
             "",
             table,
+            "",
+            "p50 of each stage of assemble, ms (the bundle's own timings):",
+            "",
+            stage_table,
             "",
             "Load:",
             "",
