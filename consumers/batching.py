@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from producers.contract import ContextEvent
+
+if TYPE_CHECKING:  # only for the annotation: flush imports the store, batching stays plain
+    from consumers.flush import FlushResult
 
 
 @dataclass(frozen=True, order=True)
@@ -33,6 +38,33 @@ class UserBuffer:
     organization_id: str
     first_at: float
     items: list[BufferedEvent] = field(default_factory=list)
+
+
+@dataclass
+class Rejection:
+    """Why a batch is given up; once set, only its delivery to the dead-letter topic is left."""
+
+    stage: str  # "consolidate" or "budget"
+    reason: str
+    raw_response: str | None = None
+    recorded: bool = False  # the failed run record is written (or not needed)
+
+
+@dataclass
+class Batch:
+    """A user's events taken for one flush: in flight, waiting for a retry, or given up and
+    waiting for its dead letter."""
+
+    user_id: str
+    items: list[BufferedEvent]
+    attempt: int = 0
+    not_before: float = 0.0
+    future: Future[FlushResult] | None = field(default=None, repr=False)
+    rejection: Rejection | None = None
+
+    @property
+    def events(self) -> list[ContextEvent]:
+        return [i.event for i in self.items]
 
 
 class UserBuffers:
@@ -131,6 +163,15 @@ class OffsetTracker:
             if position > self._committed.get(tp, -1):
                 out[tp] = position
         return out
+
+    def position(self, tp: TopicPartition) -> int | None:
+        """Where reading must resume so that nothing not done is skipped: the earliest open
+        offset, else the next one; None if nothing was received from the partition."""
+        if tp not in self._next:
+            return None
+        self.committable()  # drops what is done below the earliest open offset
+        heap = self._open.get(tp)
+        return heap[0] if heap else self._next[tp]
 
     def committed(self, positions: dict[TopicPartition, int]) -> None:
         self._committed.update(positions)

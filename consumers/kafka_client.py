@@ -43,6 +43,24 @@ def make_consumer(settings: ConsumerSettings) -> Any:
     )
 
 
+def subscribe(consumer: Any, topic: str, listener: Any | None = None) -> None:
+    """Subscribe, then load the cluster metadata before the first poll joins the group.
+
+    kafka-python 3.0.12 snapshots the subscribed topics' partitions only on a metadata update.
+    Joining before one arrives, the group leader assigns nothing (or from a stale snapshot),
+    and the next update forces a second rebalance. That rebalance can be lost: if a poll()
+    times out mid-SyncGroup, need_rejoin() already reads False and the consumer keeps no
+    partitions until some later rebalance (seen as a processor idling with zero partitions on
+    a loaded machine). A blocking metadata fetch right after subscribing makes the first
+    assignment complete and final.
+    """
+    if listener is None:
+        consumer.subscribe([topic])
+    else:
+        consumer.subscribe([topic], listener=listener)
+    consumer.topics()
+
+
 def to_kafka(tp: TopicPartition) -> KafkaTopicPartition:
     return KafkaTopicPartition(tp.topic, tp.partition)
 
@@ -75,14 +93,20 @@ def _log_commit_failure(offsets: Any, result: Any) -> None:
 
 
 class RevocationListener(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Forwards revoked and lost partitions to `on_leave(partitions, lost=...)`.
+    """Forwards revoked and lost partitions to `on_leave(partitions, lost=...)` and assigned
+    ones to `on_assigned(partitions)`.
 
     kafka-python calls it on its IO thread, inside the owner's `poll()`: the owner's thread is
-    blocked meanwhile, and the callback must not make blocking consumer calls.
+    blocked meanwhile, and the callbacks must not make blocking consumer calls.
     """
 
-    def __init__(self, on_leave: Callable[..., None]) -> None:
+    def __init__(
+        self,
+        on_leave: Callable[..., None],
+        on_assigned: Callable[[list[TopicPartition]], None],
+    ) -> None:
         self._on_leave = on_leave
+        self._on_assigned = on_assigned
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         self._on_leave([from_kafka(tp) for tp in revoked])
@@ -93,3 +117,4 @@ class RevocationListener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         log.info("assigned %s", sorted(str(tp) for tp in assigned))
+        self._on_assigned([from_kafka(tp) for tp in assigned])

@@ -14,7 +14,7 @@ from typing import Any
 
 from consumers.dead_letter import DeadLetter, DeadLetterSink
 from consumers.decoding import Rejected, decode_event
-from consumers.kafka_client import commit, from_kafka
+from consumers.kafka_client import commit, from_kafka, subscribe
 from consumers.metrics import PipelineMetrics
 from producers.contract import ContextEvent
 from store.errors import DatabaseUnavailable
@@ -43,7 +43,7 @@ class LogWriter:
         self._poll_timeout_ms = poll_timeout_ms
 
     def run(self, stop: threading.Event) -> None:
-        self._consumer.subscribe([self._topic])
+        subscribe(self._consumer, self._topic)
         backoff = 0.5
         try:
             while not stop.is_set():
@@ -117,7 +117,7 @@ class LogWriter:
 
     def drain(self, idle_s: float = 2.0, deadline_s: float = 120.0) -> int:
         """Run until no record arrived for `idle_s` (used by the demo and tests)."""
-        self._consumer.subscribe([self._topic])
+        subscribe(self._consumer, self._topic)
         total, quiet_since, start = 0, time.monotonic(), time.monotonic()
         try:
             while time.monotonic() - start < deadline_s:

@@ -19,17 +19,31 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.errors import KafkaError
 
-from consumers.batching import BufferedEvent, OffsetTracker, TopicPartition, UserBuffers
+from consumers.batching import (
+    Batch,
+    BufferedEvent,
+    OffsetTracker,
+    Rejection,
+    TopicPartition,
+    UserBuffers,
+)
 from consumers.dead_letter import DeadLetter, DeadLetterSink, event_letters
 from consumers.decoding import Rejected, decode_event
 from consumers.errors import DeadLetterError
 from consumers.flush import FlushKind, FlushResult, UserFlusher
-from consumers.kafka_client import RevocationListener, commit, commit_async, from_kafka
+from consumers.kafka_client import (
+    RevocationListener,
+    commit,
+    commit_async,
+    from_kafka,
+    subscribe,
+    to_kafka,
+)
 from consumers.metrics import PipelineMetrics
 from processors.errors import BackendError, TransientBackendError
 from store.errors import (
@@ -58,30 +72,6 @@ class ProcessorSettings:
     revoke_wait_s: float = 2.0
 
 
-@dataclass
-class Rejection:
-    """Why a batch is given up; once set, only its delivery to the dead-letter topic is left."""
-
-    stage: str  # "consolidate" or "budget"
-    reason: str
-    raw_response: str | None = None
-    recorded: bool = False  # the failed run record is written (or not needed)
-
-
-@dataclass
-class Batch:
-    user_id: str
-    items: list[BufferedEvent]
-    attempt: int = 0
-    not_before: float = 0.0
-    future: Future[FlushResult] | None = field(default=None, repr=False)
-    rejection: Rejection | None = None
-
-    @property
-    def events(self) -> list[Any]:
-        return [i.event for i in self.items]
-
-
 class MemoryProcessor:
     def __init__(
         self,
@@ -105,13 +95,15 @@ class MemoryProcessor:
         self._batches: dict[str, Batch] = {}  # in flight or waiting for a retry, by user
         # Flushes still running for partitions this processor lost: their users wait for them.
         self._orphans: dict[str, Future[FlushResult]] = {}
+        # Where each revoked partition must be read again from, should it come back to us.
+        self._resume: dict[TopicPartition, int] = {}
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="flush")
         self._paused = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._consumer.subscribe([self._topic], listener=RevocationListener(self.revoke))
+        subscribe(self._consumer, self._topic, RevocationListener(self.revoke, self.assigned))
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions this processor owns now."""
@@ -164,7 +156,7 @@ class MemoryProcessor:
     def _poll(self) -> int:
         batches = self._consumer.poll(timeout_ms=self._settings.poll_timeout_ms)
         now = self._monotonic()
-        letters: list[tuple[TopicPartition, int, DeadLetter]] = []
+        letters: list[DeadLetter] = []
         count = 0
         for ktp, records in batches.items():
             tp = from_kafka(ktp)
@@ -173,34 +165,19 @@ class MemoryProcessor:
                 self._offsets.received(tp, record.offset)
                 decoded = decode_event(record.value)
                 if isinstance(decoded, Rejected):
-                    letter = DeadLetter(
-                        record.key,
-                        record.value,
-                        decoded.stage,
-                        decoded.reason,
-                        tp.topic,
-                        tp.partition,
-                        record.offset,
-                    )
-                    letters.append((tp, record.offset, letter))
+                    letters.append(decoded.letter(record.key, record.value, tp, record.offset))
                 else:
                     self._buffers.add(BufferedEvent(tp, record.offset, decoded), now)
         self._metrics.records.labels(CONSUMER_NAME).inc(count)
         if letters:
             # If this raises, nothing is committed past these records and the process stops:
             # a dead-letter topic we cannot write to is an outage, not a record problem.
-            self._dead_letters.send([x[2] for x in letters])
-            for tp, offset, letter in letters:
-                self._offsets.done(tp, offset)
-                self._metrics.dead_letters.labels(CONSUMER_NAME, letter.stage).inc()
-                log.warning(
-                    "dead-lettered %s/%d@%d (%s): %s",
-                    tp.topic,
-                    tp.partition,
-                    offset,
-                    letter.stage,
-                    letter.reason,
-                )
+            self._dead_letters.send(letters)
+            for x in letters:
+                self._offsets.done(TopicPartition(x.topic, x.partition), x.offset)
+                self._metrics.dead_letters.labels(CONSUMER_NAME, x.stage).inc()
+                where = f"{x.topic}/{x.partition}@{x.offset}"
+                log.warning("dead-lettered %s (%s): %s", where, x.stage, x.reason)
         return count
 
     def _launch(self, force: bool) -> None:
@@ -383,10 +360,32 @@ class MemoryProcessor:
             if batch.future is not None:
                 # Still running: its user waits for it before a new flush starts here.
                 self._orphans[batch.user_id] = batch.future
-        self._buffers.drop_partitions(gone)
+        dropped = self._buffers.drop_partitions(gone)
+        if not lost:
+            for tp in gone:
+                position = self._offsets.position(tp)
+                if position is not None:
+                    self._resume[tp] = position
         self._offsets.forget(gone)
+        log.info(
+            "%s %d partition(s): %d flush(es) left running, %d buffered event(s) dropped",
+            "lost" if lost else "revoked",
+            len(gone),
+            len(self._orphans),
+            dropped,
+        )
         # A new assignment starts unpaused; _backpressure pauses it again if needed.
         self._paused = False
+
+    def assigned(self, tps: Sequence[TopicPartition]) -> None:
+        """Partitions arrive (IO thread). kafka-python keeps its fetch position for a partition
+        that was revoked and assigned straight back, past the events revoke() dropped from
+        the buffers: read those again from the first one not done, or they would be skipped
+        and a later commit would pass them."""
+        for tp in tps:
+            if tp in self._resume:
+                self._consumer.seek(to_kafka(tp), self._resume[tp])
+        self._resume.clear()  # the others are someone else's now
 
     def _reap_orphans(self) -> None:
         for user_id, future in list(self._orphans.items()):

@@ -12,7 +12,13 @@ import time
 from collections.abc import Sequence
 
 from consumers.dead_letter import HEADER_STAGE
-from consumers.kafka_client import ConsumerSettings, commit, from_kafka, make_consumer
+from consumers.kafka_client import (
+    ConsumerSettings,
+    commit,
+    from_kafka,
+    make_consumer,
+    subscribe,
+)
 from memoryd import wiring
 from memoryd.settings import Settings
 from producers.contract import ContextEvent
@@ -47,7 +53,7 @@ def redrive(
     pub = wiring.publisher(settings)
     moved = 0
     try:
-        consumer.subscribe([k.dead_letter_topic])
+        subscribe(consumer, k.dead_letter_topic)
         started = quiet_since = time.monotonic()
         while time.monotonic() - quiet_since < idle_s or not consumer.assignment():
             if not consumer.assignment() and time.monotonic() - started > join_timeout_s:

@@ -17,6 +17,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.partitioner.default import murmur2
+from prometheus_client import CollectorRegistry
 
 from consumers.processor import MemoryProcessor
 from memoryd import wiring
@@ -145,6 +146,7 @@ class ProcessorThread:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self.processor: MemoryProcessor | None = None
+        self.registry: CollectorRegistry | None = None
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -159,6 +161,12 @@ class ProcessorThread:
         assert self.processor is not None
         return {tp.partition for tp in self.processor.assignment()}
 
+    def buffered(self) -> int:
+        """Events buffered, not yet in a flush (the processor's gauge)."""
+        assert self.registry is not None
+        value = self.registry.get_sample_value("memoryd_buffered_events")
+        return int(value or 0)
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=90)
@@ -170,6 +178,7 @@ class ProcessorThread:
         try:
             with wiring.core(self._settings) as c:
                 self.processor = wiring.processor(c, self._backend)
+                self.registry = c.registry
                 self._ready.set()
                 self.processor.run(self._stop)
         except BaseException as e:

@@ -10,6 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from kafka import KafkaConsumer
 
 from consumers.flush import FlushKind, UserFlusher
 from memoryd import wiring
@@ -136,3 +137,43 @@ def test_the_user_lock_serializes_two_flushers_of_the_same_user(deployment: Depl
     assert len(backend.calls) == 1
     assert backend.same_user_overlaps() == []
     assert consolidated_count(deployment) == 1
+
+
+def test_events_buffered_when_a_rebalance_comes_are_read_again(deployment: Deployment) -> None:
+    """A rebalance drops what is buffered. kafka-python keeps its fetch position for the
+    partitions it gets straight back, so the processor must seek back to the first event it
+    had not finished, or those events are skipped (and later commits pass them)."""
+    users = users_per_partition("rebalanced", 3, per_partition=2)
+    # Batches of two: the first event of each user waits in the buffer until the second.
+    settings = tuned(deployment, max_batch=2, max_wait_s=120.0).settings
+    first = [make_event(u, f"{u} joined the Falcon team", minutes=0) for u in users]
+    second = [make_event(u, f"{u} prefers written updates", minutes=1) for u in users]
+    backend = RecordingBackend()
+    processor = ProcessorThread(settings, backend).start()
+    try:
+        wait_until(lambda: processor.assignment() == {0, 1, 2}, 60, "the processor's partitions")
+        deployment.publish(first)
+        wait_until(lambda: processor.buffered() == len(first), 60, "the first events buffered")
+        # Another member joins (everything is revoked and reassigned) and leaves again.
+        k = settings.kafka
+        visitor = KafkaConsumer(
+            k.topic, bootstrap_servers=k.bootstrap_servers, group_id=k.processor_group,
+            enable_auto_commit=False,
+        )  # fmt: skip
+
+        def visitor_joined() -> bool:
+            visitor.poll(timeout_ms=100)
+            return bool(visitor.assignment())
+
+        try:
+            wait_until(visitor_joined, 60, "the visitor to join")
+        finally:
+            visitor.close()
+        wait_until(lambda: processor.assignment() == {0, 1, 2}, 60, "the partitions back")
+        deployment.publish(second)
+        total = len(first) + len(second)
+        wait_until(lambda: consolidated_count(deployment) == total, 60, "every event consolidated")
+    finally:
+        processor.stop()
+    assert set(events_per_succeeded_run(deployment).values()) == {1}
+    assert backend.same_user_overlaps() == []

@@ -1,0 +1,166 @@
+"""What cannot be consolidated goes to the dead-letter topic, and the partition moves on.
+
+A record Postgres would refuse, a batch the backend chokes on, a dead-letter topic that fails
+for a while: none of them stalls the partition, and offsets pass an event only once it is
+consolidated or dead-lettered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from consumers.dead_letter import DeadLetter, KafkaDeadLetterSink
+from consumers.errors import DeadLetterError
+from consumers.flush import UserFlusher
+from consumers.kafka_client import ConsumerSettings, make_consumer
+from consumers.processor import MemoryProcessor, ProcessorSettings
+from memoryd import wiring
+from processors.consolidate import Consolidator
+from processors.errors import BackendError
+from processors.gate import WriteGate
+from processors.offline import OfflineBackend
+from processors.schema import BackendResponse, ConsolidationRequest
+from producers.contract import EventType
+from tests.consolidation_support import headers_of, topic_size
+from tests.support import Deployment, dead_letters, make_event
+
+pytestmark = pytest.mark.integration
+
+
+def consumed(deployment: Deployment) -> set[object]:
+    return {r[0] for r in deployment.query("SELECT event_id FROM consolidated_events")}
+
+
+def test_an_event_postgres_cannot_store_is_dead_lettered_alone(deployment: Deployment) -> None:
+    poison = make_event("ada", "I work in engi\x00neering", minutes=0)
+    fine = [
+        make_event("ada", "I prefer short answers", EventType.PREFERENCE, minutes=1),
+        make_event("bo", "I live in Lisbon", minutes=0),
+    ]
+    deployment.publish([poison, *fine])
+    deployment.run_both()
+
+    assert consumed(deployment) == {e.event_id for e in fine}
+    logged = {r[0] for r in deployment.query("SELECT event_id FROM context_events")}
+    assert logged == {e.event_id for e in fine}
+    k = deployment.settings.kafka
+    letters = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=2)
+    assert sorted(headers_of(x)["dlq.consumer"] for x in letters) == ["log-writer", "processor"]
+    assert all("NUL" in headers_of(x)["dlq.reason"] for x in letters)
+    assert all(headers_of(x)["dlq.stage"] == "validate" for x in letters)
+
+
+class ChokesOn:
+    """The offline backend, except for one user, on whom it fails with a bug."""
+
+    def __init__(self, user_id: str) -> None:
+        self._user_id = user_id
+        self._inner = OfflineBackend()
+        self.name, self.model = self._inner.name, self._inner.model
+        self.prompt_version = self._inner.prompt_version
+        self.calls: list[str] = []
+
+    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+        self.calls.append(request.user_id)
+        if request.user_id == self._user_id:
+            raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+        return self._inner.consolidate(request)
+
+
+def test_a_poison_batch_is_dead_lettered_and_its_offsets_pass(deployment: Deployment) -> None:
+    poison = [make_event("ada", f"Ada note {i}", minutes=i) for i in range(2)]
+    fine = [make_event("bo", "I live in Lisbon"), make_event("cy", "I work at Initech")]
+    deployment.publish([*poison, *fine])
+    backend = ChokesOn("ada")
+    deployment.run_processor(backend)
+
+    assert consumed(deployment) == {e.event_id for e in fine}
+    assert backend.calls.count("ada") == 1  # a bug is not retried
+    k = deployment.settings.kafka
+    letters = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=2)
+    assert {headers_of(x)["dlq.stage"] for x in letters} == {"consolidate"}
+    assert all("unexpected TypeError" in headers_of(x)["dlq.reason"] for x in letters)
+    [(status, error)] = deployment.query(
+        "SELECT status, error FROM consolidation_runs WHERE user_id = 'ada'"
+    )
+    assert status == "failed"
+    assert "TypeError" in error
+
+    # The offsets went past the dead-lettered events: the group reads nothing again.
+    again = ChokesOn("ada")
+    deployment.run_processor(again)
+    assert again.calls == []
+    assert topic_size(k.bootstrap_servers, k.dead_letter_topic) == 2
+
+
+class RefusesAtFirst:
+    """A dead-letter sink that fails its first `failures` sends (the topic is unavailable)."""
+
+    def __init__(self, inner: KafkaDeadLetterSink, failures: int) -> None:
+        self._inner = inner
+        self._failures = failures
+        self.attempts = 0
+
+    def send(self, letters: Sequence[DeadLetter]) -> None:
+        self.attempts += 1
+        if self.attempts <= self._failures:
+            raise DeadLetterError("dead-letter topic unavailable")
+        self._inner.send(letters)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class AlwaysUnparseable:
+    name, model, prompt_version = "scripted", "scripted-v1", "scripted-v1"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+        with self._lock:
+            self.calls += 1
+        raise BackendError("output is not JSON", raw_response='{"updated_working_mem')
+
+
+def test_a_failing_dead_letter_topic_retries_the_letter_not_the_llm(
+    deployment: Deployment,
+) -> None:
+    events = [make_event("ada", "I work in engineering")]
+    deployment.publish(events)
+    backend = AlwaysUnparseable()
+    s = deployment.settings
+    k = s.kafka
+
+    def run(c: wiring.Core) -> RefusesAtFirst:
+        flusher = UserFlusher(
+            c.memory,
+            backend,
+            Consolidator(WriteGate(None), c.prices),
+            wiring.indexer(c),
+            c.metrics,
+            c.clock,
+        )
+        consumer = make_consumer(
+            ConsumerSettings(k.bootstrap_servers, k.topic, k.processor_group, "test-processor")
+        )
+        sink = RefusesAtFirst(
+            KafkaDeadLetterSink(k.bootstrap_servers, k.dead_letter_topic, "processor"), 2
+        )
+        settings = ProcessorSettings(max_wait_s=0.2, backoff_base_s=0.05, max_attempts=3)
+        MemoryProcessor(consumer, k.topic, flusher, sink, c.metrics, settings).run_until_idle(
+            idle_s=2.0
+        )
+        return sink
+
+    sink = deployment.with_core(run)
+    assert backend.calls == 1
+    assert sink.attempts == 3
+    assert topic_size(k.bootstrap_servers, k.dead_letter_topic) == 1
+    runs = deployment.query("SELECT status, raw_response FROM consolidation_runs")
+    assert runs == [("failed", '{"updated_working_mem')]
+    assert consumed(deployment) == set()
