@@ -7,6 +7,7 @@ planned on a stale version or over events another run already consumed.
 
 from __future__ import annotations
 
+import threading
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -53,9 +54,18 @@ def user_lock_key(user_id: str) -> int:
     return (USER_LOCK_NAMESPACE << 32) | zlib.crc32(user_id.encode())
 
 
+# Pool connections never held by a user lock, so lock holders always find one for their work.
+LOCK_FREE_CONNECTIONS = 2
+
+
 class PostgresMemoryStore:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
+        # A flush holds its lock's connection through the whole LLM call and needs a second
+        # one meanwhile. Were every pool connection held by a lock, all holders would wait for
+        # a connection none of them frees (a 30 s PoolTimeout, then retries, forever): so at
+        # most max_size - 2 locks are held at once, and more concurrent flushes wait here.
+        self._lock_slots = threading.BoundedSemaphore(max(1, pool.max_size - LOCK_FREE_CONNECTIONS))
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -132,7 +142,7 @@ class PostgresMemoryStore:
         """
         key = user_lock_key(user_id)
         try:
-            with self._pool.connection() as conn:
+            with self._lock_slots, self._pool.connection() as conn:
                 conn.autocommit = True
                 conn.execute("SELECT pg_advisory_lock(%s::bigint)", (key,))
                 try:

@@ -177,3 +177,22 @@ def test_events_buffered_when_a_rebalance_comes_are_read_again(deployment: Deplo
         processor.stop()
     assert set(events_per_succeeded_run(deployment).values()) == {1}
     assert backend.same_user_overlaps() == []
+
+
+def test_more_flushes_than_the_pool_can_lock_wait_instead_of_deadlocking(
+    deployment: Deployment,
+) -> None:
+    """Each flush holds a connection for its user lock and needs a second one meanwhile: with
+    every pool connection held by a lock, nobody could go on. The store lets at most
+    max_size - 2 flushes hold a lock; the others wait their turn."""
+    users = [f"crowded{i}" for i in range(8)]
+    deployment.publish([make_event(u, f"{u} works on the Falcon project") for u in users])
+    postgres = deployment.settings.postgres.model_copy(update={"pool_max_size": 4})
+    crowded = tuned(deployment, concurrency=8, max_wait_s=1.0)
+    crowded = Deployment(crowded.settings.model_copy(update={"postgres": postgres}), crowded.dsn)
+    backend = RecordingBackend(latency_s=LATENCY_S)
+    crowded.run_processor(backend)
+
+    assert consolidated_count(deployment) == len(users)
+    assert backend.max_overlap() == 2
+    assert deployment.query("SELECT DISTINCT status FROM consolidation_runs") == [("succeeded",)]
