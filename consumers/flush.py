@@ -2,8 +2,8 @@
 
 Runs in a worker thread. Under the user's advisory lock it drops events already consumed,
 reads the current memory, asks the backend, plans the update with the write gate and applies
-it in one transaction. Indexing happens after the commit; if it fails the facts stay pending
-in Postgres and the scheduled indexer picks them up.
+it in one transaction. Indexing happens after the commit, in the background (`IndexQueue`);
+if it fails the facts stay pending in Postgres and the scheduled drain picks them up.
 
 Budget: a user with a credit line whose balance is spent (<= 0) before a flush gets the
 configured policy, decided under the lock and written down: DEFER records a deferred run and
@@ -14,7 +14,6 @@ facts unindexed until credit is added (the index drain skips users out of credit
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -22,16 +21,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from consumers.indexer import FactIndexer
+from consumers.indexer import FactIndexer, IndexQueue
 from consumers.metrics import PipelineMetrics
 from processors.consolidate import Consolidator, failed_run
 from processors.schema import ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
-from store.errors import StoreError
 from store.memory_store import PostgresMemoryStore
 from store.records import FactStatus, MemoryState, MemoryUpdate, RunRecord, RunStatus, run_id_for
-
-log = logging.getLogger(__name__)
 
 
 class BudgetPolicy(StrEnum):
@@ -69,7 +65,7 @@ class UserFlusher:
         self._store = store
         self._backend = backend
         self._consolidator = consolidator
-        self._indexer = indexer
+        self._index_queue = IndexQueue(indexer, metrics)
         self._metrics = metrics
         self._clock = clock
         self._budget_policy = budget_policy
@@ -78,13 +74,17 @@ class UserFlusher:
     def backend_name(self) -> str:
         return self._backend.name
 
+    def close(self) -> None:
+        """Index what finished runs changed, then stop the index thread."""
+        self._index_queue.close()
+
     def flush(self, user_id: str, events: Sequence[ContextEvent], attempt: int) -> FlushResult:
         """Raises the backend's and the store's errors; the runtime decides retry or dead letter."""
         started = time.monotonic()
         with self._store.user_lock(user_id):
             result = self._consolidate(user_id, events, attempt)
         if result.update is not None and not result.skip_embeddings:
-            self._index(result.update)
+            self._index_queue.submit(result.update)
         self._metrics.flush_seconds.labels(self._backend.name).observe(time.monotonic() - started)
         return result
 
@@ -183,16 +183,6 @@ class UserFlusher:
             )
         )
         return FlushResult(FlushKind.DEFERRED, len(fresh), run_id, reason=reason)
-
-    def _index(self, update: MemoryUpdate) -> None:
-        try:
-            self._indexer.index_changes(update)
-        except StoreError as e:
-            # The run is committed; indexing is its outbox. Chroma, the embedder or Postgres
-            # failing here leaves the facts with indexed_at = NULL, and the scheduled drain
-            # indexes them: failing the batch would dead-letter events already consolidated.
-            self._metrics.index_failures.inc()
-            log.warning("indexing failed, %d fact(s) left pending: %s", len(update.fact_changes), e)
 
     def _observe(self, run: RunRecord) -> None:
         m = self._metrics

@@ -131,13 +131,14 @@ class MemoryProcessor:
             self.shutdown()
 
     def shutdown(self) -> None:
-        """Flush what is buffered, wait for it, commit what is done, stop the pool."""
+        """Flush what is buffered, wait for it, commit what is done, finish indexing, stop."""
         deadline = self._monotonic() + 60
         while (len(self._buffers) or self._batches) and self._monotonic() < deadline:
             self._launch(force=True)
             self._collect(wait_s=0.2)
         self._commit()
         self._pool.shutdown(wait=True)
+        self._flusher.close()
         self._consumer.close()
         self._dead_letters.close()
 

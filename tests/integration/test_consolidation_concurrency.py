@@ -128,7 +128,10 @@ def test_the_user_lock_serializes_two_flushers_of_the_same_user(deployment: Depl
                 c.clock,
             )
             gate.wait(timeout=60)
-            return flusher.flush("ada", events, attempt=0).kind
+            try:
+                return flusher.flush("ada", events, attempt=0).kind
+            finally:
+                flusher.close()
 
     with ThreadPoolExecutor(2) as pool:
         kinds = sorted(f.result() for f in [pool.submit(flush_once) for _ in range(2)])

@@ -143,27 +143,28 @@ def test_reading_everything_again_books_nothing_twice(deployment: Deployment) ->
     assert_ledger_matches_runs(deployment)
 
 
-# The child consolidates, commits its transaction, and dies by SIGKILL at the first upsert
-# into the index: facts pending, offsets not committed, nothing cleaned up.
+# The child consolidates and dies by SIGKILL the moment its run's transaction has committed:
+# memory written, facts not indexed, offsets not committed, nothing cleaned up.
 _KILLED_CHILD = textwrap.dedent(
     """
     import dataclasses, os, signal, sys
     from memoryd import wiring
     from memoryd.settings import Settings
 
-    class DiesOnUpsert:
+    class DiesAfterCommit:
         def __init__(self, inner):
             self._inner = inner
-        def upsert(self, facts):
+        def apply(self, update):
+            self._inner.apply(update)
             os.kill(os.getpid(), signal.SIGKILL)
         def __getattr__(self, name):
             return getattr(self._inner, name)
 
     settings = Settings.model_validate_json(sys.argv[1])
     with wiring.core(settings) as c:
-        c = dataclasses.replace(c, index=DiesOnUpsert(c.index))
+        c = dataclasses.replace(c, memory=DiesAfterCommit(c.memory))
         wiring.processor(c).run_until_idle(idle_s=30)
-    sys.exit(3)  # not reached: the upsert kills the process
+    sys.exit(3)  # not reached: the first apply kills the process
     """
 )
 
