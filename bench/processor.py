@@ -17,8 +17,8 @@ Reported per concurrency:
   gate, planning, one Postgres transaction: `memoryd_flush_seconds`) minus the backend's
   own mean call time; per event: the same divided by the batch size;
 - indexing, which runs after the flush in one background thread per processor, coalescing
-  finished runs (`memoryd_index_seconds`): how many writes it took and their mean time
-  (embedding plus Chroma upsert plus marking the facts indexed); it is in the wall time.
+  finished runs: how many writes it took and their mean time (embedding, Chroma upsert,
+  marking the facts indexed), timed around `FactIndexer.index_ids`; it is in the wall time.
 
 Services come from options, `MEMORYD_*` settings, or are started locally (bench.services).
 Every run writes to a scratch database, topics and collection of its own.
@@ -30,12 +30,15 @@ import argparse
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psycopg
 
 from bench import services
+from consumers.indexer import FactIndexer
 from memoryd import wiring
 from memoryd.settings import (
     ChromaSettings,
@@ -198,6 +201,25 @@ def settings_for(
     )
 
 
+@contextmanager
+def timed_index_writes(durations: list[float]) -> Iterator[None]:
+    """Time every `FactIndexer.index_ids` call (one coalesced index write) while inside."""
+    original = FactIndexer.index_ids
+
+    def timed(self: FactIndexer, fact_ids: Sequence[uuid.UUID]) -> int:
+        started = time.perf_counter()
+        try:
+            return original(self, fact_ids)
+        finally:
+            durations.append(time.perf_counter() - started)
+
+    FactIndexer.index_ids = timed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        FactIndexer.index_ids = original  # type: ignore[method-assign]
+
+
 def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -225,6 +247,7 @@ def run_once(
     users = [f"bench-user-{run}-{i}" for i in range(args.users)]
     events = make_events(users, args.events)
     backend = FixedLatencyBackend(args.latency_ms / 1000)
+    index_writes: list[float] = []
     topics = [f"bench-processor-{run}", f"bench-processor-{run}.dlq"]
     with (
         services.scratch_database(ends.postgres_dsn, "bench_processor", keep=args.keep) as dsn,
@@ -235,7 +258,7 @@ def run_once(
     ):
         settings = settings_for(base, ends, run, dsn, collection, concurrency, args.events)
         wiring.ensure_topics(settings)
-        with wiring.core(settings) as c:
+        with wiring.core(settings) as c, timed_index_writes(index_writes):
             processor = wiring.processor(c, backend)
             stop = threading.Event()
             thread = threading.Thread(target=processor.run, args=(stop,), daemon=True)
@@ -256,8 +279,6 @@ def run_once(
             labels = {"backend": backend.name}
             flush_sum = c.registry.get_sample_value("memoryd_flush_seconds_sum", labels) or 0.0
             flushes = c.registry.get_sample_value("memoryd_flush_seconds_count", labels) or 1.0
-            index_sum = c.registry.get_sample_value("memoryd_index_seconds_sum") or 0.0
-            writes = c.registry.get_sample_value("memoryd_index_seconds_count") or 0.0
     return Row(
         concurrency=concurrency,
         users=args.users,
@@ -267,8 +288,8 @@ def run_once(
         llm_mean_ms=1000 * statistics.fmean(e - s for s, e in backend.calls),
         peak_overlap=backend.peak_overlap(),
         latency_s=backend.latency_s,
-        index_writes=int(writes),
-        index_mean_ms=1000 * index_sum / max(writes, 1.0),
+        index_writes=len(index_writes),
+        index_mean_ms=1000 * statistics.fmean(index_writes or [0.0]),
     )
 
 

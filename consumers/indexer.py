@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -180,7 +179,6 @@ class IndexQueue:
             raise
 
     def _index(self, ids: list[uuid.UUID]) -> None:
-        started = time.monotonic()
         try:
             self._indexer.index_ids(ids)
         except StoreError as e:
@@ -188,4 +186,3 @@ class IndexQueue:
             # the scheduled drain indexes them. Nothing is lost, so the queue goes on.
             self._metrics.index_failures.inc()
             log.warning("indexing failed, %d fact(s) left pending: %s", len(ids), e)
-        self._metrics.index_seconds.observe(time.monotonic() - started)

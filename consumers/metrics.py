@@ -73,12 +73,6 @@ class PipelineMetrics:
             "Vector index writes that failed (facts stay pending)",
             registry=registry,
         )
-        self.index_seconds = Histogram(
-            "memoryd_index_seconds",
-            "Duration of one coalesced write of finished runs' facts to the vector index",
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
         self.facts_indexed = Counter(
             "memoryd_facts_indexed_total",
             "Fact versions written to the vector index",
