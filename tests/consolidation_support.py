@@ -6,6 +6,7 @@ pipeline's shared helpers.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import warnings
@@ -89,7 +90,16 @@ class RecordingBackend:
     inner: ConsolidationBackend = field(default_factory=OfflineBackend)
     calls: list[Call] = field(default_factory=list)
     started: int = 0  # calls begun, finished or not
+    # The first `rendezvous` calls wait (up to 30 s) until that many are in flight together,
+    # so a loaded machine starting threads late cannot hide the concurrency the test is
+    # about; a processor that cannot run that many at once leaves them waiting alone.
+    rendezvous: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _barrier: threading.Barrier | None = None
+
+    def __post_init__(self) -> None:
+        if self.rendezvous > 1:
+            self._barrier = threading.Barrier(self.rendezvous, timeout=30)
 
     @property
     def name(self) -> str:
@@ -104,9 +114,14 @@ class RecordingBackend:
         return self.inner.prompt_version
 
     def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
-        started = time.monotonic()
         with self._lock:
             self.started += 1
+            meet = self._barrier is not None and self.started <= self.rendezvous
+        if meet:
+            assert self._barrier is not None
+            with contextlib.suppress(threading.BrokenBarrierError):
+                self._barrier.wait()
+        started = time.monotonic()
         time.sleep(self.latency_s)
         response = self.inner.consolidate(request)
         ended = time.monotonic()

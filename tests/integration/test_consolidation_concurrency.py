@@ -51,7 +51,7 @@ def test_users_are_consolidated_concurrently_and_one_user_never_twice_at_once(
     events = [make_event(u, f"{u} note number {n} about the launch", minutes=n) for u in users
               for n in range(4)]  # fmt: skip
     deployment.publish(events)
-    backend = RecordingBackend(latency_s=LATENCY_S)
+    backend = RecordingBackend(latency_s=LATENCY_S, rendezvous=4)
     tuned(deployment, concurrency=4, max_batch=2, max_wait_s=1.0).run_processor(backend)
 
     assert consolidated_count(deployment) == len(events)
@@ -193,7 +193,7 @@ def test_more_flushes_than_the_pool_can_lock_wait_instead_of_deadlocking(
     postgres = deployment.settings.postgres.model_copy(update={"pool_max_size": 4})
     crowded = tuned(deployment, concurrency=8, max_wait_s=1.0)
     crowded = Deployment(crowded.settings.model_copy(update={"postgres": postgres}), crowded.dsn)
-    backend = RecordingBackend(latency_s=LATENCY_S)
+    backend = RecordingBackend(latency_s=LATENCY_S, rendezvous=2)
     crowded.run_processor(backend)
 
     assert consolidated_count(deployment) == len(users)
