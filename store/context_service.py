@@ -62,6 +62,8 @@ class RetrievalIndex(Protocol):
 
     def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]: ...
 
+    def score(self, text: str, fact_ids: Sequence[uuid.UUID], n: int) -> list[VectorHit]: ...
+
 
 @dataclass(frozen=True)
 class RetrievedFact:
@@ -221,6 +223,20 @@ class ContextService:
 
     # -- retrieval ------------------------------------------------------------------------
 
+    def _dense(self, scope: Scope, text: str, pool: int) -> list[VectorHit]:
+        """Exact search over the user's facts when they are few, else Chroma's filtered ANN."""
+        candidates = self._reads.indexed_ids(scope, EXACT_SEARCH_MAX_FACTS + 1)
+        if len(candidates) <= EXACT_SEARCH_MAX_FACTS:
+            return self._index.score(text, candidates, pool)
+        return self._index.query(
+            user_id=scope.user_id,
+            text=text,
+            connection_ids=scope.connection_ids,
+            n=pool,
+            statuses=scope.statuses,
+            context_types=scope.context_types,
+        )
+
     def _retrieve(
         self,
         scope: Scope,
@@ -231,14 +247,7 @@ class ContextService:
     ) -> _Found:
         degraded: str | None = None
         try:
-            hits = self._index.query(
-                user_id=scope.user_id,
-                text=text,
-                connection_ids=scope.connection_ids,
-                n=profile.pool,
-                statuses=scope.statuses,
-                context_types=scope.context_types,
-            )
+            hits = self._dense(scope, text, profile.pool)
         except VectorIndexUnavailable as e:
             hits, degraded = [], f"vector index unavailable: {e}"
         watch.lap("dense")
@@ -343,6 +352,9 @@ class ContextService:
 
 
 CONNECTIONS_KEY = "Connections"
+# Up to this many facts in scope, dense retrieval scores them all exactly (a get by id and one
+# matrix product); beyond it, Chroma's filtered ANN query is cheaper than fetching them.
+EXACT_SEARCH_MAX_FACTS = 1_000
 
 
 def scoped_scaffold(scaffold: Mapping[str, Any], connection_ids: Sequence[str]) -> dict[str, Any]:
