@@ -128,10 +128,10 @@ class UserFlusher:
         now = self._clock()
         balance = self._store.balance(user_id)
         exhausted = balance is not None and balance <= 0
-        if balance is not None and balance <= 0:
+        if exhausted:
             self._metrics.budget_actions.labels(self._budget_policy.value).inc()
             if self._budget_policy is BudgetPolicy.DEFER:
-                return self._defer(state, fresh, now, attempt, balance)
+                return self._defer(state, fresh, now, attempt, f"balance {balance} micro-USD")
         active = tuple(self._store.facts(user_id, (FactStatus.ACTIVE, FactStatus.HELD)))
         request = ConsolidationRequest.build(state, active, fresh, now)
         run_id = run_id_for(user_id, request.event_ids)
@@ -162,11 +162,11 @@ class UserFlusher:
         fresh: list[ContextEvent],
         now: datetime,
         attempt: int,
-        balance: int,
+        balance: str,
     ) -> FlushResult:
         request = ConsolidationRequest.build(state, (), fresh, now)
         run_id = occurrence_run_id()
-        reason = f"credit exhausted (balance {balance} micro-USD): consolidation deferred"
+        reason = f"credit exhausted ({balance}): consolidation deferred"
         self._store.record_run(
             failed_run(
                 request,
