@@ -69,7 +69,10 @@ class Core:
 
 @contextmanager
 def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Iterator[Core]:
-    pool = make_pool(settings.postgres.dsn, max_size=settings.postgres.pool_max_size)
+    # Each flush holds a connection for its user lock and needs another meanwhile, and the
+    # read path and the indexer want theirs: size the pool so concurrency is never capped by it.
+    pool_size = max(settings.postgres.pool_max_size, 2 * settings.processor.concurrency + 4)
+    pool = make_pool(settings.postgres.dsn, max_size=pool_size)
     try:
         embedder = MiniLmEmbedder()
         chroma = settings.chroma
