@@ -212,8 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    # kafka-python logs every connection and rebalance step at INFO; keep its warnings only.
-    logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLogger().level))
+    # kafka-python and httpx (under chromadb) log every connection at INFO; keep their warnings.
+    for noisy in ("kafka", "httpx"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     code: int = args.fn(settings, args)
     return code
 
