@@ -62,7 +62,9 @@ class RetrievalIndex(Protocol):
 
     def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]: ...
 
-    def score(self, text: str, fact_ids: Sequence[uuid.UUID], n: int) -> list[VectorHit]: ...
+    def score(
+        self, text: str, fact_ids: Sequence[uuid.UUID], n: int
+    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]: ...
 
 
 @dataclass(frozen=True)
@@ -223,12 +225,17 @@ class ContextService:
 
     # -- retrieval ------------------------------------------------------------------------
 
-    def _dense(self, scope: Scope, text: str, pool: int) -> list[VectorHit]:
-        """Exact search over the user's facts when they are few, else Chroma's filtered ANN."""
+    def _dense(
+        self, scope: Scope, text: str, pool: int
+    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]:
+        """Exact search over the user's facts when they are few, else Chroma's filtered ANN.
+
+        The exact path also returns the vectors it fetched, so MMR does not fetch them again.
+        """
         candidates = self._reads.indexed_ids(scope, EXACT_SEARCH_MAX_FACTS + 1)
         if len(candidates) <= EXACT_SEARCH_MAX_FACTS:
             return self._index.score(text, candidates, pool)
-        return self._index.query(
+        hits = self._index.query(
             user_id=scope.user_id,
             text=text,
             connection_ids=scope.connection_ids,
@@ -236,6 +243,7 @@ class ContextService:
             statuses=scope.statuses,
             context_types=scope.context_types,
         )
+        return hits, {}
 
     def _retrieve(
         self,
@@ -247,9 +255,9 @@ class ContextService:
     ) -> _Found:
         degraded: str | None = None
         try:
-            hits = self._dense(scope, text, profile.pool)
+            hits, known_vectors = self._dense(scope, text, profile.pool)
         except VectorIndexUnavailable as e:
-            hits, degraded = [], f"vector index unavailable: {e}"
+            hits, known_vectors, degraded = [], {}, f"vector index unavailable: {e}"
         watch.lap("dense")
         keyword = self._reads.keyword_search(scope, text, profile.pool)
         watch.lap("keyword")
@@ -284,10 +292,12 @@ class ContextService:
         ordered = _without_repeats(
             sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0]))), rows, pinned
         )
-        vectors: dict[uuid.UUID, Vector] = {}
-        if not degraded and ordered:
+        wanted = [*pinned_ids, *(k for k, _ in ordered)]
+        vectors = {k: known_vectors[k] for k in wanted if k in known_vectors}
+        missing = [k for k in wanted if k not in vectors]
+        if not degraded and missing:
             try:
-                vectors = self._index.embeddings([*pinned_ids, *(k for k, _ in ordered)])
+                vectors |= self._index.embeddings(missing)
             except VectorIndexUnavailable as e:
                 degraded = f"vector index unavailable: {e}"
         picked = mmr(

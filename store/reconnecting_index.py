@@ -80,7 +80,9 @@ class ReconnectingIndex:
     def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
         return self._call(lambda i: i.embeddings(fact_ids))
 
-    def score(self, text: str, fact_ids: Sequence[uuid.UUID], n: int) -> list[VectorHit]:
+    def score(
+        self, text: str, fact_ids: Sequence[uuid.UUID], n: int
+    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]:
         return self._call(lambda i: i.score(text, fact_ids, n))
 
     def delete(self, fact_ids: Sequence[uuid.UUID]) -> None:

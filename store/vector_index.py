@@ -298,7 +298,9 @@ class ChromaVectorIndex:
             for i, v in zip(result["ids"], vectors, strict=True)
         }
 
-    def score(self, text: str, fact_ids: Sequence[uuid.UUID], n: int) -> list[VectorHit]:
+    def score(
+        self, text: str, fact_ids: Sequence[uuid.UUID], n: int
+    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]:
         """Exact search over a known candidate set: a get by id and one matrix product.
 
         A user's facts are a few hundred vectors; fetching them by id and scoring them here is
@@ -306,15 +308,16 @@ class ChromaVectorIndex:
         by scanning the metadata of every tenant (measured: 9 ms against 265 ms at 100k facts).
         """
         if n <= 0 or not fact_ids:
-            return []
+            return [], {}
         stored = self.embeddings(fact_ids)
         if not stored:
-            return []
+            return [], {}
         ids = list(stored)
         (query,) = self._embedder.embed([text])
         similarity = np.stack([stored[i] for i in ids]) @ query
         best = np.argsort(-similarity, kind="stable")[:n]
-        return [VectorHit(ids[k], float(similarity[k]), "", {}) for k in best]
+        # The vectors go back too: the caller's diversity step (MMR) needs them as well.
+        return [VectorHit(ids[k], float(similarity[k]), "", {}) for k in best], stored
 
     def delete(self, fact_ids: Sequence[uuid.UUID]) -> None:
         ids = [str(f) for f in fact_ids]
