@@ -186,8 +186,9 @@ def test_more_flushes_than_the_pool_can_lock_wait_instead_of_deadlocking(
     deployment: Deployment,
 ) -> None:
     """Each flush holds a connection for its user lock and needs a second one meanwhile: with
-    every pool connection held by a lock, nobody could go on. The store lets at most
-    max_size - 2 flushes hold a lock; the others wait their turn."""
+    every pool connection held by a lock, nobody could go on. The composition root sizes the
+    pool from the concurrency (a configured pool of 4 is raised), so all 8 flushes run at once
+    and none deadlocks; the store's own cap (max_size - 2 lock holders) is the second guard."""
     users = [f"crowded{i}" for i in range(8)]
     deployment.publish([make_event(u, f"{u} works on the Falcon project") for u in users])
     postgres = deployment.settings.postgres.model_copy(update={"pool_max_size": 4})
@@ -197,5 +198,5 @@ def test_more_flushes_than_the_pool_can_lock_wait_instead_of_deadlocking(
     crowded.run_processor(backend)
 
     assert consolidated_count(deployment) == len(users)
-    assert backend.max_overlap() == 2
+    assert backend.max_overlap() == 8
     assert deployment.query("SELECT DISTINCT status FROM consolidation_runs") == [("succeeded",)]
