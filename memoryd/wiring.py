@@ -33,7 +33,7 @@ from processors.schema import ConsolidationBackend
 from producers.publisher import KafkaEventPublisher, ProducerSettings
 from store.background import BatchWriter, WriterSettings
 from store.context_service import ContextService
-from store.embeddings import MiniLmEmbedder
+from store.embeddings import CachingEmbedder, MiniLmEmbedder
 from store.event_log import PostgresEventLog
 from store.fact_queries import PostgresReadModel
 from store.injection import InjectionCache
@@ -59,7 +59,7 @@ class Core:
     pool: ConnectionPool
     memory: PostgresMemoryStore
     events: PostgresEventLog
-    embedder: MiniLmEmbedder
+    embedder: CachingEmbedder
     index: ReconnectingIndex
     prices: PriceTable
     registry: CollectorRegistry
@@ -74,7 +74,7 @@ def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Itera
     pool_size = max(settings.postgres.pool_max_size, 2 * settings.processor.concurrency + 4)
     pool = make_pool(settings.postgres.dsn, max_size=pool_size)
     try:
-        embedder = MiniLmEmbedder()
+        embedder = CachingEmbedder(MiniLmEmbedder())
         chroma = settings.chroma
 
         def connect() -> ClientAPI:

@@ -8,7 +8,6 @@ discard (not stored), or reinforce an existing fact instead of adding a near-dup
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -16,7 +15,7 @@ from enum import StrEnum
 import numpy as np
 
 from processors.schema import FactProposal
-from store.protocols import Embedder, Vector
+from store.protocols import Embedder
 from store.records import Fact, FactType, normalize_content
 
 MIN_CONTENT_CHARS = 8
@@ -72,17 +71,12 @@ class WriteGate:
     """Judges proposals one at a time against the facts active at that moment of the run."""
 
     def __init__(
-        self,
-        embedder: Embedder | None,
-        duplicate_cosine: float = DUPLICATE_COSINE,
-        cache_size: int = 20_000,
+        self, embedder: Embedder | None, duplicate_cosine: float = DUPLICATE_COSINE
     ) -> None:
+        # Active facts are compared on every run: give it a caching embedder (the composition
+        # root does), so their vectors are computed once per process, not once per proposal.
         self._embedder = embedder
         self._duplicate_cosine = duplicate_cosine
-        self._cache_size = cache_size
-        # Active facts are compared on every run; their vectors are worth keeping.
-        self._vectors: dict[str, Vector] = {}
-        self._lock = threading.Lock()  # flushes of different users share one gate
 
     def judge(self, proposal: FactProposal, existing: Sequence[Fact]) -> GateDecision:
         content = proposal.content
@@ -115,21 +109,7 @@ class WriteGate:
                 return fact
         if self._embedder is None:
             return None
-        vectors = self._vectors_for([content, *(f.content for f in existing)])
+        vectors = self._embedder.embed([content, *(f.content for f in existing)])
         similarity = np.stack(vectors[1:]) @ vectors[0]
         best = int(np.argmax(similarity))
         return existing[best] if similarity[best] >= self._duplicate_cosine else None
-
-    def _vectors_for(self, texts: Sequence[str]) -> list[Vector]:
-        assert self._embedder is not None
-        with self._lock:
-            known = dict(self._vectors)
-        missing = list(dict.fromkeys(t for t in texts if t not in known))
-        if missing:
-            fresh = dict(zip(missing, self._embedder.embed(missing), strict=True))
-            known.update(fresh)
-            with self._lock:
-                if len(self._vectors) + len(fresh) > self._cache_size:
-                    self._vectors.clear()
-                self._vectors.update(fresh)
-        return [known[t] for t in texts]

@@ -18,6 +18,7 @@ from processors.gate import (
     canonical_form,
 )
 from processors.schema import FactProposal
+from store.embeddings import CachingEmbedder
 from store.records import Fact, FactStatus, FactType, Provenance, SurfacePolicy, fact_id_for
 from tests.fakes import BagOfWordsEmbedder
 
@@ -162,7 +163,7 @@ def test_the_embedder_catches_what_the_synonym_table_does_not() -> None:
 
 def test_vectors_of_known_facts_are_cached() -> None:
     embedder = BagOfWordsEmbedder()
-    gate = WriteGate(embedder)
+    gate = WriteGate(CachingEmbedder(embedder))  # as the composition root builds it
     facts = [stored("The user has two cats."), stored("The user plays the cello.")]
     gate.judge(proposal("The user sings in a choir."), facts)
     gate.judge(proposal("The user runs marathons."), facts)
