@@ -108,7 +108,7 @@ def default_prices() -> dict[str, ModelPrice]:
         "gemini-2.5-flash": ModelPrice(input_usd_per_mtok=0.30, output_usd_per_mtok=2.50),
         "gemini-2.5-flash-lite": ModelPrice(input_usd_per_mtok=0.10, output_usd_per_mtok=0.40),
         "gemini-2.5-pro": ModelPrice(input_usd_per_mtok=1.25, output_usd_per_mtok=10.0),
-        "offline-deterministic-v1": ModelPrice(),
+        "offline-deterministic-v2": ModelPrice(),
         "all-MiniLM-L6-v2-onnx-int8": ModelPrice(usd_per_1k_embeddings=0.0),
     }
 

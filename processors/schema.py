@@ -10,11 +10,12 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from producers.contract import ContextEvent
 from store.records import Fact, FactType, MemoryState, SurfacePolicy, TokenUsage
@@ -53,6 +54,10 @@ class FactProposal(BaseModel):
     target_fact_id: str | None = None
     # Which observations (by their index label, e.g. "E3") the fact came from.
     evidence: list[str] = Field(default_factory=list, max_length=20)
+    # Set by extractors that know them (the offline backend); not asked of an LLM, so they stay
+    # out of the output schema a model is given.
+    subject: SkipJsonSchema[str | None] = Field(default=None, max_length=80)
+    event_date: SkipJsonSchema[date | None] = None
 
     @model_validator(mode="after")
     def _target_when_needed(self) -> FactProposal:

@@ -16,19 +16,22 @@ COLUMNS = (
     "fact_id, user_id, organization_id, content, context_type, source, connection_id, tool_id,"
     " message_id, attachment_id, filename, source_event_ids, fact_type, surface, status, pinned,"
     " confidence, salience, reinforce_count, last_reinforced_at, recall_count, last_recalled_at,"
-    " superseded_by, created_by_run, created_at, updated_at, indexed_at, version"
+    " superseded_by, created_by_run, created_at, updated_at, indexed_at, version,"
+    " observed_at, event_date, subject"
 )
 
 # On conflict the row keeps when and by which run it was first created.
 _UPSERT = (
     f"INSERT INTO memory_facts ({COLUMNS}, updated_by_run) VALUES ("
-    + ", ".join(["%s"] * 29)
+    + ", ".join(["%s"] * 32)
     + ") ON CONFLICT (fact_id) DO UPDATE SET content = EXCLUDED.content,"
     " source_event_ids = EXCLUDED.source_event_ids, fact_type = EXCLUDED.fact_type,"
     " surface = EXCLUDED.surface, status = EXCLUDED.status, confidence = EXCLUDED.confidence,"
     " salience = EXCLUDED.salience, reinforce_count = EXCLUDED.reinforce_count,"
     " last_reinforced_at = EXCLUDED.last_reinforced_at, superseded_by = EXCLUDED.superseded_by,"
     " updated_at = EXCLUDED.updated_at, indexed_at = NULL,"
+    " observed_at = EXCLUDED.observed_at, event_date = EXCLUDED.event_date,"
+    " subject = EXCLUDED.subject,"
     " version = memory_facts.version + 1, updated_by_run = EXCLUDED.updated_by_run"
     " WHERE NOT memory_facts.pinned"
 )
@@ -64,6 +67,9 @@ def from_row(row: Sequence[Any]) -> Fact:
         updated_at,
         indexed_at,
         version,
+        observed_at,
+        event_date,
+        subject,
     ) = row
     return Fact(
         fact_id=fact_id,
@@ -96,6 +102,9 @@ def from_row(row: Sequence[Any]) -> Fact:
         superseded_by=superseded_by,
         indexed_at=indexed_at,
         version=version,
+        observed_at=observed_at,
+        event_date=event_date,
+        subject=subject,
     )
 
 
@@ -130,6 +139,9 @@ def _params(fact: Fact, run_id: uuid.UUID) -> tuple[Any, ...]:
         fact.updated_at,
         None,
         fact.version,
+        fact.observed_at,
+        fact.event_date,
+        fact.subject,
         run_id,
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -111,6 +111,12 @@ class Fact:
     superseded_by: uuid.UUID | None = None
     indexed_at: datetime | None = None
     version: int = 1
+    # When the events behind the fact happened (their occurred_at, latest first seen), not when
+    # a run consolidated them; the date the fact's own words name ("yesterday" resolved), if
+    # any; and who it is about when that is not the user (a transcript's speaker).
+    observed_at: datetime | None = None
+    event_date: date | None = None
+    subject: str | None = None
 
 
 @dataclass(frozen=True)

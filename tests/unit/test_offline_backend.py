@@ -184,7 +184,7 @@ def test_raw_response_is_the_output_as_sorted_json() -> None:
     decoded = json.loads(response.raw_response)
     assert ConsolidationOutput.model_validate(decoded) == response.output
     assert response.raw_response == json.dumps(decoded, sort_keys=True, ensure_ascii=False)
-    assert response.model == "offline-deterministic-v1"
+    assert response.model == "offline-deterministic-v2"
 
 
 @pytest.mark.parametrize("embedder", EMBEDDERS)
