@@ -3,6 +3,8 @@
 It is separate from the extractor on purpose: a prompt change or a different model cannot
 loosen it. Verdicts: allow (stored active), hold (stored, not retrieved until reinforced),
 discard (not stored), or reinforce an existing fact instead of adding a near-duplicate.
+Content without information (a greeting, thanks, agreement, a question that asserts nothing)
+is discarded with its own reason, whichever backend proposed it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from enum import StrEnum
 import numpy as np
 
 from processors.schema import FactProposal
+from processors.statements import informative
 from store.protocols import Embedder
 from store.records import Fact, FactType, normalize_content
 
@@ -25,6 +28,7 @@ MIN_SALIENCE = 0.2
 MIN_EPHEMERAL_SALIENCE = 0.6
 DUPLICATE_COSINE = 0.85
 EPHEMERAL_TYPES = frozenset({FactType.EPISODIC})
+NO_INFORMATION = "no information: greeting, thanks, agreement, praise or question"
 
 _INSTRUCTION_ARTIFACTS = re.compile(
     r"ignore (all |any )?(previous|prior|above) instructions|system prompt|"
@@ -84,6 +88,8 @@ class WriteGate:
             return GateDecision(Verdict.DISCARD, f"content shorter than {MIN_CONTENT_CHARS} chars")
         if _INSTRUCTION_ARTIFACTS.search(content):
             return GateDecision(Verdict.DISCARD, "instruction artifact")
+        if not informative(content):
+            return GateDecision(Verdict.DISCARD, NO_INFORMATION)
         if proposal.confidence < MIN_CONFIDENCE:
             return GateDecision(
                 Verdict.DISCARD, f"confidence {proposal.confidence} < {MIN_CONFIDENCE}"

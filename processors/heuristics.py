@@ -112,7 +112,9 @@ def to_third_person(text: str) -> str:
     stripped = _PREAMBLE.sub("", out)
     if stripped and stripped != out:
         out = stripped[0].upper() + stripped[1:]
-    return about(out, speaker or USER)
+    rewritten = about(out, speaker or USER)
+    # A line with no "I" in it still says whose it is.
+    return rewritten if speaker is None or speaker in rewritten else f"{speaker}: {rewritten}"
 
 
 # --- text shape -------------------------------------------------------------------------

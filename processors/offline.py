@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Final, TypeVar
 
+from processors.gate import DUPLICATE_COSINE
 from processors.heuristics import (
     Similarity,
     Slot,
@@ -52,7 +53,10 @@ T = TypeVar("T")
 
 TOOL_SUMMARY_CHARS = 300
 # A fact merged from several lines of one thread stops growing here.
-MAX_MERGED_CHARS = 320
+MAX_MERGED_CHARS = 240
+# A speaker's next line goes on with their previous one at this similarity (cosine; the
+# word-overlap measure without an embedder is scaled down, as for duplicates).
+THREAD_COSINE = 0.6
 # New details worth merging into a fact: at least this many content words it lacks.
 MIN_NEW_WORDS = 2
 # Salience moves with the source: the user saying it beats the inbox inferring it beats a tool.
@@ -218,10 +222,13 @@ def _twin(
     return _best(facts, statement, lambda f: f.content, sim, sim.duplicate)
 
 
-def _with_details(old: str, new: str, limit: int = MAX_MERGED_CHARS) -> str | None:
+def _with_details(old: str, new: str, limit: int | None = None) -> str | None:
     """`old` followed by what `new` adds to it, or None when it adds nothing or cannot fit."""
+    speaker, said = split_speaker(new)
+    if speaker is not None and speaker in old:
+        new = said  # "Caroline: …" once is enough
     added = content_words(new) - content_words(old)
-    if len(added) < MIN_NEW_WORDS or len(old) + 1 + len(new) > limit:
+    if len(added) < MIN_NEW_WORDS or len(old) + 1 + len(new) > (limit or MAX_MERGED_CHARS):
         return None
     return f"{old} {new}"
 
@@ -234,8 +241,8 @@ def _thread(plan: Plan, obs: Observation, statement: Extracted, sim: Similarity)
     event = obs.event
     for draft in plan.live(event.source_metadata.connection_id):
         if draft.session == event.source_metadata.session_id and draft.subject == statement.subject:
-            related = sim.score(draft.last_text, statement.text) >= sim.related
-            return draft if related else None
+            floor = THREAD_COSINE * sim.duplicate / DUPLICATE_COSINE
+            return draft if sim.score(draft.last_text, statement.text) >= floor else None
     return None
 
 

@@ -20,6 +20,8 @@ from processors.time_expressions import Resolved, resolve
 
 MAX_STATEMENT_CHARS = 240
 MAX_SENTENCES = 3
+# A remark with no one in it ("Taking care of ourselves is vital") needs this many content words.
+MIN_REMARK_WORDS = 4
 
 
 def _words(text: str) -> frozenset[str]:
@@ -182,14 +184,28 @@ def is_question(sentence: str) -> bool:
 _ADDRESSED = re.compile(r"^(?:you|your|you'?re|you'?ve|you'?d|you'?ll|yours)\b", re.IGNORECASE)
 
 
-def carries_information(sentence: str, names: Iterable[str] = ()) -> bool:
+def carries_information(
+    sentence: str, names: Iterable[str] = (), remark_words: int | None = None
+) -> bool:
     """False for a greeting, thanks, agreement, praise or question: nothing to remember."""
     body = _OPENER.sub("", sentence.strip()).strip(" ,!.…")
     if not body or is_question(sentence) or _PHATIC.match(body) or _ADDRESSED.match(body):
         return False
     # "I'm vegetarian" says something with one word; a remark with no one in it needs two.
-    needed = 1 if _FIRST_PERSON.search(body) else 2
+    needed = 1 if _FIRST_PERSON.search(body) else remark_words or MIN_REMARK_WORDS
     return len(content_words(body, names)) >= needed
+
+
+def informative(text: str) -> bool:
+    """Does any sentence of a fact say something (a shared photo counts)?
+
+    Laxer than extraction: a written fact may leave its subject out ("Prefers tea"), so one
+    content word outside a greeting, thanks, agreement or question is enough."""
+    speaker, said = split_speaker(" ".join(text.split()))
+    if _CAPTION.search(said):
+        return True
+    names = [speaker] if speaker else []
+    return any(carries_information(s, names, remark_words=1) for s in sentences(said))
 
 
 def sentences(text: str) -> list[str]:
@@ -285,12 +301,18 @@ def extract(content: str, at: datetime, others: Iterable[str] = ()) -> Statement
     chosen = _fit(kept)
     if not chosen:
         return None
-    joined = " ".join(s.text for s in chosen)
+    joined = " ".join(_closed(s.text) for s in chosen[:-1]) + " " + chosen[-1].text
+    joined = joined.strip()
     if speaker is not None and speaker not in joined:
         # "Researching adoption agencies": whose research, the fact itself must say.
         joined = f"{speaker}: {joined}"
     found = tuple(d for s in chosen for d in s.dates)
     return Statement(joined, speaker, found, _merged(s.signals for s in chosen))
+
+
+def _closed(sentence: str) -> str:
+    """A sentence followed by another ends with its punctuation, even if it was a dash."""
+    return sentence if sentence[-1:] in ".!?…" else sentence + "."
 
 
 def _fit(kept: list[_Scored]) -> list[_Scored]:

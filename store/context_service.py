@@ -29,7 +29,9 @@ from store.ranking import (
     PROFILES,
     Budget,
     BudgetProfile,
+    cue_weight,
     mmr,
+    query_cues,
     reciprocal_rank_fusion,
     rerank,
     within_budget,
@@ -278,15 +280,17 @@ class ContextService:
         keyword_ranking = [f.fact_id for f in keyword if f.fact_id not in pinned_ids]
         rankings = [keyword_ranking] if degraded else [dense_ranking, keyword_ranking]
         fused = reciprocal_rank_fusion(rankings)
-        now = self._clock()
+        now, cues = self._clock(), query_cues(text)
         scores = {
             fid: rerank(
                 fused[fid],
-                updated_at=rows[fid].updated_at,
+                # When it happened, not when a run last touched it.
+                updated_at=rows[fid].observed_at or rows[fid].updated_at,
                 salience=rows[fid].salience,
                 confidence=rows[fid].confidence,
                 now=now,
             )
+            * cue_weight(rows[fid], cues)
             for fid in fused
         }
         ordered = _without_repeats(
@@ -307,7 +311,8 @@ class ContextService:
             lam=profile.mmr_lambda,
             selected=list(pinned_ids),
         )
-        chosen = within_budget([(k, scores[k]) for k in picked], profile)
+        sizes = {k: len(rows[k].content) for k in picked}
+        chosen = within_budget([(k, scores[k]) for k in picked], profile, sizes)
         dense_rank = {fid: i for i, fid in enumerate(dense_ranking, start=1)}
         keyword_rank = {fid: i for i, fid in enumerate(keyword_ranking, start=1)}
         facts = [RetrievedFact(f, 1.0, 1.0, pinned=True) for f in pinned]

@@ -123,12 +123,13 @@ class Retrieval:
     ranked: tuple[frozenset[str], ...]  # the turns behind each returned fact, best first
     facts_returned: int
     latency_ms: float
+    sizes: tuple[int, ...] = ()  # characters of each returned fact's text, best first
 
 
 def ask(
     settings: Settings, questions: Sequence[Question], k: int, budget: Budget = Budget.DEEP
 ) -> list[Retrieval]:
-    """Ask every question; keep the top k facts of each bundle, as turn sets."""
+    """Ask every question; keep each bundle's facts as turn sets (k: the deepest hit@k)."""
     out = []
     with wiring.core(settings) as c, wiring.read_path(c) as service:
         turn_of = _turns_by_event(c, sorted({q.sample_id for q in questions}))
@@ -138,11 +139,13 @@ def ask(
             latency_ms = (time.perf_counter() - started) * 1000
             if bundle.degraded:
                 raise IngestError(f"degraded bundle for {q.sample_id}: {bundle.degraded_reason}")
+            # Every returned fact: the top k score hit@k, all of them the character budget.
             ranked = tuple(
                 frozenset(turn_of[e] for e in r.fact.provenance.source_event_ids if e in turn_of)
-                for r in bundle.facts[:k]
+                for r in bundle.facts
             )
-            out.append(Retrieval(q, ranked, len(bundle.facts), latency_ms))
+            sizes = tuple(len(r.fact.content) for r in bundle.facts)
+            out.append(Retrieval(q, ranked, len(bundle.facts), latency_ms, sizes))
     return out
 
 

@@ -58,7 +58,7 @@ def stored(content: str) -> Fact:
     [
         # length
         (proposal("x" * (MIN_CONTENT_CHARS - 1)), Verdict.DISCARD, "shorter than"),
-        (proposal("x" * MIN_CONTENT_CHARS), Verdict.ALLOW, "passed"),
+        (proposal("Uses Vim"), Verdict.ALLOW, "passed"),  # MIN_CONTENT_CHARS long
         # confidence: below 0.4 discarded, 0.4 up to 0.6 held, from 0.6 allowed
         (proposal(confidence=0.0), Verdict.DISCARD, "confidence"),
         (proposal(confidence=0.39), Verdict.DISCARD, "confidence 0.39 < 0.4"),
