@@ -156,7 +156,10 @@ def summarize(answers: Iterable[Answer], ks: Sequence[int] = KS) -> list[Summary
                 for k in ks
             },
             turns={k: statistics.fmean(len(covered(a.ranked, k)) for a in members) for k in ks},
-            hit_budget=statistics.fmean(hit_within(a.ranked, a.sizes, a.evidence) for a in members),
+            # Answers that came without sizes cannot be scored by characters: they count as 0.
+            hit_budget=statistics.fmean(
+                hit_within(a.ranked, a.sizes, a.evidence) if a.sizes else 0.0 for a in members
+            ),
         )
         for (system, group), members in sorted(groups.items(), key=lambda kv: position(kv[0]))
     ]
