@@ -80,7 +80,8 @@ _EMPTY_WORDS: Final = _words(
     "think feel felt get got make made see seen look looks looking like love hope wish want "
     "say said tell told thanks thank appreciate keep going gonna wanna up out about again "
     "well right true hard tough important special awesome! kind means mean meant as not no "
-    "don't doesn't didn't can't won't isn't wasn't sounds sound seems seem today"
+    "don't doesn't didn't can't won't isn't wasn't sounds sound seems seem today agree agrees "
+    "agreed"
 )
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
 _FILLERS = re.compile(
@@ -199,13 +200,13 @@ def carries_information(
 def informative(text: str) -> bool:
     """Does any sentence of a fact say something (a shared photo counts)?
 
-    Laxer than extraction: a written fact may leave its subject out ("Prefers tea"), so one
-    content word outside a greeting, thanks, agreement or question is enough."""
+    Laxer than extraction: a written fact may leave its subject out ("Prefers tea"), so two
+    content words outside a greeting, thanks, agreement or question are enough."""
     speaker, said = split_speaker(" ".join(text.split()))
     if _CAPTION.search(said):
         return True
     names = [speaker] if speaker else []
-    return any(carries_information(s, names, remark_words=1) for s in sentences(said))
+    return any(carries_information(s, names, remark_words=2) for s in sentences(said))
 
 
 def sentences(text: str) -> list[str]:
