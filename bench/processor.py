@@ -39,6 +39,7 @@ import psycopg
 
 from bench import services
 from consumers.indexer import FactIndexer
+from domain.model import FactType, TokenUsage
 from memoryd import wiring
 from memoryd.settings import (
     ChromaSettings,
@@ -62,7 +63,6 @@ from producers.contract import (
     new_event_id,
     utc_now,
 )
-from store.records import FactType, TokenUsage
 
 PARTITIONS = 6
 SUBJECTS = (

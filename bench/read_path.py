@@ -39,20 +39,14 @@ import numpy as np
 
 from bench import services
 from bench.locomo.metrics import markdown_table
+from domain.ids import fact_id_for
+from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.ports import Embedder, Vector
 from memoryd import wiring
 from memoryd.settings import ChromaSettings, MetricsSettings, Settings
-from store.context_service import Budget
+from store.chroma.vector_index import ChromaVectorIndex, close_client, http_client
 from store.embeddings import MiniLmEmbedder
-from store.protocols import Embedder, Vector
-from store.records import (
-    Fact,
-    FactStatus,
-    FactType,
-    Provenance,
-    SurfacePolicy,
-    fact_id_for,
-)
-from store.vector_index import ChromaVectorIndex, close_client, http_client
+from store.read.context_service import Budget
 
 SEED_INJECTION_MS = 50.0
 SEED_RETRIEVAL_MS = 300.0

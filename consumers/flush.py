@@ -23,11 +23,12 @@ from enum import StrEnum
 
 from consumers.indexer import FactIndexer, IndexQueue
 from consumers.metrics import PipelineMetrics
+from domain.ids import run_id_for
+from domain.model import FactStatus, MemoryState, MemoryUpdate, RunRecord, RunStatus
 from processors.consolidate import Consolidator, failed_run
 from processors.schema import ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
-from store.memory_store import PostgresMemoryStore
-from store.records import FactStatus, MemoryState, MemoryUpdate, RunRecord, RunStatus, run_id_for
+from store.write.memory_store import PostgresMemoryStore
 
 
 class BudgetPolicy(StrEnum):

@@ -26,11 +26,11 @@ from itertools import groupby
 
 from consumers.errors import ConsumerError
 from consumers.metrics import PipelineMetrics
+from domain.model import Fact, LedgerEntry, MemoryUpdate
 from processors.cost import PriceTable, embedding_entry
+from store.chroma.vector_index import VectorIndex
 from store.errors import StoreError
-from store.memory_store import PostgresMemoryStore
-from store.records import Fact, LedgerEntry, MemoryUpdate
-from store.vector_index import VectorIndex
+from store.write.memory_store import PostgresMemoryStore
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from consumers.kafka_client import commit, from_kafka, subscribe
 from consumers.metrics import PipelineMetrics
 from producers.contract import ContextEvent
 from store.errors import DatabaseUnavailable
-from store.event_log import KafkaCoordinates, PostgresEventLog
+from store.write.event_log import KafkaCoordinates, PostgresEventLog
 
 log = logging.getLogger(__name__)
 CONSUMER_NAME = "log-writer"

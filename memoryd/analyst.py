@@ -1,7 +1,7 @@
 """The analyst commands: `memoryd history`, `memoryd replay` and `memoryd export`.
 
 Every one of them reads Postgres through a connection whose transactions are READ ONLY
-(store.run_log.read_only_dsn): whatever goes wrong, none of them can change live memory.
+(store.write.run_log.read_only_dsn): whatever goes wrong, none of them can change live memory.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from domain.codec import fact_to_json
+from domain.model import Fact, FactStatus
 from memoryd import wiring
 from memoryd.replay import (
     FoldedMemory,
@@ -34,9 +36,7 @@ from memoryd.replay import (
     shadow_consolidate,
 )
 from memoryd.settings import Settings
-from store.records import Fact, FactStatus
-from store.run_log import LoggedRun, PostgresRunLog, read_only_dsn
-from store.serialization import fact_to_json
+from store.write.run_log import LoggedRun, PostgresRunLog, read_only_dsn
 
 EXPORT_FORMAT = "memoryd-export/1"
 

@@ -31,18 +31,18 @@ from processors.offline import OfflineBackend
 from processors.retraction import RetractingConsolidator, RetractionAwareBackend
 from processors.schema import ConsolidationBackend
 from producers.publisher import KafkaEventPublisher, ProducerSettings
-from store.background import BatchWriter, WriterSettings
-from store.context_service import ContextService
+from store.chroma.reconnecting_index import ReconnectingIndex
+from store.chroma.vector_index import embedded_client, http_client
 from store.embeddings import CachingEmbedder, MiniLmEmbedder
-from store.event_log import PostgresEventLog
-from store.fact_queries import PostgresReadModel
-from store.injection import InjectionCache
-from store.memory_store import PostgresMemoryStore
 from store.postgres import make_pool
-from store.query_rewrite import TimeBoundRewriter
-from store.read_metrics import ReadPathMetrics
-from store.reconnecting_index import ReconnectingIndex
-from store.vector_index import embedded_client, http_client
+from store.read.background import BatchWriter, WriterSettings
+from store.read.context_service import ContextService
+from store.read.fact_queries import PostgresReadModel
+from store.read.injection import InjectionCache
+from store.read.query_rewrite import TimeBoundRewriter
+from store.read.read_metrics import ReadPathMetrics
+from store.write.event_log import PostgresEventLog
+from store.write.memory_store import PostgresMemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def backend(c: Core) -> ConsolidationBackend:
     llm = c.settings.llm
     if llm.backend == "offline":
         return OfflineBackend(c.embedder)
-    from processors.gemini import GeminiBackend, make_gemini_client  # noqa: PLC0415 - optional SDK
+    from processors.llm.gemini import GeminiBackend, make_gemini_client  # noqa: PLC0415 - optional SDK
 
     if llm.api_key is None:
         raise ValueError("llm.backend=gemini needs MEMORYD_LLM__API_KEY")
@@ -229,7 +229,7 @@ def query_rewriter(c: Core) -> TimeBoundRewriter | None:
     r = c.settings.read_path
     if r.rewrite == "off":
         return None
-    from processors.query_rewrite import gemini_rewriter  # noqa: PLC0415 - optional SDK
+    from processors.llm.query_rewrite import gemini_rewriter  # noqa: PLC0415 - optional SDK
 
     llm = c.settings.llm
     if llm.api_key is None:

@@ -16,8 +16,8 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from domain.model import Fact, FactType, MemoryState, SurfacePolicy, TokenUsage
 from producers.contract import ContextEvent
-from store.records import Fact, FactType, MemoryState, SurfacePolicy, TokenUsage
 
 MAX_WORKING_MEMORY_WORDS = 500
 MAX_WORKING_MEMORY_CHARS = 6_000

@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from store.records import Fact, FactChange, FactStatus, FactType, Provenance, SurfacePolicy
-from store.serialization import fact_to_json
+from domain.codec import fact_to_json
+from domain.model import Fact, FactChange, FactStatus, FactType, Provenance, SurfacePolicy
 
 COLUMNS = (
     "fact_id, user_id, organization_id, content, context_type, source, connection_id, tool_id,"

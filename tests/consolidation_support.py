@@ -31,7 +31,7 @@ with warnings.catch_warnings():
     # google-genai 3.3.0 has an invalid escape in a docstring; see tests/unit/test_gemini_backend.
     warnings.filterwarnings("ignore", "invalid escape sequence", DeprecationWarning)
     warnings.filterwarnings("ignore", "invalid escape sequence", SyntaxWarning)
-    from processors.gemini import GeminiBackend, make_gemini_client
+    from processors.llm.gemini import GeminiBackend, make_gemini_client
 
 
 @contextmanager

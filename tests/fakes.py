@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from store.protocols import Vector
+from domain.ports import Vector
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOPWORDS = frozenset({"a", "an", "the", "i", "my", "me", "is", "am", "to", "of", "in", "and"})

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from memoryd import wiring
-from store.records import (
+from domain.ids import fact_id_for
+from domain.model import (
     Fact,
     FactChange,
     FactChangeKind,
@@ -21,8 +21,8 @@ from store.records import (
     RunRecord,
     RunStatus,
     SurfacePolicy,
-    fact_id_for,
 )
+from memoryd import wiring
 
 SEEDED_AT = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from domain.model import TokenUsage
 from memoryd import wiring
 from memoryd.jobs import drain_index_once
 from processors.cost import PriceTable
 from producers.contract import EventType
-from store.records import TokenUsage
 from tests.consolidation_support import gemini_backend
 from tests.fake_gemini import FakeGemini, FakeReply
 from tests.support import Deployment, make_event

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from domain.model import Fact, LedgerEntry
 from memoryd import wiring
 from memoryd.dev import LocalChroma, free_port
 from memoryd.jobs import drain_index_once
@@ -23,8 +24,7 @@ from processors.cost import embedding_entry
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import EventType
-from store.records import Fact, LedgerEntry
-from store.vector_index import close_client, http_client
+from store.chroma.vector_index import close_client, http_client
 from tests.support import Deployment, make_event
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ import pytest
 
 from memoryd import wiring
 from producers.contract import EventType
-from store import context_service
-from store.context_service import Budget
+from store.read import context_service
+from store.read.context_service import Budget
 from tests.support import Deployment, make_event
 
 pytestmark = pytest.mark.integration

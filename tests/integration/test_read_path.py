@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from domain.model import FactStatus, SurfacePolicy
 from memoryd import wiring
 from memoryd.settings import ChromaSettings
-from store.context_service import ContextBundle, ContextService, TenantMismatch
-from store.ranking import Budget
-from store.records import FactStatus, SurfacePolicy
-from store.rendering import SurfaceGroup, group_facts
+from store.read.context_service import ContextBundle, ContextService, TenantMismatch
+from store.read.ranking import Budget
+from store.read.rendering import SurfaceGroup, group_facts
 from tests.read_path_support import make_fact, seed
 from tests.support import Deployment
 

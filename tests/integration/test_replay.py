@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from domain.model import FactStatus
 from memoryd import wiring
 from memoryd.analyst import analyst_core, live_memory
 from memoryd.cli import build_parser
@@ -27,7 +28,6 @@ from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import ContextEvent, EventType, Source
-from store.records import FactStatus
 from tests.support import Deployment, make_event
 
 pytestmark = pytest.mark.integration

@@ -24,19 +24,10 @@ import pytest
 from chromadb.api import ClientAPI
 from chromadb.errors import ChromaError
 
-from store.embeddings import MiniLmEmbedder
-from store.errors import VectorIndexUnavailable
-from store.protocols import Vector
-from store.records import (
-    NO_CONNECTION,
-    Fact,
-    FactStatus,
-    FactType,
-    Provenance,
-    SurfacePolicy,
-    fact_id_for,
-)
-from store.vector_index import (
+from domain.ids import NO_CONNECTION, fact_id_for
+from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.ports import Vector
+from store.chroma.vector_index import (
     ChromaVectorIndex,
     VectorHit,
     VectorIndex,
@@ -45,6 +36,8 @@ from store.vector_index import (
     embedded_client,
     http_client,
 )
+from store.embeddings import MiniLmEmbedder
+from store.errors import VectorIndexUnavailable
 
 integration = pytest.mark.integration
 

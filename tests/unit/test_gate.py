@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from domain.ids import fact_id_for
+from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from processors.gate import (
     HOLD_BELOW_CONFIDENCE,
     MIN_CONFIDENCE,
@@ -19,7 +21,6 @@ from processors.gate import (
 )
 from processors.schema import FactProposal
 from store.embeddings import CachingEmbedder
-from store.records import Fact, FactStatus, FactType, Provenance, SurfacePolicy, fact_id_for
 from tests.fakes import BagOfWordsEmbedder
 
 AT = datetime(2026, 11, 1, tzinfo=UTC)

@@ -9,11 +9,8 @@ from typing import Any
 
 import pytest
 
-from processors.gate import WriteGate
-from processors.lifecycle import REINFORCE_CONFIDENCE_STEP, FactLedger
-from processors.schema import FactOp, FactProposal, Observation
-from producers.contract import ContextEvent, EventType, Source, SourceMetadata
-from store.records import (
+from domain.ids import fact_id_for
+from domain.model import (
     Fact,
     FactChange,
     FactChangeKind,
@@ -22,8 +19,11 @@ from store.records import (
     GateCounts,
     Provenance,
     SurfacePolicy,
-    fact_id_for,
 )
+from processors.gate import WriteGate
+from processors.lifecycle import REINFORCE_CONFIDENCE_STEP, FactLedger
+from processors.schema import FactOp, FactProposal, Observation
+from producers.contract import ContextEvent, EventType, Source, SourceMetadata
 
 EARLIER = datetime(2026, 11, 1, tzinfo=UTC)
 NOW = datetime(2026, 11, 2, tzinfo=UTC)

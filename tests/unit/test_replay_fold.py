@@ -10,6 +10,18 @@ from typing import Any
 
 import pytest
 
+from domain.codec import fact_to_json
+from domain.ids import fact_id_for
+from domain.model import (
+    Fact,
+    FactChangeKind,
+    FactStatus,
+    FactType,
+    Provenance,
+    RunRecord,
+    RunStatus,
+    SurfacePolicy,
+)
 from memoryd.replay import (
     FoldedMemory,
     FoldError,
@@ -29,19 +41,7 @@ from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import ContextEvent, EventType
-from store.records import (
-    Fact,
-    FactChangeKind,
-    FactStatus,
-    FactType,
-    Provenance,
-    RunRecord,
-    RunStatus,
-    SurfacePolicy,
-    fact_id_for,
-)
-from store.run_log import LoggedRun
-from store.serialization import fact_to_json
+from store.write.run_log import LoggedRun
 from tests.fakes import BagOfWordsEmbedder
 from tests.support import make_event
 

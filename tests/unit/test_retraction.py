@@ -8,6 +8,16 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
+from domain.ids import fact_id_for
+from domain.model import (
+    Fact,
+    FactChangeKind,
+    FactStatus,
+    FactType,
+    MemoryState,
+    Provenance,
+    SurfacePolicy,
+)
 from processors.cost import PriceTable
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
@@ -27,16 +37,6 @@ from producers.contract import (
     SourceMetadata,
 )
 from producers.corrections import FactCorrections
-from store.records import (
-    Fact,
-    FactChangeKind,
-    FactStatus,
-    FactType,
-    MemoryState,
-    Provenance,
-    SurfacePolicy,
-    fact_id_for,
-)
 from tests.fakes import BagOfWordsEmbedder
 
 NOW = datetime(2026, 11, 2, tzinfo=UTC)

@@ -17,9 +17,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from store.errors import StoreError
-from store.postgres import transaction
-from store.records import (
+from domain.model import (
     ConnectionContext,
     GateCounts,
     LedgerEntry,
@@ -27,6 +25,8 @@ from store.records import (
     RunStatus,
     TokenUsage,
 )
+from store.errors import StoreError
+from store.postgres import transaction
 
 _READ_ONLY = "-c default_transaction_read_only=on"
 

@@ -17,7 +17,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from store.protocols import Vector
+from domain.ports import Vector
 
 K = TypeVar("K", bound=Hashable)
 

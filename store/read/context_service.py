@@ -3,7 +3,7 @@
 Injection (W, S, learned info, connections' info, pinned facts) comes from the per-version
 cache: one primary-key lookup when nothing changed. Retrieval fuses a dense search in Chroma
 and a keyword search in Postgres, re-ranks, diversifies and cuts to the budget (the pure
-steps are in `store.ranking`). Postgres is the truth for a fact's status and scope, so a fact
+steps are in `store.read.ranking`). Postgres is the truth for a fact's status and scope, so a fact
 contradicted after Chroma last saw it is never shown. With Chroma down the bundle still comes
 back from the keyword search, marked degraded. Recall counters and the audit row are handed
 to background writers: `assemble` never waits for them.
@@ -19,13 +19,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from store.background import BatchWriter
+from domain.ids import normalize_content
+from domain.model import Fact, FactStatus
+from domain.ports import Vector
+from store.chroma.vector_index import VectorHit
 from store.errors import StoreError, VectorIndexUnavailable
-from store.fact_queries import ContextLogRow, Injection, PostgresReadModel, Recall, Scope
-from store.injection import InjectionCache
-from store.protocols import Vector
-from store.query_rewrite import Rewrite, RewriteOutcome
-from store.ranking import (
+from store.read.background import BatchWriter
+from store.read.fact_queries import ContextLogRow, Injection, PostgresReadModel, Recall, Scope
+from store.read.injection import InjectionCache
+from store.read.query_rewrite import Rewrite, RewriteOutcome
+from store.read.ranking import (
     PROFILES,
     Budget,
     BudgetProfile,
@@ -34,10 +37,8 @@ from store.ranking import (
     rerank,
     within_budget,
 )
-from store.read_metrics import ReadPathMetrics
-from store.records import Fact, FactStatus, normalize_content
-from store.rendering import render_prompt_block
-from store.vector_index import VectorHit
+from store.read.read_metrics import ReadPathMetrics
+from store.read.rendering import render_prompt_block
 
 __all__ = ["Budget", "ContextBundle", "ContextService", "RetrievedFact", "TenantMismatch"]
 

@@ -21,6 +21,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
+from domain.model import TokenUsage
 from processors.errors import BackendError, TransientBackendError
 from processors.normalize import normalize_json, strip_fences, truncate_text
 from processors.prompt import PROMPT_VERSION, build_prompt, output_json_schema
@@ -33,7 +34,6 @@ from processors.schema import (
     ConsolidationOutput,
     ConsolidationRequest,
 )
-from store.records import TokenUsage
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """A query rewriter on Gemini: one short call that makes a chat turn a standalone query.
 
-Plugged into the read path through `store.query_rewrite.TimeBoundRewriter`, which bounds its
+Plugged into the read path through `store.read.query_rewrite.TimeBoundRewriter`, which bounds its
 time and falls back to the raw query; every failure here is `QueryRewriteFailed`.
 """
 
@@ -14,8 +14,8 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from processors.gemini import make_gemini_client
-from store.query_rewrite import QueryRewriteFailed
+from domain.errors import QueryRewriteFailed
+from processors.llm.gemini import make_gemini_client
 
 INSTRUCTION = (
     "Rewrite the user's chat message as a short standalone search query for facts about the "

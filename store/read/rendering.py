@@ -12,10 +12,10 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from store.records import Fact, SurfacePolicy
+from domain.model import Fact, SurfacePolicy
 
 if TYPE_CHECKING:
-    from store.context_service import ContextBundle
+    from store.read.context_service import ContextBundle
 
 
 class SurfaceGroup(StrEnum):

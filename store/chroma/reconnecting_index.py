@@ -13,10 +13,10 @@ from typing import TypeVar
 
 from chromadb.api import ClientAPI
 
+from domain.model import Fact, FactStatus
+from domain.ports import Embedder, Vector
+from store.chroma.vector_index import ChromaVectorIndex, VectorHit, close_client
 from store.errors import VectorIndexUnavailable
-from store.protocols import Embedder, Vector
-from store.records import Fact, FactStatus
-from store.vector_index import ChromaVectorIndex, VectorHit, close_client
 
 _T = TypeVar("_T")
 

@@ -18,11 +18,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from domain.codec import fact_from_json
+from domain.model import Fact, FactStatus, MemoryState
 from store import fact_rows
 from store.errors import DatabaseUnavailable, StoreError
 from store.postgres import transaction
-from store.records import Fact, FactStatus, MemoryState
-from store.serialization import fact_from_json
 
 _SCOPE = (
     " user_id = %(user_id)s"

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from store.records import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 
 
 def _dt(value: datetime | None) -> str | None:

@@ -12,8 +12,8 @@ import threading
 from collections import OrderedDict
 from typing import Protocol
 
-from store.fact_queries import Injection
-from store.records import MemoryState
+from domain.model import MemoryState
+from store.read.fact_queries import Injection
 
 
 class InjectionReads(Protocol):

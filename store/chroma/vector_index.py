@@ -34,10 +34,11 @@ from chromadb.base_types import InclusionExclusionOperator, LiteralValue
 from chromadb.config import Settings
 from chromadb.errors import ChromaError
 
+from domain.ids import NO_CONNECTION
+from domain.model import Fact, FactStatus
+from domain.ports import Embedder, Vector
 from store.embeddings import ChromaEmbeddingFunction
 from store.errors import VectorIndexUnavailable
-from store.protocols import Embedder, Vector
-from store.records import NO_CONNECTION, Fact, FactStatus
 
 MetadataValue = str | int | float | bool
 
@@ -442,6 +443,6 @@ def _http_session(client: object) -> httpx.Client:
     if not isinstance(session, httpx.Client):
         raise TypeError(
             f"chromadb {chromadb.__version__} no longer keeps an httpx.Client at "
-            "client._server._session; update store.vector_index for it"
+            "client._server._session; update store.chroma.vector_index for it"
         )
     return session

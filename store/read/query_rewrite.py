@@ -12,13 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from store.errors import StoreError
+from domain.errors import QueryRewriteFailed
 
 MAX_REWRITE_CHARS = 1_000
-
-
-class QueryRewriteFailed(StoreError):
-    """A rewriter could not rewrite; the caller falls back to the raw query."""
 
 
 class RewriteOutcome(StrEnum):

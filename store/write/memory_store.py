@@ -20,15 +20,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from store import fact_rows
-from store.errors import (
-    DatabaseUnavailable,
-    EventsAlreadyConsolidated,
-    StaleMemoryVersion,
-    StoreError,
-)
-from store.postgres import transaction
-from store.records import (
+from domain.model import (
     ConnectionContext,
     Fact,
     FactStatus,
@@ -37,6 +29,14 @@ from store.records import (
     MemoryUpdate,
     RunRecord,
 )
+from store import fact_rows
+from store.errors import (
+    DatabaseUnavailable,
+    EventsAlreadyConsolidated,
+    StaleMemoryVersion,
+    StoreError,
+)
+from store.postgres import transaction
 
 USER_LOCK_NAMESPACE = 0x4D454D  # "MEM": keeps user locks apart from the job locks
 

@@ -1,0 +1,1 @@
+"""Tier V in Chroma: the vector index and its reconnecting wrapper."""
