@@ -46,7 +46,7 @@ from memoryd import wiring
 from memoryd.settings import ChromaSettings, MetricsSettings, Settings
 from store.chroma.vector_index import ChromaVectorIndex, close_client, http_client
 from store.embeddings import MiniLmEmbedder
-from store.read.context_service import Budget
+from store.read.ranking import Budget
 
 SEED_INJECTION_MS = 50.0
 SEED_RETRIEVAL_MS = 300.0

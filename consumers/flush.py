@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -25,10 +25,10 @@ from consumers.indexer import FactIndexer, IndexQueue
 from consumers.metrics import PipelineMetrics
 from domain.ids import run_id_for
 from domain.model import FactStatus, MemoryState, MemoryUpdate, RunRecord, RunStatus
+from domain.ports import Clock, MemoryStore
 from processors.consolidate import Consolidator, failed_run
 from processors.schema import ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
-from store.write.memory_store import PostgresMemoryStore
 
 
 class BudgetPolicy(StrEnum):
@@ -55,12 +55,12 @@ class FlushResult:
 class UserFlusher:
     def __init__(
         self,
-        store: PostgresMemoryStore,
+        store: MemoryStore,
         backend: ConsolidationBackend,
         consolidator: Consolidator,
         indexer: FactIndexer,
         metrics: PipelineMetrics,
-        clock: Callable[[], datetime],
+        clock: Clock,
         budget_policy: BudgetPolicy = BudgetPolicy.DEFER,
     ) -> None:
         self._store = store

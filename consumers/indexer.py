@@ -20,17 +20,16 @@ import logging
 import queue
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from itertools import groupby
 
 from consumers.errors import ConsumerError
 from consumers.metrics import PipelineMetrics
 from domain.model import Fact, LedgerEntry, MemoryUpdate
+from domain.ports import Clock, IndexOutbox, VectorIndex
 from processors.cost import PriceTable, embedding_entry
-from store.chroma.vector_index import VectorIndex
 from store.errors import StoreError
-from store.write.memory_store import PostgresMemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +37,12 @@ log = logging.getLogger(__name__)
 class FactIndexer:
     def __init__(
         self,
-        store: PostgresMemoryStore,
+        store: IndexOutbox,
         index: VectorIndex,
         prices: PriceTable,
         embedding_model: str,
         metrics: PipelineMetrics,
-        clock: Callable[[], datetime],
+        clock: Clock,
     ) -> None:
         self._store = store
         self._index = index

@@ -10,15 +10,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from consumers.dead_letter import DeadLetter, DeadLetterSink
 from consumers.decoding import Rejected, decode_event
-from consumers.kafka_client import commit, from_kafka, subscribe
+from consumers.kafka_client import EventConsumer, commit, from_kafka, subscribe
 from consumers.metrics import PipelineMetrics
+from domain.model import KafkaCoordinates
+from domain.ports import EventLog
 from producers.contract import ContextEvent
 from store.errors import DatabaseUnavailable
-from store.write.event_log import KafkaCoordinates, PostgresEventLog
 
 log = logging.getLogger(__name__)
 CONSUMER_NAME = "log-writer"
@@ -28,9 +28,9 @@ MAX_BACKOFF_S = 30.0
 class LogWriter:
     def __init__(
         self,
-        consumer: Any,
+        consumer: EventConsumer,
         topic: str,
-        event_log: PostgresEventLog,
+        event_log: EventLog[ContextEvent],
         dead_letters: DeadLetterSink,
         metrics: PipelineMetrics,
         poll_timeout_ms: int = 500,

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
 
 from kafka.errors import KafkaError
 
@@ -37,6 +36,7 @@ from consumers.decoding import Rejected, decode_event
 from consumers.errors import DeadLetterError
 from consumers.flush import FlushKind, FlushResult, UserFlusher
 from consumers.kafka_client import (
+    EventConsumer,
     RevocationListener,
     commit,
     commit_async,
@@ -75,7 +75,7 @@ class ProcessorSettings:
 class MemoryProcessor:
     def __init__(
         self,
-        consumer: Any,
+        consumer: EventConsumer,
         topic: str,
         flusher: UserFlusher,
         dead_letters: DeadLetterSink,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from domain.codec import fact_to_json
-from domain.model import Fact, FactStatus
+from domain.model import Fact, FactStatus, LoggedRun
 from memoryd import wiring
 from memoryd.replay import (
     FoldedMemory,
@@ -36,7 +36,7 @@ from memoryd.replay import (
     shadow_consolidate,
 )
 from memoryd.settings import Settings
-from store.write.run_log import LoggedRun, PostgresRunLog, read_only_dsn
+from store.write.run_log import PostgresRunLog, read_only_dsn
 
 EXPORT_FORMAT = "memoryd-export/1"
 

@@ -90,7 +90,7 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_context(settings: Settings, args: argparse.Namespace) -> int:
-    from store.read.context_service import Budget  # noqa: PLC0415
+    from store.read.ranking import Budget  # noqa: PLC0415
 
     with wiring.core(settings) as c, wiring.read_path(c) as service:
         bundle = service.assemble(args.user, args.query, args.connection or [], Budget(args.budget))

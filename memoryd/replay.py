@@ -26,12 +26,19 @@ import numpy as np
 
 from domain.codec import fact_from_json, fact_to_json
 from domain.ids import run_id_for
-from domain.model import ConnectionContext, Fact, FactStatus, MemoryState, RunRecord, RunStatus
+from domain.model import (
+    ConnectionContext,
+    Fact,
+    FactStatus,
+    LoggedRun,
+    MemoryState,
+    RunRecord,
+    RunStatus,
+)
 from processors.consolidate import Consolidator
 from processors.errors import BackendError, TransientBackendError
 from processors.schema import ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
-from store.write.run_log import LoggedRun
 
 # What the request to a backend sees of a user's facts (the processor reads the same).
 REQUEST_STATUSES = (FactStatus.ACTIVE, FactStatus.HELD)

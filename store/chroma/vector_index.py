@@ -13,9 +13,8 @@ import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar, cast
+from typing import TypeVar, cast
 
 import chromadb
 import httpx
@@ -36,11 +35,9 @@ from chromadb.errors import ChromaError
 
 from domain.ids import NO_CONNECTION
 from domain.model import Fact, FactStatus
-from domain.ports import Embedder, Vector
+from domain.ports import Embedder, MetadataValue, Vector, VectorHit
 from store.embeddings import ChromaEmbeddingFunction
 from store.errors import VectorIndexUnavailable
-
-MetadataValue = str | int | float | bool
 
 DEFAULT_COLLECTION = "memory_facts"
 DEFAULT_HTTP_TIMEOUT_S = 10.0
@@ -48,44 +45,6 @@ DEFAULT_HTTP_TIMEOUT_S = 10.0
 # What a failing Chroma looks like from the client: its own errors (HTTP error bodies and the
 # embedded Rust engine), httpx transport errors and timeouts, and raw socket errors.
 _CHROMA_FAILURES: tuple[type[Exception], ...] = (ChromaError, httpx.HTTPError, OSError)
-
-
-@dataclass(frozen=True)
-class VectorHit:
-    fact_id: uuid.UUID
-    similarity: float  # cosine similarity, 1.0 = identical
-    content: str
-    metadata: Mapping[str, MetadataValue]
-
-
-class VectorIndex(Protocol):
-    def upsert(self, facts: Sequence[Fact]) -> int:
-        """Index facts under id str(fact_id); idempotent. Returns how many texts were embedded."""
-        ...
-
-    def update_status(self, statuses: Mapping[uuid.UUID, FactStatus]) -> None:
-        """Change the status metadata of indexed facts without embedding them again."""
-        ...
-
-    def query(
-        self,
-        *,
-        user_id: str,
-        text: str,
-        connection_ids: Sequence[str],
-        n: int,
-        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
-        context_types: Sequence[str] = (),
-    ) -> list[VectorHit]:
-        """The user's n facts nearest to text, from the active connections or none.
-
-        An empty `statuses` matches nothing; an empty `context_types` does not filter.
-        """
-        ...
-
-    def delete(self, fact_ids: Sequence[uuid.UUID]) -> None: ...
-
-    def count(self, user_id: str | None = None) -> int: ...
 
 
 def fact_metadata(fact: Fact) -> dict[str, MetadataValue]:
@@ -168,7 +127,7 @@ def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
 
 
 class ChromaVectorIndex:
-    """`VectorIndex` over one Chroma collection (cosine space, our embedding function).
+    """`domain.ports.VectorIndex` over one Chroma collection (cosine space, our embedding function).
 
     The collection is fetched on first use, not in the constructor, so a process can start
     while Chroma is down and report the index as unavailable per call.

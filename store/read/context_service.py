@@ -17,15 +17,15 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from domain.ids import normalize_content
 from domain.model import Fact, FactStatus
-from domain.ports import Vector
-from store.chroma.vector_index import VectorHit
+from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
+from domain.reads import ContextLogRow, Injection, Recall, Scope
 from store.errors import StoreError, VectorIndexUnavailable
 from store.read.background import BatchWriter
-from store.read.fact_queries import ContextLogRow, Injection, PostgresReadModel, Recall, Scope
+from store.read.bundle import ContextBundle, RetrievedFact
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import Rewrite, RewriteOutcome
 from store.read.ranking import (
@@ -40,75 +40,9 @@ from store.read.ranking import (
 from store.read.read_metrics import ReadPathMetrics
 from store.read.rendering import render_prompt_block
 
-__all__ = ["Budget", "ContextBundle", "ContextService", "RetrievedFact", "TenantMismatch"]
-
 
 class TenantMismatch(StoreError):
     """The user belongs to another organization than the caller's."""
-
-
-class RetrievalIndex(Protocol):
-    """What the read path needs of the vector index."""
-
-    def query(
-        self,
-        *,
-        user_id: str,
-        text: str,
-        connection_ids: Sequence[str],
-        n: int,
-        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
-        context_types: Sequence[str] = (),
-    ) -> list[VectorHit]: ...
-
-    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]: ...
-
-    def score(
-        self, text: str, fact_ids: Sequence[uuid.UUID], n: int
-    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]: ...
-
-
-@dataclass(frozen=True)
-class RetrievedFact:
-    fact: Fact
-    similarity: float  # cosine to the query; 0.0 when only the keyword search found it
-    score: float  # fused relevance × recency × salience/confidence; 1.0 for pinned facts
-    pinned: bool = False
-    dense_rank: int | None = None
-    keyword_rank: int | None = None
-
-    def audit(self) -> dict[str, Any]:
-        return {
-            "fact_id": str(self.fact.fact_id),
-            "pinned": self.pinned,
-            "score": round(self.score, 6),
-            "similarity": round(self.similarity, 6),
-            "dense_rank": self.dense_rank,
-            "keyword_rank": self.keyword_rank,
-            "surface": self.fact.surface.value,
-            "status": self.fact.status.value,
-        }
-
-
-@dataclass(frozen=True)
-class ContextBundle:
-    user_id: str
-    memory_version: int
-    working_memory: str
-    scaffold: dict[str, Any]
-    learned_info: tuple[str, ...]
-    connection_info: dict[str, tuple[str, ...]]
-    facts: tuple[RetrievedFact, ...]
-    degraded: bool
-    degraded_reason: str | None
-    latency_ms: float
-    prompt_block: str = field(default="")
-    connection_ids: tuple[str, ...] = ()
-    log_id: uuid.UUID | None = None
-    budget: Budget = Budget.BALANCED
-    query: str = ""
-    rewritten_query: str | None = None
-    timings_ms: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -137,9 +71,9 @@ class _Found:
 class ContextService:
     def __init__(
         self,
-        reads: PostgresReadModel,
-        index: RetrievalIndex,
-        clock: Callable[[], datetime],
+        reads: ReadModel,
+        index: VectorIndex,
+        clock: Clock,
         *,
         cache: InjectionCache | None = None,
         rewriter: Callable[[str], Rewrite] | None = None,
@@ -436,7 +370,3 @@ def _log_row(
         degraded_reason=bundle.degraded_reason,
         created_at=at,
     )
-
-
-def fact_ids(bundle: ContextBundle) -> list[uuid.UUID]:
-    return [r.fact.fact_id for r in bundle.facts]

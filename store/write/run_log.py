@@ -21,6 +21,7 @@ from domain.model import (
     ConnectionContext,
     GateCounts,
     LedgerEntry,
+    LoggedRun,
     RunRecord,
     RunStatus,
     TokenUsage,
@@ -44,15 +45,6 @@ def read_only_dsn(dsn: str) -> str:
     options = str(params.get("options") or "")
     params["options"] = f"{options} {_READ_ONLY}".strip()
     return make_conninfo("", **params)
-
-
-@dataclass(frozen=True)
-class LoggedRun:
-    """A run as stored: its place in the log and when its transaction ran."""
-
-    seq: int
-    finished_at: datetime
-    run: RunRecord
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pytest
 from memoryd import wiring
 from producers.contract import EventType
 from store.read import context_service
-from store.read.context_service import Budget
+from store.read.ranking import Budget
 from tests.support import Deployment, make_event
 
 pytestmark = pytest.mark.integration

@@ -17,6 +17,7 @@ from domain.model import (
     FactChangeKind,
     FactStatus,
     FactType,
+    LoggedRun,
     Provenance,
     RunRecord,
     RunStatus,
@@ -41,7 +42,6 @@ from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import ContextEvent, EventType
-from store.write.run_log import LoggedRun
 from tests.fakes import BagOfWordsEmbedder
 from tests.support import make_event
 
