@@ -8,8 +8,8 @@ caller names it, the organization, so a fact can only come back to the tenant th
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,6 @@ from domain.codec import fact_from_json
 from domain.model import Fact, FactStatus, MemoryState
 from domain.reads import ContextLogRow, Injection, Recall, Scope
 from store import fact_rows
-from store.errors import DatabaseUnavailable, StoreError
 from store.postgres import transaction
 
 _SCOPE = (
@@ -62,6 +61,9 @@ def _params(scope: Scope) -> dict[str, Any]:
 class PostgresReadModel:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
+
+    def _transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return transaction(self._pool, "read model query")
 
     # -- injection ------------------------------------------------------------------------
 
@@ -167,7 +169,10 @@ class PostgresReadModel:
         return None if row is None else fact_rows.from_row(row)
 
     def context_logs(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
-        with self._transaction() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        with (
+            self._transaction() as conn,
+            conn.cursor(row_factory=psycopg.rows.dict_row) as cur,
+        ):
             cur.execute(
                 "SELECT * FROM context_logs WHERE user_id = %s ORDER BY created_at DESC LIMIT %s",
                 (user_id, limit),
@@ -226,16 +231,3 @@ class PostgresReadModel:
                     for r in rows
                 ],
             )
-
-    # -- connections ----------------------------------------------------------------------
-
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction; driver errors become StoreError (DatabaseUnavailable if transient)."""
-        try:
-            with transaction(self._pool) as conn:
-                yield conn
-        except psycopg.OperationalError as e:  # a deadlock or serialization failure, say
-            raise DatabaseUnavailable(str(e)) from e
-        except psycopg.Error as e:
-            raise StoreError(f"read model query failed: {e}") from e

@@ -7,12 +7,10 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
 from domain.model import KafkaCoordinates, LoggedEvent
 from producers.contract import ContextEvent, SourceMetadata
-from store.errors import DatabaseUnavailable, StoreError
 from store.postgres import transaction
 
 _COLUMNS = (
@@ -105,14 +103,9 @@ class PostgresEventLog:
             f"INSERT INTO context_events ({_COLUMNS}) VALUES "
             f"({', '.join(['%s'] * 18)}) ON CONFLICT (event_id) DO NOTHING"
         )
-        try:
-            with transaction(self._pool) as conn, conn.cursor() as cur:
-                cur.executemany(sql, [_row_params(e, at) for e, at in events], returning=False)
-                return max(cur.rowcount, 0)
-        except psycopg.OperationalError as e:
-            raise DatabaseUnavailable(str(e)) from e
-        except psycopg.Error as e:
-            raise StoreError(f"event log append failed: {e}") from e
+        with transaction(self._pool, "event log append") as conn, conn.cursor() as cur:
+            cur.executemany(sql, [_row_params(e, at) for e, at in events], returning=False)
+            return max(cur.rowcount, 0)
 
     def user_events(
         self, user_id: str, *, until: datetime | None = None
