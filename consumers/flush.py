@@ -24,10 +24,10 @@ from enum import StrEnum
 from consumers.indexer import FactIndexer, IndexQueue
 from consumers.metrics import PipelineMetrics
 from domain.ids import run_id_for
-from domain.model import FactStatus, MemoryState, MemoryUpdate, RunRecord, RunStatus
+from domain.model import MemoryState, MemoryUpdate, RunRecord, RunStatus
 from domain.ports import Clock, MemoryStore
 from processors.consolidate import Consolidator, failed_run
-from processors.schema import ConsolidationBackend, ConsolidationRequest
+from processors.schema import REQUEST_STATUSES, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
 
 
@@ -133,7 +133,7 @@ class UserFlusher:
             self._metrics.budget_actions.labels(self._budget_policy.value).inc()
             if self._budget_policy is BudgetPolicy.DEFER:
                 return self._defer(state, fresh, now, attempt, f"balance {balance} micro-USD")
-        active = tuple(self._store.facts(user_id, (FactStatus.ACTIVE, FactStatus.HELD)))
+        active = tuple(self._store.facts(user_id, REQUEST_STATUSES))
         request = ConsolidationRequest.build(state, active, fresh, now)
         run_id = run_id_for(user_id, request.event_ids)
         started = time.monotonic()

@@ -10,7 +10,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from memoryd import analyst, wiring
+from memoryd import wiring
+from memoryd.analyst.commands import add_commands as add_analyst_commands
 from memoryd.settings import Settings, load_settings
 
 log = logging.getLogger("memoryd")
@@ -202,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--hash-token", action="store_true", help="read a token on stdin, print its digest"
     )
     p.set_defaults(fn=cmd_api)
-    analyst.add_commands(sub)  # history, replay, export
+    add_analyst_commands(sub)  # history, replay, export
     return parser
 
 
