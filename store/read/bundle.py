@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from domain.model import Fact
+from domain.reads import ContextLogRow, Injection
 from store.read.ranking import Budget
 
 
@@ -52,3 +55,38 @@ class ContextBundle:
     query: str = ""
     rewritten_query: str | None = None
     timings_ms: Mapping[str, float] = field(default_factory=dict)
+
+
+def audit_row(
+    bundle: ContextBundle, injection: Injection, candidates: int, org: str | None, at: datetime
+) -> ContextLogRow:
+    """The AgentContextLog row of an assembled bundle."""
+    if bundle.log_id is None:
+        raise ValueError("an assembled bundle always has a log id")
+    state = injection.state
+    return ContextLogRow(
+        log_id=bundle.log_id,
+        user_id=bundle.user_id,
+        organization_id=org or None,
+        query=bundle.query,
+        rewritten_query=bundle.rewritten_query,
+        memory_version=bundle.memory_version,
+        budget=bundle.budget.value,
+        connection_ids=bundle.connection_ids,
+        injected={
+            "working_memory_chars": len(state.working_memory),
+            "scaffold_keys": sorted(str(k) for k in state.scaffold),
+            "learned_info": len(state.learned_info),
+            "connection_info": {k: len(v) for k, v in sorted(bundle.connection_info.items())},
+            "pinned_fact_ids": [str(r.fact.fact_id) for r in bundle.facts if r.pinned],
+            "candidates": candidates,
+            "prompt_chars": len(bundle.prompt_block),
+            "prompt_sha256": hashlib.sha256(bundle.prompt_block.encode()).hexdigest(),
+            "timings_ms": {k: round(v, 3) for k, v in bundle.timings_ms.items()},
+        },
+        retrieved=[r.audit() for r in bundle.facts],
+        latency_ms=bundle.latency_ms,
+        degraded=bundle.degraded,
+        degraded_reason=bundle.degraded_reason,
+        created_at=at,
+    )

@@ -11,13 +11,11 @@ to background writers: `assemble` never waits for them.
 
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from domain.ids import normalize_content
 from domain.model import Fact, FactStatus
@@ -25,7 +23,7 @@ from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
 from domain.reads import ContextLogRow, Injection, Recall, Scope
 from store.errors import StoreError, VectorIndexUnavailable
 from store.read.background import BatchWriter
-from store.read.bundle import ContextBundle, RetrievedFact
+from store.read.bundle import ContextBundle, RetrievedFact, audit_row
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import Rewrite, RewriteOutcome
 from store.read.ranking import (
@@ -37,12 +35,20 @@ from store.read.ranking import (
     rerank,
     within_budget,
 )
-from store.read.read_metrics import ReadPathMetrics
 from store.read.rendering import render_prompt_block
 
 
 class TenantMismatch(StoreError):
     """The user belongs to another organization than the caller's."""
+
+
+class ReadPathObserver(Protocol):
+    """What `assemble` reports; `store.read.read_metrics.ReadPathMetrics` is the Prometheus one."""
+
+    def assembled(
+        self, bundle: ContextBundle, cache_hit: bool, rewrite: RewriteOutcome | None
+    ) -> None:
+        """A bundle went back to the caller; `rewrite` is None when no rewriter is set."""
 
 
 @dataclass
@@ -79,7 +85,7 @@ class ContextService:
         rewriter: Callable[[str], Rewrite] | None = None,
         audit: BatchWriter[ContextLogRow] | None = None,
         recalls: BatchWriter[Recall] | None = None,
-        metrics: ReadPathMetrics | None = None,
+        observer: ReadPathObserver | None = None,
     ) -> None:
         self._reads = reads
         self._index = index
@@ -88,7 +94,7 @@ class ContextService:
         self._rewriter = rewriter
         self._audit = audit
         self._recalls = recalls
-        self._metrics = metrics
+        self._observer = observer
 
     def assemble(
         self,
@@ -274,20 +280,12 @@ class ContextService:
             for r in bundle.facts:
                 self._recalls.submit(Recall(r.fact.fact_id, at))
         if self._audit is not None:
-            self._audit.submit(_log_row(bundle, injection, candidates, org, at))
+            self._audit.submit(audit_row(bundle, injection, candidates, org, at))
 
     def _observe(self, bundle: ContextBundle, hit: bool, rewrite: Rewrite) -> None:
-        m = self._metrics
-        if m is None:
-            return
-        m.assemble_seconds.labels(bundle.budget.value, str(bundle.degraded).lower()).observe(
-            bundle.latency_ms / 1000
-        )
-        for stage, ms in bundle.timings_ms.items():
-            m.stage_seconds.labels(stage).observe(ms / 1000)
-        m.injection_cache.labels("hit" if hit else "miss").inc()
-        if self._rewriter is not None:
-            m.rewrites.labels(rewrite.outcome.value).inc()
+        if self._observer is not None:
+            outcome = rewrite.outcome if self._rewriter is not None else None
+            self._observer.assembled(bundle, hit, outcome)
 
     def close(self) -> None:
         """Write what the background writers hold (recall counters, audit rows)."""
@@ -336,37 +334,3 @@ def _without_repeats(
             seen.add(key)
             out.append((fid, score))
     return out
-
-
-def _log_row(
-    bundle: ContextBundle, injection: Injection, candidates: int, org: str | None, at: datetime
-) -> ContextLogRow:
-    if bundle.log_id is None:
-        raise ValueError("an assembled bundle always has a log id")
-    state = injection.state
-    return ContextLogRow(
-        log_id=bundle.log_id,
-        user_id=bundle.user_id,
-        organization_id=org or None,
-        query=bundle.query,
-        rewritten_query=bundle.rewritten_query,
-        memory_version=bundle.memory_version,
-        budget=bundle.budget.value,
-        connection_ids=bundle.connection_ids,
-        injected={
-            "working_memory_chars": len(state.working_memory),
-            "scaffold_keys": sorted(str(k) for k in state.scaffold),
-            "learned_info": len(state.learned_info),
-            "connection_info": {k: len(v) for k, v in sorted(bundle.connection_info.items())},
-            "pinned_fact_ids": [str(r.fact.fact_id) for r in bundle.facts if r.pinned],
-            "candidates": candidates,
-            "prompt_chars": len(bundle.prompt_block),
-            "prompt_sha256": hashlib.sha256(bundle.prompt_block.encode()).hexdigest(),
-            "timings_ms": {k: round(v, 3) for k, v in bundle.timings_ms.items()},
-        },
-        retrieved=[r.audit() for r in bundle.facts],
-        latency_ms=bundle.latency_ms,
-        degraded=bundle.degraded,
-        degraded_reason=bundle.degraded_reason,
-        created_at=at,
-    )
