@@ -44,7 +44,7 @@ from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from domain.ports import Embedder, Vector
 from memoryd import wiring
 from memoryd.settings import ChromaSettings, MetricsSettings, Settings
-from store.chroma.vector_index import ChromaVectorIndex, close_client, http_client
+from store.chroma import ChromaVectorIndex, close_client, http_client
 from store.embeddings import MiniLmEmbedder
 from store.read.ranking import Budget
 

@@ -31,8 +31,7 @@ from processors.offline import OfflineBackend
 from processors.retraction import RetractingConsolidator, RetractionAwareBackend
 from processors.schema import ConsolidationBackend
 from producers.publisher import KafkaEventPublisher, ProducerSettings
-from store.chroma.reconnecting_index import ReconnectingIndex
-from store.chroma.vector_index import embedded_client, http_client
+from store.chroma import ReconnectingIndex, embedded_client, http_client
 from store.embeddings import CachingEmbedder, MiniLmEmbedder
 from store.postgres import make_pool
 from store.read.background import BatchWriter

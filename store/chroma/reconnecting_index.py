@@ -15,7 +15,8 @@ from chromadb.api import ClientAPI
 
 from domain.model import Fact, FactStatus
 from domain.ports import Embedder, Vector, VectorHit
-from store.chroma.vector_index import ChromaVectorIndex, close_client
+from store.chroma._client import close_client
+from store.chroma.vector_index import ChromaVectorIndex
 from store.errors import VectorIndexUnavailable
 
 _T = TypeVar("_T")
