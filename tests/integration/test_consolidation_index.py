@@ -25,7 +25,8 @@ from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import EventType
 from store.chroma import close_client, http_client
-from tests.support import Deployment, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 

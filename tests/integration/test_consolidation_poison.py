@@ -24,8 +24,8 @@ from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import EventType
-from tests.consolidation_support import headers_of, topic_size
-from tests.support import Deployment, dead_letters, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment, dead_letters, headers_of, topic_size
 
 pytestmark = pytest.mark.integration
 

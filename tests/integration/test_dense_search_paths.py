@@ -11,7 +11,8 @@ from memoryd import wiring
 from producers.contract import EventType
 from store.read import context_service
 from store.read.ranking import Budget
-from tests.support import Deployment, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 
