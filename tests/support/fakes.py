@@ -206,6 +206,7 @@ class FakeConsumer:
         self.position: dict[int, int] = dict.fromkeys(self.log, 0)
         self.committed: dict[int, int] = {}
         self.commits: list[dict[int, int]] = []
+        self.seeks: list[tuple[int, int]] = []
         self.closed = False
         self._assigned: set[int] = set()
         self._paused: set[int] = set()
@@ -257,6 +258,7 @@ class FakeConsumer:
         self._paused -= {tp.partition for tp in partitions}
 
     def seek(self, partition: Any, offset: int) -> None:
+        self.seeks.append((partition.partition, offset))
         self.position[partition.partition] = offset
 
     def commit(self, offsets: Mapping[Any, Any]) -> None:
