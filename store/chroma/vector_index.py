@@ -24,6 +24,7 @@ from domain.ports import Embedder, MetadataValue, Vector, VectorHit
 from store.chroma._translate import translated
 from store.chroma.filters import build_where
 from store.embeddings import ChromaEmbeddingFunction
+from store.exact_search import nearest
 
 DEFAULT_COLLECTION = "memory_facts"
 
@@ -181,12 +182,9 @@ class ChromaVectorIndex:
         stored = self.embeddings(fact_ids)
         if not stored:
             return [], {}
-        ids = list(stored)
         (query,) = self._embedder.embed([text])
-        similarity = np.stack([stored[i] for i in ids]) @ query
-        best = np.argsort(-similarity, kind="stable")[:n]
         # The vectors go back too: the caller's diversity step (MMR) needs them as well.
-        return [VectorHit(ids[k], float(similarity[k]), "", {}) for k in best], stored
+        return nearest(query, stored, n), stored
 
     def delete(self, fact_ids: Sequence[uuid.UUID]) -> None:
         ids = [str(f) for f in fact_ids]

@@ -9,11 +9,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from domain.codec import fact_metadata
 from domain.model import Fact, FactStatus
 from domain.ports import Embedder, Vector, VectorHit
+from store.exact_search import nearest
 
 
 @dataclass(frozen=True)
@@ -99,11 +98,8 @@ class InMemoryVectorIndex:
         stored = self.embeddings(fact_ids)
         if not stored:
             return [], {}
-        ids = list(stored)
         (query,) = self._embedder.embed([text])
-        similarity = np.stack([stored[i] for i in ids]) @ query
-        best = np.argsort(-similarity, kind="stable")[:n]
-        return [VectorHit(ids[k], float(similarity[k]), "", {}) for k in best], stored
+        return nearest(query, stored, n), stored
 
     def delete(self, fact_ids: Sequence[uuid.UUID]) -> None:
         with self._lock:

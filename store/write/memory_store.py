@@ -70,22 +70,12 @@ class PostgresMemoryStore:
     def load_state(self, user_id: str, organization_id: str = "") -> MemoryState:
         with transaction(self._pool) as conn:
             row = conn.execute(
-                "SELECT organization_id, working_memory, information_scaffold,"
-                " persistent_learned_info, version, updated_at FROM user_memory WHERE user_id = %s",
+                f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE user_id = %s",
                 (user_id,),
             ).fetchone()
         if row is None:
             return MemoryState(user_id=user_id, organization_id=organization_id)
-        org, w, s, learned, version, updated_at = row
-        return MemoryState(
-            user_id=user_id,
-            organization_id=org,
-            working_memory=w,
-            scaffold=s,
-            learned_info=tuple(learned),
-            version=version,
-            updated_at=updated_at,
-        )
+        return fact_rows.state_from_row(user_id, row)
 
     def facts(
         self, user_id: str, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
