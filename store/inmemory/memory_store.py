@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -21,6 +21,7 @@ from domain.model import (
     MemoryUpdate,
     RunRecord,
 )
+from domain.ports import Pricing
 from domain.upsert import merge_fact
 from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion
 from store.inmemory.database import InMemoryDatabase
@@ -132,12 +133,7 @@ class InMemoryMemoryStore:
         with self._db.lock:
             return sum(1 for f in self._db.facts.values() if f.indexed_at is None)
 
-    def mark_indexed(
-        self,
-        facts: Sequence[Fact],
-        at: datetime,
-        ledger_for: Callable[[Sequence[Fact]], Sequence[LedgerEntry]],
-    ) -> list[Fact]:
+    def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         with self._db.lock:
             marked = []
             for fact in facts:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
@@ -29,6 +29,7 @@ from domain.model import (
     MemoryUpdate,
     RunRecord,
 )
+from domain.ports import Pricing
 from store import fact_rows
 from store.errors import (
     EventsAlreadyConsolidated,
@@ -209,12 +210,7 @@ class PostgresMemoryStore:
             ).fetchone()
         return int(row[0]) if row else 0
 
-    def mark_indexed(
-        self,
-        facts: Sequence[Fact],
-        at: datetime,
-        ledger_for: Callable[[Sequence[Fact]], Sequence[LedgerEntry]],
-    ) -> list[Fact]:
+    def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         """Mark these fact versions indexed and book their cost, in one transaction.
 
         Only versions still pending are marked (a newer version stays pending, one another

@@ -20,7 +20,6 @@ from consumers.dead_letter import DeadLetter
 from consumers.errors import DeadLetterError
 from domain.model import RunRecord
 from domain.ports import Vector
-from processors.errors import BackendError
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 
@@ -77,25 +76,32 @@ class LetterCountEmbedder:
 
 
 class FlakyBackend:
-    """Fails the way it is told to, call by call, then answers like the offline backend."""
+    """The offline backend, failing the way it is told to, call by call.
 
-    name = "flaky"
-    model = "flaky-1"
-    prompt_version = "p1"
+    Subclasses change `before`, which runs ahead of every call (and may raise), to fail or
+    act otherwise; `requests` keeps what each call was asked.
+    """
 
-    def __init__(self, failures: Sequence[BackendError | None] = ()) -> None:
+    def __init__(self, failures: Sequence[BaseException | None] = ()) -> None:
         self._failures = list(failures)
         self._inner = OfflineBackend()
-        self.calls = 0
+        self.name, self.model = self._inner.name, self._inner.model
+        self.prompt_version = self._inner.prompt_version
         self.requests: list[ConsolidationRequest] = []
 
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
     def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
-        self.calls += 1
         self.requests.append(request)
+        self.before(request)
+        return self._inner.consolidate(request)
+
+    def before(self, request: ConsolidationRequest) -> None:
         failure = self._failures.pop(0) if self._failures else None
         if failure is not None:
             raise failure
-        return self._inner.consolidate(request)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def test_a_flush_consolidates_then_indexes_in_the_background() -> None:
     assert m.memory.pending_count() == 0
     assert m.index.count("ada") == len(facts)
     assert [r.run_id for r in m.observer.runs] == [result.run_id]
-    assert [backend_name for backend_name, _ in m.observer.flushes] == ["flaky"]
+    assert [backend_name for backend_name, _ in m.observer.flushes] == [backend.name]
     assert m.observer.budget == []
 
 

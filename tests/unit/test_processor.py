@@ -7,7 +7,7 @@ import threading
 
 from consumers.processor import MemoryProcessor
 from processors.errors import BackendError, TransientBackendError
-from processors.schema import BackendResponse, ConsolidationRequest
+from processors.schema import ConsolidationRequest
 from producers.contract import ContextEvent
 from tests.support.builders import make_event
 from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
@@ -46,22 +46,19 @@ def test_events_are_consolidated_and_offsets_committed_past_them() -> None:
     assert letters.closed
 
 
-class BusyFor:
+class BusyFor(FlakyBackend):
     """Rate-limited (a transient error) for one user until released; fine for the others."""
 
-    name, model, prompt_version = "busy", "busy-1", "p1"
-
     def __init__(self, user_id: str) -> None:
+        super().__init__()
         self.user_id = user_id
         self.released = threading.Event()
         self.refused = 0
-        self._inner = FlakyBackend()
 
-    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+    def before(self, request: ConsolidationRequest) -> None:
         if request.user_id == self.user_id and not self.released.is_set():
             self.refused += 1
             raise TransientBackendError("429")
-        return self._inner.consolidate(request)
 
 
 def test_a_transient_failure_is_retried_and_holds_its_offsets_back() -> None:
@@ -134,20 +131,17 @@ def test_a_dead_letter_topic_outage_retries_only_the_delivery() -> None:
     assert len(m.runs.runs("ada")) == 1  # nor is the failed run recorded twice
 
 
-class Gate:
+class Gate(FlakyBackend):
     """A backend whose calls wait until the test opens the gate."""
 
-    name, model, prompt_version = "gate", "gate-1", "p1"
-
     def __init__(self) -> None:
+        super().__init__()
         self.opened = threading.Event()
         self.entered = threading.Event()
-        self._inner = FlakyBackend()
 
-    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+    def before(self, request: ConsolidationRequest) -> None:
         self.entered.set()
         assert self.opened.wait(20)
-        return self._inner.consolidate(request)
 
 
 def test_a_revocation_drops_the_buffer_and_rereads_it_when_the_partition_comes_back() -> None:
