@@ -15,6 +15,8 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
+from domain.codec import fact_to_json
+from domain.model import FactChange, MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage
 from processors.cost import PriceTable, llm_entry
 from processors.gate import WriteGate
 from processors.lifecycle import FactLedger
@@ -26,15 +28,6 @@ from processors.schema import (
     ConsolidationRequest,
 )
 from producers.contract import EventType
-from store.records import (
-    FactChange,
-    MemoryState,
-    MemoryUpdate,
-    RunRecord,
-    RunStatus,
-    TokenUsage,
-)
-from store.serialization import fact_to_json
 
 MAX_LEARNED_INFO = 200
 

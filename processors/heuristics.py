@@ -14,8 +14,8 @@ from typing import Final
 
 import numpy as np
 
+from domain.ports import Embedder, Vector
 from processors.speakers import USER, about, split_speaker
-from store.protocols import Embedder, Vector
 
 
 class Slot(StrEnum):

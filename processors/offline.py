@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Final, TypeVar
 
+from domain.model import Fact, FactType, SurfacePolicy, TokenUsage
+from domain.ports import Embedder
 from processors.gate import DUPLICATE_COSINE
 from processors.heuristics import (
     Similarity,
@@ -46,8 +48,6 @@ from processors.schema import (
 from processors.speakers import split_speaker
 from processors.statements import extract
 from producers.contract import ContextEvent, EventType, Source
-from store.protocols import Embedder
-from store.records import Fact, FactType, SurfacePolicy, TokenUsage
 
 T = TypeVar("T")
 

@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from domain.ids import normalize_content
+from domain.model import FactStatus, FactType
 from processors.heuristics import SCAFFOLD_SLOT_KEYS, as_sentence, clip
 from processors.plan import Plan, Step, believed
 from processors.schema import (
@@ -22,7 +24,6 @@ from processors.schema import (
     scaffold_size,
 )
 from producers.contract import EventType
-from store.records import FactStatus, FactType, normalize_content
 
 LIST_CAP = 25
 PEOPLE_KEY = "People"

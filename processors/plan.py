@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Final
 
+from domain.model import Fact, FactStatus
 from processors.heuristics import Slot
 from processors.schema import MAX_FACTS_PER_RUN, ConsolidationRequest, FactOp, FactProposal
 from producers.contract import ContextEvent
-from store.records import Fact, FactStatus
 
 MAX_EVIDENCE = 20
 

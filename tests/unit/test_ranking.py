@@ -8,8 +8,9 @@ from datetime import UTC, date, datetime, timedelta
 import numpy as np
 import pytest
 
-from store.protocols import Vector
-from store.ranking import (
+from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.ports import Vector
+from store.read.ranking import (
     PROFILES,
     Budget,
     BudgetProfile,
@@ -22,7 +23,6 @@ from store.ranking import (
     rerank,
     within_budget,
 )
-from store.records import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
 
