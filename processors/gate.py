@@ -13,12 +13,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 import numpy as np
 
 from domain.ids import normalize_content
 from domain.model import Fact, FactType
 from domain.ports import Embedder
+from processors.heuristics import candidates
 from processors.schema import FactProposal
 from processors.statements import informative
 
@@ -65,6 +67,8 @@ class GateDecision:
     duplicate_of: Fact | None = None
 
 
+# Every proposal is compared with the stored facts: their forms are computed once per process.
+@lru_cache(maxsize=65_536)
 def canonical_form(content: str) -> str:
     text = normalize_content(content)
     for pattern, replacement in _SYNONYMS:
@@ -108,6 +112,9 @@ class WriteGate:
         return GateDecision(Verdict.ALLOW, "passed")
 
     def find_duplicate(self, content: str, existing: Sequence[Fact]) -> Fact | None:
+        # A bounded set of the facts sharing the most words: the cost of judging a proposal
+        # does not grow with the user's memory.
+        existing = candidates(content, existing, lambda f: f.content)
         if not existing:
             return None
         canonical = canonical_form(content)

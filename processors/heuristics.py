@@ -8,9 +8,10 @@ byte for byte.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
-from typing import Final
+from functools import lru_cache
+from typing import Final, TypeVar
 
 import numpy as np
 
@@ -187,9 +188,32 @@ def _stem(word: str) -> str:
     return word
 
 
+# Each stored fact is compared with every batch: its words are worked out once per process.
+@lru_cache(maxsize=65_536)
 def content_words(text: str) -> frozenset[str]:
     words = (_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
     return frozenset(w for w in words if w not in _STOPWORDS)
+
+
+T = TypeVar("T")
+
+# How many stored facts a new statement is compared with: the cost of a batch must not grow
+# with the user's memory.
+MAX_CANDIDATES: Final = 32
+
+
+def candidates(
+    text: str, items: Sequence[T], content: Callable[[T], str], limit: int = MAX_CANDIDATES
+) -> list[T]:
+    """The `limit` items sharing the most content words with `text`, in their given order
+    (newest first stays newest first). A near-duplicate shares words with what it repeats, so
+    an item sharing none is never a candidate."""
+    words = content_words(text)
+    if not words:
+        return []
+    shared = [(len(words & content_words(content(item))), i) for i, item in enumerate(items)]
+    best = sorted((pair for pair in shared if pair[0] > 0), key=lambda p: (-p[0], p[1]))[:limit]
+    return [items[i] for i in sorted(i for _, i in best)]
 
 
 def jaccard(a: str, b: str) -> float:

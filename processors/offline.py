@@ -168,8 +168,8 @@ def plan_facts(request: ConsolidationRequest, embedder: Embedder | None) -> Plan
         o.label: statement_for(o.event, speakers - {split_speaker(o.event.content)[0]})
         for o in request.observations
     }
-    known = [f.content for f in request.active_facts]
-    sim = Similarity(embedder, known + [s.text for s in statements.values() if s])
+    # Stored facts are embedded when a statement is compared with them, not all of them up front.
+    sim = Similarity(embedder, [s.text for s in statements.values() if s])
     plan = Plan()
     attachments: set[tuple[str | None, str]] = set()
     for obs in request.observations:
@@ -218,7 +218,7 @@ def _twin(
     draft = _best(plan.live(scope), statement, lambda d: d.proposal.content, sim, sim.duplicate)
     if draft is not None:
         return draft
-    facts = _in_scope(believed(request, plan), scope)
+    facts = _in_scope(believed(request, plan, near=statement), scope)
     return _best(facts, statement, lambda f: f.content, sim, sim.duplicate)
 
 

@@ -7,7 +7,7 @@ from datetime import date, datetime
 from typing import Final
 
 from domain.model import Fact, FactStatus
-from processors.heuristics import Slot
+from processors.heuristics import Slot, candidates
 from processors.schema import MAX_FACTS_PER_RUN, ConsolidationRequest, FactOp, FactProposal
 from producers.contract import ContextEvent
 
@@ -80,11 +80,13 @@ class Plan:
 _BELIEVED: Final = frozenset({FactStatus.ACTIVE, FactStatus.HELD})
 
 
-def believed(request: ConsolidationRequest, plan: Plan) -> list[Fact]:
-    """Stored facts still believed after what this batch contradicted so far, newest first."""
-    facts = [
-        f
-        for f in request.active_facts
-        if f.status in _BELIEVED and str(f.fact_id) not in plan.retired
-    ]
+def believed(request: ConsolidationRequest, plan: Plan, near: str | None = None) -> list[Fact]:
+    """Stored facts still believed after what this batch contradicted so far, newest first;
+    with `near`, only the few sharing the most words with that text (`candidates`)."""
+    pool = request.active_facts if near is None else candidates(near, request.active_facts, _text)
+    facts = [f for f in pool if f.status in _BELIEVED and str(f.fact_id) not in plan.retired]
     return sorted(facts, key=lambda f: (f.updated_at, str(f.fact_id)), reverse=True)
+
+
+def _text(fact: Fact) -> str:
+    return fact.content
