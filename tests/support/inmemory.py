@@ -17,7 +17,7 @@ from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor
 from consumers.settings import ProcessorSettings
 from domain.model import Fact
-from domain.ports import VectorIndex
+from domain.ports import Embedder, VectorIndex
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
 from processors.gate import WriteGate
@@ -49,7 +49,7 @@ class InMemoryMemoryd:
     memory: InMemoryMemoryStore = field(init=False)
     reads: InMemoryReadModel = field(init=False)
     runs: InMemoryRunLog = field(init=False)
-    embedder: BagOfWordsEmbedder = field(default_factory=BagOfWordsEmbedder)
+    embedder: Embedder = field(default_factory=BagOfWordsEmbedder)
     index: InMemoryVectorIndex = field(init=False)
     observer: RecordingObserver = field(default_factory=RecordingObserver)
 
@@ -80,11 +80,12 @@ class InMemoryMemoryd:
         backend: ConsolidationBackend,
         budget_policy: BudgetPolicy = BudgetPolicy.DEFER,
         index: VectorIndex | None = None,
+        gate: WriteGate | None = None,
     ) -> UserFlusher:
         return UserFlusher(
             self.memory,
             backend,
-            Consolidator(WriteGate(None), PriceTable({})),
+            Consolidator(gate or WriteGate(None), PriceTable({})),
             IndexQueue(self.indexer(index), self.observer),
             self.observer,
             self.clock,
