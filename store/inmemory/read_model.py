@@ -1,12 +1,13 @@
 """`ReadModel` in memory: the behaviour of `store.read.fact_queries` over an `InMemoryDatabase`.
 
 The keyword search stands in for Postgres full text search with plain words: lower-cased, the
-commonest English words dropped, no stemming. A fact matching more of the query's words ranks
-higher, as `ts_rank_cd` ranks an OR query.
+commonest English words dropped, no stemming, ranked by Okapi BM25 over the facts in scope as
+`store.read.fact_queries` ranks them.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from typing import Any
 from domain.model import Fact, FactStatus
 from domain.reads import ContextLogRow, Injection, Recall, Scope
 from store.inmemory.database import InMemoryDatabase
+from store.read.fact_queries import BM25_B, BM25_K1
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOPWORDS = frozenset({
@@ -28,7 +30,27 @@ _STOPWORDS = frozenset({
 
 
 def words(text: str) -> frozenset[str]:
-    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
+    return frozenset(_tokens(text))
+
+
+def _tokens(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+
+
+def _bm25(query: frozenset[str], docs: Sequence[Sequence[str]]) -> list[float]:
+    """Okapi BM25 of each doc, with the frequencies of `docs` (one memory), as the Postgres
+    query computes it."""
+    if not docs:
+        return []
+    avgdl = max(sum(len(d) for d in docs) / len(docs), 1.0)
+    df = {w: sum(1 for d in docs if w in d) for w in query}
+    idf = {w: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for w, n in df.items()}
+    scores = []
+    for doc in docs:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * len(doc) / avgdl)
+        tf = {w: doc.count(w) for w in query}
+        scores.append(sum(idf[w] * tf[w] * (BM25_K1 + 1) / (tf[w] + norm) for w in query if tf[w]))
+    return scores
 
 
 class InMemoryReadModel:
@@ -65,12 +87,12 @@ class InMemoryReadModel:
         if limit <= 0 or not wanted:
             return []
         with self._db.lock:
-            matches = [
-                (len(wanted & words(f.content)), f)
-                for f in self._db.facts.values()
-                if scope.admits(f)
-            ]
-        ranked = sorted((m for m in matches if m[0]), key=lambda m: (-m[0], m[1].fact_id))
+            scoped = [(f, _tokens(f.content)) for f in self._db.facts.values() if scope.admits(f)]
+        scores = _bm25(wanted, [tokens for _, tokens in scoped])
+        ranked = sorted(
+            ((score, f) for score, (f, _) in zip(scores, scoped, strict=True) if score > 0),
+            key=lambda m: (-m[0], m[1].fact_id),
+        )
         return [f for _, f in ranked[:limit]]
 
     def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:

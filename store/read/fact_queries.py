@@ -35,6 +35,29 @@ _SCOPE = (
 # The cast (not to_tsquery) keeps the already-stemmed lexemes as they are.
 _OR_QUERY = "replace(plainto_tsquery('english', %(text)s)::text, '&', '|')::tsquery"
 
+# Okapi BM25 over the stored full-text vectors, with the document frequencies and the mean
+# length of the facts in scope (one memory), not of the whole table: a word common in one
+# user's memory says little there however rare it is elsewhere. The matching facts come from
+# the GIN index; the count and mean length read the scope's rows (the user's index).
+BM25_K1 = 1.2
+BM25_B = 0.75
+_BM25_SEARCH = (
+    f"WITH q AS (SELECT {_OR_QUERY} AS q),"
+    " terms AS (SELECT lexeme FROM unnest(to_tsvector('english', %(text)s))),"
+    f" scoped AS (SELECT fact_id, content_tsv FROM memory_facts WHERE {_SCOPE}),"
+    " stats AS (SELECT count(*) AS n, greatest(avg(length(content_tsv)), 1) AS avgdl"
+    " FROM scoped),"
+    " hits AS (SELECT s.fact_id, u.lexeme, coalesce(array_length(u.positions, 1), 1) AS tf,"
+    " length(s.content_tsv) AS dl FROM scoped s CROSS JOIN q, unnest(s.content_tsv) AS u"
+    " WHERE s.content_tsv @@ q.q AND u.lexeme IN (SELECT lexeme FROM terms)),"
+    " df AS (SELECT lexeme, count(*) AS df FROM hits GROUP BY lexeme),"
+    " scores AS (SELECT h.fact_id, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))"
+    " * h.tf * (%(k1)s + 1) / (h.tf + %(k1)s * (1 - %(b)s + %(b)s * h.dl / st.avgdl)))"
+    " AS score FROM hits h JOIN df USING (lexeme) CROSS JOIN stats st GROUP BY h.fact_id)"
+    f" SELECT {fact_rows.COLUMNS} FROM memory_facts JOIN scores USING (fact_id)"
+    " ORDER BY scores.score DESC, fact_id LIMIT %(limit)s"
+)
+
 # W, S, learned info, every connection's learned info and the pinned facts in one statement.
 _INJECTION = (
     "SELECT m.organization_id, m.working_memory, m.information_scaffold,"
@@ -90,17 +113,12 @@ class PostgresReadModel:
     # -- retrieval ------------------------------------------------------------------------
 
     def keyword_search(self, scope: Scope, text: str, limit: int) -> list[Fact]:
-        """Facts in scope matching any lexeme of text, best ts_rank_cd first."""
+        """Facts in scope matching any lexeme of text, best Okapi BM25 score first."""
         if limit <= 0 or not scope.statuses:
             return []
-        sql = (
-            f"WITH q AS (SELECT {_OR_QUERY} AS q)"
-            f" SELECT {fact_rows.COLUMNS} FROM memory_facts, q"
-            f" WHERE content_tsv @@ q.q AND {_SCOPE}"
-            " ORDER BY ts_rank_cd(content_tsv, q.q) DESC, fact_id LIMIT %(limit)s"
-        )
+        params = {**_params(scope), "text": text, "limit": limit, "k1": BM25_K1, "b": BM25_B}
         with self._transaction() as conn:
-            rows = conn.execute(sql, {**_params(scope), "text": text, "limit": limit}).fetchall()
+            rows = conn.execute(_BM25_SEARCH, params).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
     def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:

@@ -101,6 +101,17 @@ def test_keyword_search_ranks_more_shared_words_first(stores: Stores) -> None:
     assert best.content == "Ada keeps bees on the roof"
 
 
+def test_keyword_search_weighs_a_word_rare_in_the_memory_above_common_ones(stores: Stores) -> None:
+    # Okapi BM25 with this memory's document frequencies: "Ada" and "keeps" are in nearly every
+    # fact, "roof" in one, so the roof outranks a fact sharing two common words with the query.
+    common = [make_fact("ada", f"Ada keeps {thing}") for thing in ("bees", "goats", "notes")]
+    roof = make_fact("ada", "The roof leaks")
+    seed(stores.memory, "ada", [*common, roof])
+    ranked = stores.reads.keyword_search(ADA, "Ada keeps roof", 10)
+    assert ranked[0].content == "The roof leaks"
+    assert len(ranked) == 4
+
+
 def test_indexed_ids_and_facts_in_scope(stores: Stores) -> None:
     berlin = make_fact("ada", "Ada lives in Berlin")
     tea = make_fact("ada", "Ada likes tea")
