@@ -12,6 +12,7 @@ from kafka.structs import OffsetAndMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from consumers.batching import TopicPartition
+from consumers.errors import ConsumerError
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,24 @@ def make_consumer(settings: ConsumerSettings) -> Any:
         max_poll_interval_ms=settings.max_poll_interval_ms,
         heartbeat_interval_ms=settings.heartbeat_interval_ms,
     )
+
+
+def end_offsets(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+    """Partition -> the offset the next record will get, read without joining any group."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        client_id="memoryd-end-offsets",
+        enable_auto_commit=False,
+        request_timeout_ms=int(timeout_s * 1000),
+    )
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise ConsumerError(f"topic {topic} has no partitions (does it exist?)")
+        ends = consumer.end_offsets([KafkaTopicPartition(topic, p) for p in partitions])
+        return {tp.partition: int(offset) for tp, offset in ends.items()}
+    finally:
+        consumer.close()
 
 
 def subscribe(consumer: Any, topic: str, listener: Any | None = None) -> None:

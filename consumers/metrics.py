@@ -1,6 +1,7 @@
 """Prometheus metrics of the consumer runtimes, registered on the registry they are given.
 
-Labels stay low-cardinality: consumer, stage, outcome, backend — never a user id.
+Labels stay low-cardinality: consumer, stage, outcome, backend — never a user or
+organization id.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ class PipelineMetrics:
         self.events_duplicate = Counter(
             "memoryd_events_duplicate_total",
             "Events already present, skipped",
+            ["consumer"],
+            registry=registry,
+        )
+        self.events_forgotten = Counter(
+            "memoryd_events_forgotten_total",
+            "Events of an erased memory recorded before its tombstone, dropped (not dead-lettered)",
             ["consumer"],
             registry=registry,
         )

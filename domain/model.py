@@ -13,6 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from domain.ids import MemoryKey
+
 
 class FactType(StrEnum):
     PROFILE = "profile"
@@ -84,6 +86,10 @@ class Fact:
     indexed_at: datetime | None = None
     version: int = 1
 
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.organization_id, self.user_id)
+
 
 @dataclass(frozen=True)
 class MemoryState:
@@ -96,6 +102,14 @@ class MemoryState:
     learned_info: tuple[str, ...] = ()
     version: int = 0
     updated_at: datetime | None = None
+
+    @classmethod
+    def empty(cls, key: MemoryKey) -> MemoryState:
+        return cls(user_id=key.user_id, organization_id=key.organization_id)
+
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.organization_id, self.user_id)
 
 
 @dataclass(frozen=True)
@@ -157,6 +171,10 @@ class RunRecord:
     cost_micro_usd: int = 0
     error: str | None = None
     attempt: int = 0
+
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.organization_id, self.user_id)
 
 
 class FactChangeKind(StrEnum):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from domain.codec import fact_to_json
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from memoryd import wiring
 from memoryd.replay import (
@@ -48,12 +49,16 @@ def analyst_core(settings: Settings) -> Iterator[tuple[wiring.Core, PostgresRunL
         yield c, PostgresRunLog(c.pool)
 
 
-def live_memory(c: wiring.Core, run_log: PostgresRunLog, user_id: str) -> FoldedMemory:
+def live_memory(c: wiring.Core, run_log: PostgresRunLog, key: MemoryKey) -> FoldedMemory:
     return live_image(
-        c.memory.load_state(user_id),
-        c.memory.facts(user_id, tuple(FactStatus)),
-        run_log.connections(user_id),
+        c.memory.load_state(key),
+        c.memory.facts(key, tuple(FactStatus)),
+        run_log.connections(key),
     )
+
+
+def memory_key(args: argparse.Namespace) -> MemoryKey:
+    return MemoryKey(args.org, args.user)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -101,8 +106,8 @@ def parse_time(text: str) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def render_runs(user_id: str, runs: Sequence[LoggedRun]) -> str:
-    lines = [f"{len(runs)} run(s) of {user_id}"]
+def render_runs(key: MemoryKey, runs: Sequence[LoggedRun]) -> str:
+    lines = [f"{len(runs)} run(s) of {key}"]
     header = (
         f"{'seq':>5}  {'finished_at':<32}  {'status':<9}  {'backend:model':<34}  "
         f"{'prompt':<14}  {'events':>6}  {'gate a/h/d/r':<12}  {'tokens p/c':<13}  "
@@ -137,7 +142,8 @@ def _fact_line(fact: Fact, mark: str = "") -> str:
 def render_memory(memory: FoldedMemory, at: datetime) -> str:
     lines = [
         (
-            f"memory of {memory.user_id} at {at.isoformat()}: version {memory.version},"
+            f"memory of {memory.organization_id}/{memory.user_id} at {at.isoformat()}:"
+            f" version {memory.version},"
             f" {memory.runs_folded} run(s) folded"
         ),
         "# Working memory",
@@ -158,23 +164,26 @@ def render_memory(memory: FoldedMemory, at: datetime) -> str:
 
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+    key = memory_key(args)
     with analyst_core(settings) as (_c, run_log):
-        runs = run_log.runs(args.user)
+        runs = run_log.runs(key)
     if args.at is None:
         if args.json:
-            print(json.dumps({"user_id": args.user, "runs": [run_json(r) for r in runs]}))
+            doc = {"organization_id": args.org, "user_id": args.user}
+            print(json.dumps({**doc, "runs": [run_json(r) for r in runs]}))
         else:
-            print(render_runs(args.user, runs))
+            print(render_runs(key, runs))
         return 0
     at: datetime = args.at
     before = runs_until(runs, at)
     try:
-        memory = fold_runs(before, FoldedMemory(user_id=args.user))
+        memory = fold_runs(before, FoldedMemory(user_id=args.user, organization_id=args.org))
     except FoldError as e:
         print(f"memoryd history: the run log does not fold: {e}", file=sys.stderr)
         return 1
     if args.json:
         doc = {
+            "organization_id": args.org,
             "user_id": args.user,
             "at": at.isoformat(),
             "runs": [run_json(r) for r in before],
@@ -229,6 +238,7 @@ def replay_json(
     identity: dict[str, str],
 ) -> dict[str, Any]:
     return {
+        "organization_id": args.org,
         "user_id": args.user,
         **identity,
         "batching": args.batching,
@@ -251,7 +261,8 @@ def replay_json(
 def render_diff(doc: dict[str, Any], diff: MemoryDiff) -> str:
     lines = [
         (
-            f"shadow replay of {doc['user_id']}: {doc['events']} event(s) in {doc['batches']}"
+            f"shadow replay of {doc['organization_id']}/{doc['user_id']}: {doc['events']}"
+            f" event(s) in {doc['batches']}"
             f" batch(es) through {doc['backend']}:{doc['model']} (prompt {doc['prompt_version']}),"
             f" batching {doc['batching']} (max {doc['max_batch']})"
         ),
@@ -310,15 +321,16 @@ def _shadow_settings(settings: Settings, args: argparse.Namespace) -> Settings:
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     if args.max_batch is None:
         args.max_batch = settings.processor.max_batch
+    key = memory_key(args)
     with analyst_core(_shadow_settings(settings, args)) as (c, run_log):
-        events = [e.event for e in c.events.user_events(args.user)]
+        events = [e.event for e in c.events.user_events(key)]
         if args.batching == "live":
-            batches = batches_like_live(events, run_log.runs(args.user), args.max_batch)
+            batches = batches_like_live(events, run_log.runs(key), args.max_batch)
         else:
             batches = batches_by_size(events, args.max_batch)
         backend, consolidator = wiring.consolidation(c)
-        shadow = shadow_consolidate(args.user, batches, backend, consolidator)
-        live = live_memory(c, run_log, args.user)
+        shadow = shadow_consolidate(key, batches, backend, consolidator)
+        live = live_memory(c, run_log, key)
     diff = diff_memory(live, shadow.memory)
     identity = {
         "backend": backend.name,
@@ -334,11 +346,11 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def export_document(
-    c: wiring.Core, run_log: PostgresRunLog, user_id: str, now: datetime
+    c: wiring.Core, run_log: PostgresRunLog, key: MemoryKey, now: datetime
 ) -> dict[str, Any]:
-    state = c.memory.load_state(user_id)
+    state = c.memory.load_state(key)
     history: dict[str, list[dict[str, Any]]] = {}
-    for h in run_log.fact_history(user_id):
+    for h in run_log.fact_history(key):
         history.setdefault(str(h.fact_id), []).append(
             {
                 "run_id": str(h.run_id),
@@ -348,24 +360,25 @@ def export_document(
                 "after": h.after,
             }
         )
-    indexed = run_log.indexed_at(user_id)
+    indexed = run_log.indexed_at(key)
     facts = [
         {
             **fact_to_json(f),
             "indexed_at": _iso(indexed.get(f.fact_id)),
             "history": history.get(str(f.fact_id), []),
         }
-        for f in c.memory.facts(user_id, tuple(FactStatus))
+        for f in c.memory.facts(key, tuple(FactStatus))
     ]
     return {
         "format": EXPORT_FORMAT,
-        "user_id": user_id,
+        "organization_id": key.organization_id,
+        "user_id": key.user_id,
         "exported_at": now.isoformat(),
         "events": [
             {"seq": e.seq, "recorded_at": _iso(e.recorded_at), **e.event.model_dump(mode="json")}
-            for e in c.events.user_events(user_id)
+            for e in c.events.user_events(key)
         ],
-        "runs": [run_json(r, full=True) for r in run_log.runs(user_id)],
+        "runs": [run_json(r, full=True) for r in run_log.runs(key)],
         "memory": {
             "organization_id": state.organization_id,
             "version": state.version,
@@ -374,9 +387,7 @@ def export_document(
             "scaffold": dict(state.scaffold),
             "learned_info": list(state.learned_info),
         },
-        "connections": {
-            x.connection_id: list(x.learned_info) for x in run_log.connections(user_id)
-        },
+        "connections": {x.connection_id: list(x.learned_info) for x in run_log.connections(key)},
         "facts": facts,
         "ledger": [
             {
@@ -389,9 +400,9 @@ def export_document(
                 "cost_micro_usd": row.entry.cost_micro_usd,
                 "occurred_at": _iso(row.entry.occurred_at),
             }
-            for row in run_log.ledger(user_id)
+            for row in run_log.ledger(key)
         ],
-        "balance_micro_usd": c.memory.balance(user_id),
+        "balance_micro_usd": c.memory.balance(key),
     }
 
 
@@ -410,7 +421,7 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
 
 def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     with analyst_core(settings) as (c, run_log):
-        doc = export_document(c, run_log, args.user, c.clock())
+        doc = export_document(c, run_log, memory_key(args), c.clock())
     out = Path(args.out)
     write_json(out, doc)
     print(
@@ -423,9 +434,15 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
 # -- parser -----------------------------------------------------------------------------------
 
 
+def add_memory_arguments(p: argparse.ArgumentParser) -> None:
+    """--org ORG USER: a user id names a memory only within its organization."""
+    p.add_argument("--org", required=True, help="the organization the user belongs to")
+    p.add_argument("user")
+
+
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("history", help="a user's consolidation runs, or memory at a time")
-    p.add_argument("user")
+    add_memory_arguments(p)
     p.add_argument(
         "--at", type=parse_time, help="ISO time: fold the runs committed by then (no offset = UTC)"
     )
@@ -434,7 +451,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p = sub.add_parser(
         "replay", help="re-consolidate a user's raw events into a shadow image and diff it"
     )
-    p.add_argument("user")
+    add_memory_arguments(p)
     p.add_argument("--backend", choices=["offline", "gemini"], help="default: llm.backend")
     p.add_argument("--model", help="default: llm.model (gemini only)")
     p.add_argument("--max-batch", type=int, help="default: processor.max_batch")
@@ -447,6 +464,6 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_replay)
     p = sub.add_parser("export", help="a user's events, runs, facts, memory and ledger as JSON")
-    p.add_argument("user")
+    add_memory_arguments(p)
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_export)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from domain.codec import fact_from_json, fact_to_json
-from domain.ids import run_id_for
+from domain.ids import MemoryKey, run_id_for
 from domain.model import ConnectionContext, Fact, FactStatus, MemoryState, RunRecord, RunStatus
 from processors.consolidate import Consolidator
 from processors.errors import BackendError, TransientBackendError
@@ -131,7 +131,9 @@ def fold_runs(runs: Iterable[LoggedRun], start: FoldedMemory | None = None) -> F
     memory = start
     for logged in runs:
         if memory is None:
-            memory = FoldedMemory(user_id=logged.run.user_id)
+            memory = FoldedMemory(
+                user_id=logged.run.user_id, organization_id=logged.run.organization_id
+            )
         memory = _fold_one(memory, logged)
     if memory is None:
         raise FoldError("nothing to fold: no runs and no start memory")
@@ -142,8 +144,13 @@ def _fold_one(memory: FoldedMemory, logged: LoggedRun) -> FoldedMemory:
     run = logged.run
     if logged.seq <= memory.last_seq:
         raise FoldError(f"run {run.run_id}: seq {logged.seq} after seq {memory.last_seq}")
-    if run.user_id != memory.user_id:
-        raise FoldError(f"run {run.run_id} is of user {run.user_id}, not {memory.user_id}")
+    if run.user_id != memory.user_id or (
+        memory.organization_id and run.organization_id != memory.organization_id
+    ):
+        raise FoldError(
+            f"run {run.run_id} is of {run.organization_id}/{run.user_id},"
+            f" not {memory.organization_id}/{memory.user_id}"
+        )
     if run.status is not RunStatus.SUCCEEDED:
         return replace(memory, last_seq=logged.seq)
     if run.base_version != memory.version:
@@ -299,7 +306,7 @@ def batches_like_live(
 
 
 def shadow_consolidate(
-    user_id: str,
+    key: MemoryKey,
     batches: Sequence[ShadowBatch],
     backend: ConsolidationBackend,
     consolidator: Consolidator,
@@ -311,12 +318,10 @@ def shadow_consolidate(
     A batch the backend cannot handle is recorded as failed and skipped, as the processor
     would dead-letter it; a transient error is retried a few times with backoff first.
     """
-    memory = FoldedMemory(user_id=user_id)
+    memory = FoldedMemory(user_id=key.user_id, organization_id=key.organization_id)
     runs: list[RunRecord] = []
     failed: list[FailedBatch] = []
     for batch in batches:
-        if not memory.organization_id:
-            memory = replace(memory, organization_id=batch.events[0].organization_id)
         request = ConsolidationRequest.build(
             memory.state(), memory.facts_in(REQUEST_STATUSES), list(batch.events), batch.now
         )
@@ -350,7 +355,7 @@ def _plan(
     update = consolidator.plan(
         request,
         response,
-        run_id=run_id_for(request.user_id, request.event_ids),
+        run_id=run_id_for(request.key, request.event_ids),
         backend=backend.name,
         prompt_version=backend.prompt_version,
         started_at=request.now,

@@ -37,3 +37,7 @@ class EventsAlreadyConsolidated(StoreError):
     def __init__(self, event_ids: frozenset[object]) -> None:
         super().__init__(f"{len(event_ids)} event(s) already consolidated")
         self.event_ids = event_ids
+
+
+class MemoryBeingErased(StoreError):
+    """An erasure of this memory is under way; consolidating it must wait until it completes."""

@@ -1,4 +1,4 @@
-"""The vector index (tier V): facts embedded and filtered by user, connection and status.
+"""The vector index (tier V): facts embedded and filtered by memory, connection and status.
 
 Postgres `memory_facts` is the system of record; this index is derived from it and can be
 rebuilt by upserting every fact again. `ChromaVectorIndex` is the Chroma adapter: it works
@@ -34,7 +34,7 @@ from chromadb.base_types import InclusionExclusionOperator, LiteralValue
 from chromadb.config import Settings
 from chromadb.errors import ChromaError
 
-from domain.ids import NO_CONNECTION
+from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import Fact, FactStatus
 from domain.ports import Embedder, Vector
 from store.embeddings import ChromaEmbeddingFunction
@@ -70,22 +70,30 @@ class VectorIndex(Protocol):
     def query(
         self,
         *,
-        user_id: str,
+        key: MemoryKey,
         text: str,
         connection_ids: Sequence[str],
         n: int,
         statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
         context_types: Sequence[str] = (),
     ) -> list[VectorHit]:
-        """The user's n facts nearest to text, from the active connections or none.
+        """The memory's n facts nearest to text, from the active connections or none.
 
         An empty `statuses` matches nothing; an empty `context_types` does not filter.
         """
         ...
 
+    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
+        """The stored vectors of these facts; those not indexed are absent."""
+        ...
+
     def delete(self, fact_ids: Sequence[uuid.UUID]) -> None: ...
 
-    def count(self, user_id: str | None = None) -> int: ...
+    def delete_memory(self, key: MemoryKey) -> None:
+        """Delete every vector of the memory, whatever ids Postgres still knows."""
+        ...
+
+    def count(self, key: MemoryKey | None = None) -> int: ...
 
 
 def fact_metadata(fact: Fact) -> dict[str, MetadataValue]:
@@ -114,16 +122,22 @@ def fact_metadata(fact: Fact) -> dict[str, MetadataValue]:
     }
 
 
+def memory_where(key: MemoryKey) -> Where:
+    """organization AND user: the vectors of one memory."""
+    return {"$and": [{"organization_id": key.organization_id}, {"user_id": key.user_id}]}
+
+
 def build_where(
     *,
-    user_id: str,
+    key: MemoryKey,
     connection_ids: Sequence[str],
     statuses: Sequence[FactStatus],
     context_types: Sequence[str] = (),
 ) -> Where:
-    """user AND connection IN (active + none) AND status IN statuses [AND context_type IN ...].
+    """organization AND user AND connection IN (active + none) AND status IN statuses
+    [AND context_type IN ...].
 
-    Always an `$and` of at least three clauses, and every `$in` list is non-empty (Chroma
+    Always an `$and` of at least four clauses, and every `$in` list is non-empty (Chroma
     rejects `$and` with fewer than two clauses and `$in []`): NO_CONNECTION is always in the
     connection list, the caller checks `statuses`, and context types only add a clause when
     given. Lists are deduplicated and sorted so equal queries build equal filters.
@@ -131,7 +145,8 @@ def build_where(
     if not statuses:
         raise ValueError("statuses must not be empty: nothing could match")
     clauses: list[Where] = [
-        {"user_id": user_id},
+        {"organization_id": key.organization_id},
+        {"user_id": key.user_id},
         {"connection_id": _one_of([*connection_ids, NO_CONNECTION])},
         {"status": _one_of(s.value for s in statuses)},
     ]
@@ -242,7 +257,7 @@ class ChromaVectorIndex:
     def query(
         self,
         *,
-        user_id: str,
+        key: MemoryKey,
         text: str,
         connection_ids: Sequence[str],
         n: int,
@@ -252,7 +267,7 @@ class ChromaVectorIndex:
         if n <= 0 or not statuses:
             return []
         where = build_where(
-            user_id=user_id,
+            key=key,
             connection_ids=connection_ids,
             statuses=statuses,
             context_types=context_types,
@@ -329,12 +344,16 @@ class ChromaVectorIndex:
             for chunk in _chunks(ids, self._max_batch_size()):
                 collection.delete(ids=list(chunk))
 
-    def count(self, user_id: str | None = None) -> int:
+    def delete_memory(self, key: MemoryKey) -> None:
+        with _translated("delete_memory"):
+            self._get_collection().delete(where=memory_where(key))
+
+    def count(self, key: MemoryKey | None = None) -> int:
         with _translated("count"):
             collection = self._get_collection()
-            if user_id is None:
+            if key is None:
                 return collection.count()
-            return len(collection.get(where={"user_id": user_id}, include=[])["ids"])
+            return len(collection.get(where=memory_where(key), include=[])["ids"])
 
     def _get_collection(self) -> Collection:
         collection = self._collection

@@ -24,7 +24,7 @@ import pytest
 from chromadb.api import ClientAPI
 from chromadb.errors import ChromaError
 
-from domain.ids import NO_CONNECTION, fact_id_for
+from domain.ids import NO_CONNECTION, MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from domain.ports import Vector
 from store.chroma.vector_index import (
@@ -56,7 +56,7 @@ def make_fact(
     salience: float = 0.5,
 ) -> Fact:
     return Fact(
-        fact_id=fact_id_for(user_id, content, connection_id),
+        fact_id=fact_id_for(MemoryKey("org-1", user_id), content, connection_id),
         user_id=user_id,
         organization_id="org-1",
         content=content,

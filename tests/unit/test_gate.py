@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from processors.gate import (
     HOLD_BELOW_CONFIDENCE,
@@ -38,7 +38,7 @@ def proposal(
 
 def stored(content: str) -> Fact:
     return Fact(
-        fact_id=fact_id_for("ada", content, None),
+        fact_id=fact_id_for(MemoryKey("org-a", "ada"), content, None),
         user_id="ada",
         organization_id="org-a",
         content=content,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from store.read.context_service import ContextBundle, RetrievedFact
 from store.read.rendering import SurfaceGroup, group_facts, render_prompt_block, surface_group
@@ -18,7 +18,7 @@ NOW = datetime(2026, 11, 1, tzinfo=UTC)
 
 def fact(content: str, surface: SurfacePolicy) -> Fact:
     return Fact(
-        fact_id=fact_id_for("ada", content, None),
+        fact_id=fact_id_for(MemoryKey("org-a", "ada"), content, None),
         user_id="ada",
         organization_id="org-a",
         content=content,
@@ -58,6 +58,7 @@ def test_surface_group(surface: SurfacePolicy, pinned: bool, group: SurfaceGroup
 
 def bundle(facts: list[RetrievedFact], degraded: str | None = None) -> ContextBundle:
     b = ContextBundle(
+        organization_id="org-a",
         user_id="ada",
         memory_version=3,
         working_memory="Ada is a designer.",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from domain.codec import fact_to_json
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import (
     Fact,
     FactChangeKind,
@@ -51,7 +51,7 @@ USER = "ada"
 
 def fact(content: str, at: datetime = T0, **changes: Any) -> Fact:
     base = Fact(
-        fact_id=fact_id_for(USER, content, None),
+        fact_id=fact_id_for(MemoryKey("org-a", USER), content, None),
         user_id=USER,
         organization_id="org-a",
         content=content,
@@ -80,6 +80,7 @@ def run(
     status: RunStatus = RunStatus.SUCCEEDED,
     base: int | None = None,
     user: str = USER,
+    org: str = "org-a",
     minutes: int | None = None,
 ) -> LoggedRun:
     at = T0 + timedelta(minutes=seq if minutes is None else minutes)
@@ -92,9 +93,9 @@ def run(
         "connection_additions": connections or {},
     }
     record = RunRecord(
-        run_id=uuid.uuid5(uuid.NAMESPACE_OID, f"{user}-{seq}"),
+        run_id=uuid.uuid5(uuid.NAMESPACE_OID, f"{org}-{user}-{seq}"),
         user_id=user,
-        organization_id="org-a",
+        organization_id=org,
         input_event_ids=(uuid.uuid5(uuid.NAMESPACE_OID, f"event-{seq}"),),
         backend="offline",
         model="offline-deterministic-v1",
@@ -210,7 +211,9 @@ def test_a_later_upsert_keeps_the_row_identity_origin_and_read_counters() -> Non
     [
         ([run(2, version=1), run(1, version=2)], "seq 1 after seq 2"),
         ([run(1, version=1), run(2, version=3, base=2)], "a run is missing"),
-        ([run(1, version=1), run(2, version=2, user="bob")], "of user bob"),
+        ([run(1, version=1), run(2, version=2, user="bob")], "of org-a/bob"),
+        # The same user id in another organization is another memory: never folded in.
+        ([run(1, version=1), run(2, version=2, org="org-b")], "of org-b/ada"),
         ([replace(run(1, version=1), run=replace(run(1, version=1).run, output={}))], "no applied"),
         (
             [
@@ -336,8 +339,8 @@ def test_shadow_consolidation_folds_like_the_log_and_is_reproducible() -> None:
         make_event(USER, "I prefer short answers", EventType.PREFERENCE, minutes=3),
     ]
     backend = OfflineBackend(BagOfWordsEmbedder())
-    first = shadow_consolidate(USER, batches_by_size(log, 2), backend, consolidator())
-    again = shadow_consolidate(USER, batches_by_size(log, 2), backend, consolidator())
+    first = shadow_consolidate(MemoryKey("org-a", USER), batches_by_size(log, 2), backend, consolidator())
+    again = shadow_consolidate(MemoryKey("org-a", USER), batches_by_size(log, 2), backend, consolidator())
 
     assert first.memory == again.memory
     assert len(first.runs) == 2
@@ -385,7 +388,7 @@ def test_shadow_retries_transient_errors_and_skips_batches_the_backend_cannot_do
         ]
     )
     slept: list[float] = []
-    result = shadow_consolidate(USER, batches, backend, consolidator(), sleep=slept.append)
+    result = shadow_consolidate(MemoryKey("org-a", USER), batches, backend, consolidator(), sleep=slept.append)
 
     assert backend.calls == 6
     assert slept == [1.0, 1.0, 2.0]
