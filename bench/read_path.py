@@ -39,7 +39,7 @@ import numpy as np
 
 from bench import services
 from bench.locomo.metrics import markdown_table
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from domain.ports import Embedder, Vector
 from memoryd import wiring
@@ -177,7 +177,7 @@ def make_facts(
             kind = rng_i.choice([FactType.PROFILE, FactType.PREFERENCE, FactType.EPISODIC])
             facts.append(
                 Fact(
-                    fact_id=fact_id_for(user, content, connection),
+                    fact_id=fact_id_for(MemoryKey(ORGANIZATION, user), content, connection),
                     user_id=user,
                     organization_id=ORGANIZATION,
                     content=content,
@@ -355,7 +355,8 @@ def measure_injection(c: wiring.Core, requests: Sequence[tuple[str, str, str]]) 
     """W, S and learned info (load_state) plus the active connection's learned info."""
 
     def call(user: str, connection: str) -> Callable[[], object]:
-        return lambda: (c.memory.load_state(user), c.memory.connections(user, [connection]))
+        key = MemoryKey(ORGANIZATION, user)
+        return lambda: (c.memory.load_state(key), c.memory.connections(key, [connection]))
 
     return timed(call(u, conn) for u, conn, _ in requests)
 
@@ -373,7 +374,7 @@ def measure_retrieval(
     with wiring.read_path(c) as service:
         for user, connection, query in requests:
             started = time.perf_counter()
-            bundle = service.assemble(user, query, [connection], budget)
+            bundle = service.assemble(MemoryKey(ORGANIZATION, user), query, [connection], budget)
             total.append((time.perf_counter() - started) * 1000)
             for stage, ms in bundle.timings_ms.items():
                 stages.setdefault(stage, []).append(ms)

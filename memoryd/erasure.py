@@ -157,6 +157,22 @@ class Eraser:
         """Finish every erasure a crash left open (the processor's scheduler calls it)."""
         return [self._run(p.key, p.fact_id, p.record.erasure_id) for p in self._erasures.pending()]
 
+    def earlier_receipt(
+        self, key: MemoryKey, fact_id: uuid.UUID | None, request_id: str
+    ) -> ErasureReceipt | None:
+        """The receipt of the completed erasure asked for earlier with this request id."""
+        scope = ErasureScope.MEMORY if fact_id is None else ErasureScope.FACT
+        record = self._erasures.get(self._erasure_id(key, scope, fact_id, request_id))
+        if record is None or record.status is not ErasureStatus.COMPLETED:
+            return None
+        return record.receipt()
+
+    def _erasure_id(
+        self, key: MemoryKey, scope: ErasureScope, fact_id: uuid.UUID | None, request_id: str
+    ) -> uuid.UUID:
+        target = "" if fact_id is None else str(fact_id)
+        return erasure_id_for(self._subjects(key), f"{scope.value}:{target}:{request_id}")
+
     def _open(
         self,
         key: MemoryKey,
@@ -166,8 +182,7 @@ class Eraser:
     ) -> ErasureRecord:
         subject = self._subjects(key)
         if request.request_id is not None:
-            target = "" if fact_id is None else str(fact_id)
-            erasure_id = erasure_id_for(subject, f"{scope.value}:{target}:{request.request_id}")
+            erasure_id = self._erasure_id(key, scope, fact_id, request.request_id)
         else:
             running = self._erasures.open_erasure(subject, scope, fact_id)
             erasure_id = uuid.uuid4() if running is None else running.erasure_id

@@ -197,6 +197,10 @@ def indexer(c: Core) -> FactIndexer:
     return FactIndexer(c.memory, c.index, c.prices, c.embedder.model_name, c.metrics, c.clock)
 
 
+def forgotten_events(c: Core) -> ForgottenEvents:
+    return ForgottenEvents(c.memory, c.erasures, c.subjects)
+
+
 def consolidation(
     c: Core, consolidation_backend: ConsolidationBackend | None = None
 ) -> tuple[ConsolidationBackend, Consolidator]:
@@ -221,7 +225,7 @@ def processor(
         indexer(c),
         c.metrics,
         c.clock,
-        ForgottenEvents(c.memory, c.erasures, c.subjects),
+        forgotten_events(c),
         p.budget_policy,
     )
     return MemoryProcessor(

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import (
     Fact,
     FactChange,
@@ -41,7 +41,7 @@ def make_fact(
     fact_type: FactType = FactType.PROFILE,
 ) -> Fact:
     return Fact(
-        fact_id=fact_id_for(user_id, content, connection_id),
+        fact_id=fact_id_for(MemoryKey(org, user_id), content, connection_id),
         user_id=user_id,
         organization_id=org,
         content=content,
@@ -75,7 +75,7 @@ def seed(
     index: bool = True,
 ) -> MemoryUpdate:
     """One run's worth of memory for a user, applied and indexed like the processor does."""
-    state = c.memory.load_state(user_id, org)
+    state = c.memory.load_state(MemoryKey(org, user_id))
     run_id = uuid.uuid4()
     run = RunRecord(
         run_id=run_id,

@@ -14,6 +14,7 @@ import psycopg
 from kafka import KafkaConsumer
 
 from consumers.processor import MemoryProcessor
+from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.settings import (
     ChromaSettings,
@@ -27,6 +28,11 @@ from processors.schema import ConsolidationBackend
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
 
 BASE_TIME = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+def key_of(user_id: str, org: str = "org-a") -> MemoryKey:
+    """The memory of a user of an organization (org-a, as `make_event`'s default)."""
+    return MemoryKey(org, user_id)
 
 
 def make_event(

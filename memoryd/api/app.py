@@ -219,6 +219,11 @@ def create_app(
         """Delete a fact for real: its row, history and vector, and its text wherever the
         memory kept a copy (runs, W, S, the observations it came from). Not an archive."""
         key = MemoryKey(org, user_id)
+        if idempotency_key is not None:
+            # A retried request: the fact is gone, its erasure's receipt is the answer.
+            earlier = deps.eraser.earlier_receipt(key, fact_id, idempotency_key)
+            if earlier is not None:
+                return ErasureOut.of(earlier, user_id)
         _own_fact(deps, key, fact_id)
         receipt = deps.eraser.erase_fact(
             key, fact_id, ErasureRequest(f"api:{org}", reason, idempotency_key)

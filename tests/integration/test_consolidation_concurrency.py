@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from kafka import KafkaConsumer
 
+from consumers.batching import BufferedEvent, TopicPartition
 from consumers.flush import FlushKind, UserFlusher
 from memoryd import wiring
 from processors.consolidate import Consolidator
@@ -23,7 +24,7 @@ from tests.consolidation_support import (
     users_per_partition,
     wait_until,
 )
-from tests.support import Deployment, make_event
+from tests.support import Deployment, key_of, make_event
 
 pytestmark = pytest.mark.integration
 
@@ -126,10 +127,12 @@ def test_the_user_lock_serializes_two_flushers_of_the_same_user(deployment: Depl
                 wiring.indexer(c),
                 c.metrics,
                 c.clock,
+                wiring.forgotten_events(c),
             )
             gate.wait(timeout=60)
             try:
-                return flusher.flush("ada", events, attempt=0).kind
+                items = [BufferedEvent(TopicPartition("t", 0), 0, events[0])]
+                return flusher.flush(key_of("ada"), items, attempt=0).kind
             finally:
                 flusher.close()
 

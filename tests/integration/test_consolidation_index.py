@@ -25,7 +25,7 @@ from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import EventType
 from store.chroma.vector_index import close_client, http_client
-from tests.support import Deployment, make_event
+from tests.support import Deployment, key_of, make_event
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +111,7 @@ def test_chroma_down_mid_run_then_back(over_http: Deployment, chroma: LocalChrom
 
     # One process through the outage and after it: the index reconnects by itself.
     with wiring.core(d.settings) as c, wiring.read_path(c) as service:
-        down = service.assemble("ada", QUERY)
+        down = service.assemble(key_of("ada"), QUERY)
         assert down.degraded
         assert "design" in down.working_memory
         assert not any("engineering" in r.fact.content for r in down.facts)
@@ -119,13 +119,13 @@ def test_chroma_down_mid_run_then_back(over_http: Deployment, chroma: LocalChrom
         chroma.start(timeout=60)
         # Chroma is back but behind: it still holds the engineering fact as active.
         assert chroma_contents(chroma.url, collection)[str(engineering_id)]["status"] == "active"
-        behind = service.assemble("ada", QUERY)
+        behind = service.assemble(key_of("ada"), QUERY)
         assert not behind.degraded
         assert not any("engineering" in r.fact.content for r in behind.facts)
 
         assert drain_index_once(c) == len(pending)
         assert drain_index_once(c) == 0
-        caught_up = service.assemble("ada", QUERY)
+        caught_up = service.assemble(key_of("ada"), QUERY)
         assert any("design" in r.fact.content for r in caught_up.facts)
         assert not any("engineering" in r.fact.content for r in caught_up.facts)
 

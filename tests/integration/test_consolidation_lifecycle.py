@@ -26,7 +26,7 @@ from processors.schema import (
 from producers.contract import EventType
 from tests.consolidation_support import gemini_backend
 from tests.fake_gemini import FakeGemini, FakeReply
-from tests.support import Deployment, make_event
+from tests.support import Deployment, key_of, make_event
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ def fake() -> Iterator[FakeGemini]:
 
 def all_facts(deployment: Deployment, user_id: str) -> list[Fact]:
     def read(c: wiring.Core) -> list[Fact]:
-        return c.memory.facts(user_id, tuple(FactStatus))
+        return c.memory.facts(key_of(user_id), tuple(FactStatus))
 
     result: list[Fact] = deployment.with_core(read)
     return result
@@ -48,7 +48,7 @@ def all_facts(deployment: Deployment, user_id: str) -> list[Fact]:
 def retrieved(deployment: Deployment, user_id: str, query: str) -> list[str]:
     def ask(c: wiring.Core) -> list[str]:
         with wiring.read_path(c) as service:
-            bundle = service.assemble(user_id, query)
+            bundle = service.assemble(key_of(user_id), query)
         return [r.fact.content for r in bundle.facts]
 
     result: list[str] = deployment.with_core(ask)

@@ -144,6 +144,7 @@ def test_a_failing_dead_letter_topic_retries_the_letter_not_the_llm(
             wiring.indexer(c),
             c.metrics,
             c.clock,
+            wiring.forgotten_events(c),
         )
         consumer = make_consumer(
             ConsumerSettings(k.bootstrap_servers, k.topic, k.processor_group, "test-processor")

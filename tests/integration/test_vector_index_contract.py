@@ -50,15 +50,16 @@ def make_fact(
     user_id: str,
     content: str,
     *,
+    org: str = "org-1",
     connection_id: str | None = None,
     context_type: str = "chat",
     status: FactStatus = FactStatus.ACTIVE,
     salience: float = 0.5,
 ) -> Fact:
     return Fact(
-        fact_id=fact_id_for(MemoryKey("org-1", user_id), content, connection_id),
+        fact_id=fact_id_for(MemoryKey(org, user_id), content, connection_id),
         user_id=user_id,
-        organization_id="org-1",
+        organization_id=org,
         content=content,
         fact_type=FactType.PROFILE,
         surface=SurfacePolicy.SPEAK,
@@ -93,6 +94,7 @@ def contents(hits: Sequence[VectorHit]) -> set[str]:
             [],
             {
                 "$and": [
+                    {"organization_id": "o"},
                     {"user_id": "u"},
                     {"connection_id": {"$in": [NO_CONNECTION]}},
                     {"status": {"$in": ["active"]}},
@@ -105,6 +107,7 @@ def contents(hits: Sequence[VectorHit]) -> set[str]:
             ["email", "chat", "email"],
             {
                 "$and": [
+                    {"organization_id": "o"},
                     {"user_id": "u"},
                     {"connection_id": {"$in": [NO_CONNECTION, "c1", "c2"]}},
                     {"status": {"$in": ["active", "contradicted"]}},
@@ -118,6 +121,7 @@ def contents(hits: Sequence[VectorHit]) -> set[str]:
             ["chat"],
             {
                 "$and": [
+                    {"organization_id": "o"},
                     {"user_id": "u"},
                     {"connection_id": {"$in": [NO_CONNECTION]}},
                     {"status": {"$in": ["held"]}},
@@ -134,14 +138,17 @@ def test_build_where(
     expected: object,
 ) -> None:
     where = build_where(
-        user_id="u", connection_ids=connections, statuses=statuses, context_types=context_types
+        key=MemoryKey("o", "u"),
+        connection_ids=connections,
+        statuses=statuses,
+        context_types=context_types,
     )
     assert where == expected
 
 
 def test_build_where_refuses_empty_statuses() -> None:
     with pytest.raises(ValueError, match="statuses"):
-        build_where(user_id="u", connection_ids=[], statuses=[])
+        build_where(key=MemoryKey("o", "u"), connection_ids=[], statuses=[])
 
 
 # --- the contract ---------------------------------------------------------------------------------
@@ -180,9 +187,15 @@ def index(client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str) -> 
     return ChromaVectorIndex(client, embedder, collection_name)
 
 
-def _query(index: VectorIndex, user_id: str, text: str, **kwargs: object) -> list[VectorHit]:
+def _query(
+    index: VectorIndex, user_id: str, text: str, org: str = "org-1", **kwargs: object
+) -> list[VectorHit]:
     params: dict[str, object] = {"connection_ids": [], "n": 10, **kwargs}
-    return index.query(user_id=user_id, text=text, **params)  # type: ignore[arg-type]
+    return index.query(key=MemoryKey(org, user_id), text=text, **params)  # type: ignore[arg-type]
+
+
+def key(user_id: str, org: str = "org-1") -> MemoryKey:
+    return MemoryKey(org, user_id)
 
 
 @integration
@@ -220,7 +233,7 @@ def test_upsert_respects_the_batch_size(
     index = ChromaVectorIndex(client, embedder, collection_name, max_batch_size=2)
     facts = [make_fact("u1", f"fact number {i}") for i in range(5)]
     assert index.upsert(facts) == 5
-    assert index.count("u1") == 5
+    assert index.count(key("u1")) == 5
     index.update_status({f.fact_id: FactStatus.ARCHIVED for f in facts})
     assert _query(index, "u1", "fact number") == []
     index.delete([f.fact_id for f in facts])
@@ -278,8 +291,28 @@ def test_another_users_better_match_is_never_returned(index: VectorIndex) -> Non
     hits = _query(index, "alice", "lives in Berlin")
     assert contents(hits) == {"is based in Berlin"}
     assert all(h.metadata["user_id"] == "alice" for h in hits)
-    assert index.count("alice") == 1
-    assert index.count("bob") == 2
+    assert index.count(key("alice")) == 1
+    assert index.count(key("bob")) == 2
+
+
+@integration
+def test_the_same_user_id_in_another_organization_is_another_memory(index: VectorIndex) -> None:
+    ours = make_fact("alice", "is based in Berlin")
+    theirs = make_fact("alice", "lives in Berlin", org="org-2")
+    index.upsert([ours, theirs, make_fact("alice", "lives in Berlin, Germany", org="org-2")])
+    assert ours.fact_id != make_fact("alice", "is based in Berlin", org="org-2").fact_id
+    hits = _query(index, "alice", "lives in Berlin")
+    assert contents(hits) == {"is based in Berlin"}
+    assert {h.metadata["organization_id"] for h in hits} == {"org-1"}
+    assert contents(_query(index, "alice", "lives in Berlin", org="org-2")) == {
+        "lives in Berlin",
+        "lives in Berlin, Germany",
+    }
+    index.delete_memory(key("alice", "org-2"))
+    index.delete_memory(key("alice", "org-2"))  # already gone: still fine
+    assert index.count(key("alice", "org-2")) == 0
+    assert index.count(key("alice")) == 1
+    assert index.embeddings([ours.fact_id, theirs.fact_id]).keys() == {ours.fact_id}
 
 
 @integration
@@ -351,7 +384,7 @@ def test_delete(index: VectorIndex) -> None:
 def test_empty_collection_and_new_user_return_nothing(index: VectorIndex) -> None:
     assert _query(index, "nobody", "anything") == []
     assert index.count() == 0
-    assert index.count("nobody") == 0
+    assert index.count(key("nobody")) == 0
     assert index.upsert([]) == 0
     index.upsert([make_fact("u1", "lives in Berlin")])
     assert _query(index, "new-user", "lives in Berlin") == []
@@ -377,7 +410,7 @@ def test_embedded_index_survives_reopening(tmp_path: Path, embedder: MiniLmEmbed
     close_client(first)
     second = embedded_client(tmp_path / "chroma")
     try:
-        assert ChromaVectorIndex(second, embedder).count("u1") == 1
+        assert ChromaVectorIndex(second, embedder).count(key("u1")) == 1
     finally:
         close_client(second)
 

@@ -146,7 +146,11 @@ def test_the_same_user_id_in_two_organizations_is_two_entries() -> None:
     reads.set(ADA_B, 1)
     assert cache.get(ADA_A)[0].state.working_memory == "org-a/ada W1"
     b, hit = cache.get(ADA_B)
-    assert (b.state.working_memory, b.state.organization_id, hit) == ("org-b/ada W1", "org-b", False)
+    assert (b.state.working_memory, b.state.organization_id, hit) == (
+        "org-b/ada W1",
+        "org-b",
+        False,
+    )
     assert cache.get(ADA_A)[0].state.organization_id == "org-a"
     assert sorted(cache.keys()) == [ADA_A, ADA_B]
 

@@ -339,8 +339,12 @@ def test_shadow_consolidation_folds_like_the_log_and_is_reproducible() -> None:
         make_event(USER, "I prefer short answers", EventType.PREFERENCE, minutes=3),
     ]
     backend = OfflineBackend(BagOfWordsEmbedder())
-    first = shadow_consolidate(MemoryKey("org-a", USER), batches_by_size(log, 2), backend, consolidator())
-    again = shadow_consolidate(MemoryKey("org-a", USER), batches_by_size(log, 2), backend, consolidator())
+    first = shadow_consolidate(
+        MemoryKey("org-a", USER), batches_by_size(log, 2), backend, consolidator()
+    )
+    again = shadow_consolidate(
+        MemoryKey("org-a", USER), batches_by_size(log, 2), backend, consolidator()
+    )
 
     assert first.memory == again.memory
     assert len(first.runs) == 2
@@ -388,7 +392,9 @@ def test_shadow_retries_transient_errors_and_skips_batches_the_backend_cannot_do
         ]
     )
     slept: list[float] = []
-    result = shadow_consolidate(MemoryKey("org-a", USER), batches, backend, consolidator(), sleep=slept.append)
+    result = shadow_consolidate(
+        MemoryKey("org-a", USER), batches, backend, consolidator(), sleep=slept.append
+    )
 
     assert backend.calls == 6
     assert slept == [1.0, 1.0, 2.0]
