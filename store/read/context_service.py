@@ -429,6 +429,7 @@ def _log_row(
         degraded=bundle.degraded,
         degraded_reason=bundle.degraded_reason,
         created_at=at,
+        generation=injection.generation,
     )
 
 

@@ -32,6 +32,13 @@ _SCOPE = (
     " AND (cardinality(%(context_types)s::text[]) = 0 OR context_type = ANY(%(context_types)s))"
 )
 _MEMORY = "organization_id = %s AND user_id = %s"
+# Parameters: generation, organization, user, organization, user, generation.
+_STILL_THE_MEMORY_READ = (
+    "CASE WHEN %s::uuid IS NULL THEN NOT EXISTS (SELECT 1 FROM erasure_pending p"
+    " WHERE p.organization_id = %s AND p.user_id = %s AND p.fact_id IS NULL)"
+    " ELSE EXISTS (SELECT 1 FROM user_memory m WHERE m.organization_id = %s"
+    " AND m.user_id = %s AND m.generation = %s) END"
+)
 
 # OR of the query's lexemes: plainto_tsquery ANDs them, which a chat turn rarely satisfies.
 # The cast (not to_tsquery) keeps the already-stemmed lexemes as they are.
@@ -117,6 +124,9 @@ class ContextLogRow:
     degraded: bool
     degraded_reason: str | None
     created_at: datetime
+    # The memory's generation the turn read (None: the memory did not exist). A row written
+    # once the memory was erased since is dropped: its query may say what was erased.
+    generation: uuid.UUID | None = None
 
 
 class PostgresReadModel:
@@ -267,7 +277,12 @@ class PostgresReadModel:
             )
 
     def write_context_logs(self, rows: Sequence[ContextLogRow]) -> None:
-        """Idempotent on log_id, so a retried batch writes each row once."""
+        """Idempotent on log_id, so a retried batch writes each row once.
+
+        Written in the background, a row can arrive after its memory was erased: it is only
+        inserted while the memory is still the generation the turn read (or, for a turn on a
+        memory that did not exist, while no erasure of it is running).
+        """
         if not rows:
             return
         with self._transaction() as conn, conn.cursor() as cur:
@@ -275,8 +290,8 @@ class PostgresReadModel:
                 "INSERT INTO context_logs (log_id, user_id, organization_id, query,"
                 " rewritten_query, memory_version, budget, connection_ids, injected, retrieved,"
                 " latency_ms, degraded, degraded_reason, created_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (log_id) DO NOTHING",
+                " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+                f" WHERE {_STILL_THE_MEMORY_READ} ON CONFLICT (log_id) DO NOTHING",
                 [
                     (
                         r.log_id,
@@ -293,6 +308,12 @@ class PostgresReadModel:
                         r.degraded,
                         r.degraded_reason,
                         r.created_at,
+                        r.generation,
+                        r.organization_id,
+                        r.user_id,
+                        r.organization_id,
+                        r.user_id,
+                        r.generation,
                     )
                     for r in rows
                 ],

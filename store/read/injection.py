@@ -74,7 +74,7 @@ class InjectionCache:
         with self._lock:
             self._entries.pop(key, None)
 
-    def keys(self) -> list[MemoryKey]:
+    def memories(self) -> list[MemoryKey]:
         """The memories cached now (for the sweep, and for tests that look inside)."""
         with self._lock:
             return list(self._entries)
@@ -89,7 +89,7 @@ class InjectionCache:
         A process only learns of an erasure done elsewhere on its next read of that memory:
         the sweep bounds how long erased content can stay in this process's memory.
         """
-        keys = self.keys()
+        keys = self.memories()
         stamps = self._reads.memory_stamps(keys) if keys else {}
         dropped = 0
         with self._lock:

@@ -271,7 +271,7 @@ def test_shadow_replay_diffs_against_live_and_never_writes(
         ["replay", "--org", "org-a", USER, "--backend", "offline", "--max-batch", "5"],
         capsys,
     )
-    assert "shadow replay of ada: 12 event(s) in 3 batch(es)" in text
+    assert "shadow replay of org-a/ada: 12 event(s) in 3 batch(es)" in text
 
     # A backend that keeps nothing: every live fact is reported as missing from the shadow.
     with analyst_core(deployment.settings) as (c, run_log):

@@ -6,11 +6,6 @@ outage tests need a server they may stop or freeze, so they start their own.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +33,7 @@ from store.chroma.vector_index import (
 )
 from store.embeddings import MiniLmEmbedder
 from store.errors import VectorIndexUnavailable
+from tests.chroma_support import DisposableChroma, free_port
 
 integration = pytest.mark.integration
 
@@ -444,71 +440,6 @@ def test_any_embedder_can_back_the_index(client: ClientAPI, collection_name: str
 # --- outages: a server of our own that the test may stop or freeze --------------------------------
 
 
-class DisposableChroma:
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        exe = Path(sys.executable).parent / "chroma"
-        env = {**os.environ, "ANONYMIZED_TELEMETRY": "False", "NO_COLOR": "1"}
-        with (self.home / "chroma.log").open("ab") as log:
-            self._proc = subprocess.Popen(
-                [
-                    str(exe),
-                    "run",
-                    "--path",
-                    str(self.home / "data"),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        deadline = time.monotonic() + timeout
-        while not self._answers():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                log_text = (self.home / "chroma.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"chroma run did not start:\n{log_text}")
-            time.sleep(0.1)
-
-    def freeze(self) -> None:
-        assert self._proc is not None
-        self._proc.send_signal(signal.SIGSTOP)
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
-
-    def _answers(self) -> bool:
-        try:
-            resp = httpx.get(f"{self.url}/api/v2/heartbeat", timeout=1.0, trust_env=False)
-        except httpx.HTTPError:
-            return False
-        return resp.is_success
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def own_chroma(tmp_path: Path) -> Iterator[DisposableChroma]:
     server = DisposableChroma(tmp_path)
@@ -571,7 +502,7 @@ def test_a_frozen_server_times_out_as_unavailable(
 
 @integration
 def test_connecting_to_no_server_is_unavailable() -> None:
-    _raises_unavailable_quickly(lambda: http_client(f"http://127.0.0.1:{_free_port()}"))
+    _raises_unavailable_quickly(lambda: http_client(f"http://127.0.0.1:{free_port()}"))
 
 
 def test_http_client_rejects_a_malformed_url() -> None:

@@ -152,7 +152,7 @@ def test_the_same_user_id_in_two_organizations_is_two_entries() -> None:
         False,
     )
     assert cache.get(ADA_A)[0].state.organization_id == "org-a"
-    assert sorted(cache.keys()) == [ADA_A, ADA_B]
+    assert sorted(cache.memories()) == [ADA_A, ADA_B]
 
 
 def test_an_erased_memory_leaves_the_cache() -> None:
@@ -167,7 +167,7 @@ def test_an_erased_memory_leaves_the_cache() -> None:
     assert (hit, fresh.generation) == (False, GEN_2)
     del reads.memories[ADA_A]  # erased, not recreated: the next read drops the entry
     assert cache.get(ADA_A) == (Injection(MemoryState.empty(ADA_A)), False)
-    assert cache.keys() == []
+    assert cache.memories() == []
 
 
 def test_the_sweep_drops_what_changed_or_went_elsewhere() -> None:
@@ -179,7 +179,7 @@ def test_the_sweep_drops_what_changed_or_went_elsewhere() -> None:
     del reads.memories[ADA_B]  # erased by another process
     reads.set(BOB, 1, generation=GEN_2)  # one of its facts erased elsewhere
     assert cache.sweep() == 2
-    assert cache.keys() == [ADA_A]
+    assert cache.memories() == [ADA_A]
     assert [e.state.working_memory for e in cache.entries()] == ["org-a/ada W1"]
 
 
