@@ -31,8 +31,8 @@ from psycopg.types.json import Jsonb
 
 from bench import services
 from bench.locomo.metrics import markdown_table
-from bench.read_path import (
-    CachingEmbedder,
+from bench.synthetic_memory import (
+    ORGANIZATION,
     index_facts,
     load_facts,
     make_facts,
@@ -46,9 +46,8 @@ from domain.model import Fact
 from memoryd import wiring
 from memoryd.erasure import ErasureRequest
 from memoryd.settings import ChromaSettings, KafkaSettings, MetricsSettings, Settings
-from store.embeddings import MiniLmEmbedder
+from store.embeddings import CachingEmbedder, MiniLmEmbedder
 
-ORGANIZATION = "bench-org"  # the read-path bench's facts are of this organization
 FACTS_PER_RUN = 20
 LOGS_PER_MEMORY = 100
 

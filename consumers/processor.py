@@ -15,13 +15,10 @@ and idempotent, the partition's new owner re-reads their records and finds them 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Any
 
 from kafka.errors import KafkaError
 
@@ -37,7 +34,9 @@ from consumers.dead_letter import DeadLetter, DeadLetterSink, event_letters
 from consumers.decoding import Rejected, decode_record
 from consumers.errors import DeadLetterError
 from consumers.flush import FlushKind, FlushResult, UserFlusher
+from consumers.forgetting import drop_held, held_events
 from consumers.kafka_client import (
+    EventConsumer,
     RevocationListener,
     commit,
     commit_async,
@@ -46,13 +45,13 @@ from consumers.kafka_client import (
     to_kafka,
 )
 from consumers.metrics import PipelineMetrics
+from consumers.settings import ProcessorSettings
 from domain.ids import MemoryKey
 from processors.errors import BackendError, TransientBackendError
 from producers.contract import ContextEvent, MemoryTombstone
 from store.errors import (
     DatabaseUnavailable,
     EventsAlreadyConsolidated,
-    MemoryBeingErased,
     StaleMemoryVersion,
     StoreError,
 )
@@ -61,25 +60,10 @@ log = logging.getLogger(__name__)
 CONSUMER_NAME = "processor"
 
 
-@dataclass(frozen=True)
-class ProcessorSettings:
-    max_batch: int = 20
-    max_wait_s: float = 2.0
-    concurrency: int = 4
-    max_attempts: int = 4
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
-    max_buffered: int = 5_000
-    poll_timeout_ms: int = 200
-    # How long a revocation waits for running flushes. It blocks kafka-python's IO thread (and
-    # so heartbeats): keep it well below the session timeout.
-    revoke_wait_s: float = 2.0
-
-
 class MemoryProcessor:
     def __init__(
         self,
-        consumer: Any,
+        consumer: EventConsumer,
         topic: str,
         flusher: UserFlusher,
         dead_letters: DeadLetterSink,
@@ -115,8 +99,7 @@ class MemoryProcessor:
 
     def held_events(self) -> list[ContextEvent]:
         """Every event this processor holds in memory: buffered, or in a batch not settled."""
-        batched = [i.event for b in self._batches.values() for i in b.items]
-        return [*self._buffers.events(), *batched]
+        return held_events(self._buffers, self._batches)
 
     def run(self, stop: threading.Event) -> None:
         self.start()
@@ -216,18 +199,10 @@ class MemoryProcessor:
         )
 
     def _forget(self, tombstone: MemoryTombstone) -> None:
-        """A memory was erased: drop what is held of it and not in flight. A running flush
-        checks the erasure's cut-offs under the memory lock itself."""
-        key = MemoryKey(tombstone.organization_id, tombstone.user_id)
-        dropped = self._buffers.drop_memory(key)
-        batch = self._batches.get(key)
-        if batch is not None and batch.future is None:
-            del self._batches[key]
-            dropped += batch.items
+        dropped = drop_held(tombstone, self._buffers, self._batches)
         for item in dropped:
             self._offsets.done(item.tp, item.offset)
         self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(len(dropped))
-        log.info("memory erased: dropped %d held event(s)", len(dropped))
 
     def _collect(self, wait_s: float) -> None:
         deadline = self._monotonic() + wait_s
@@ -254,18 +229,14 @@ class MemoryProcessor:
             log.info("re-planning %s: %s", batch.key, e)
             self._metrics.flushes.labels("replanned").inc()
             return
-        except MemoryBeingErased as e:
-            # Its erasure decides which of these events survive; ask again once it is done.
-            self._retry_later(batch, str(e), count_attempt=False)
-            return
         except TransientBackendError as e:
             self._retry_or_give_up(batch, e)
             return
         except BackendError as e:
             self._reject(batch, Rejection("consolidate", f"backend error: {e}", e.raw_response))
             return
-        except DatabaseUnavailable as e:
-            self._retry_later(batch, f"database unavailable: {e}", count_attempt=False)
+        except DatabaseUnavailable as e:  # also MemoryBeingErased: asked again once it is done
+            self._retry_later(batch, f"{type(e).__name__}: {e}", count_attempt=False)
             return
         except Exception as e:
             # A poison batch must not stall its partition: it goes to the dead-letter topic
@@ -273,8 +244,7 @@ class MemoryProcessor:
             log.exception("flush of %s failed unexpectedly", batch.key)
             self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
             return
-        if result.forgotten:
-            self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(result.forgotten)
+        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(result.forgotten)
         if result.kind is FlushKind.DEFERRED:
             # The flusher recorded the deferred run itself, under the user's lock.
             self._reject(batch, Rejection("budget", result.reason, recorded=True))
@@ -290,9 +260,10 @@ class MemoryProcessor:
             self._retry_later(batch, str(error), count_attempt=True)
 
     def _retry_later(self, batch: Batch, reason: str, count_attempt: bool) -> None:
+        # An outage (not the batch's fault) waits, but at most as long as a fourth attempt.
         step = batch.attempt if count_attempt else min(batch.attempt, 3)
-        delay = min(self._settings.backoff_max_s, self._settings.backoff_base_s * 2**step)
-        batch.not_before = self._monotonic() + delay * random.uniform(0.8, 1.2)
+        delay = self._settings.backoff.delay(step)
+        batch.not_before = self._monotonic() + delay
         if count_attempt:
             batch.attempt += 1
         log.warning("flush of %s failed (%s); retry in %.2fs", batch.key, reason, delay)

@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from domain.ids import MemoryKey
+
+E = TypeVar("E")
 
 
 class FactType(StrEnum):
@@ -208,3 +210,40 @@ class MemoryUpdate:
     @property
     def consumed_event_ids(self) -> tuple[uuid.UUID, ...]:
         return self.run.input_event_ids
+
+    def strangers(self) -> list[MemoryKey]:
+        """Memories other than the run's that this update would write into: a stored update
+        has none (a run is one memory's), so a store refuses one that has any."""
+        keys = {
+            self.state.key,
+            *(c.after.key for c in self.fact_changes),
+            *(MemoryKey(e.organization_id, e.user_id) for e in self.ledger),
+        }
+        return sorted(keys - {self.run.key})
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    """A run as stored: its place in the run log and when its transaction ran."""
+
+    seq: int
+    finished_at: datetime
+    run: RunRecord
+
+
+@dataclass(frozen=True)
+class KafkaCoordinates:
+    """Where an event was read: kept with it in the event log, for audit."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class LoggedEvent(Generic[E]):
+    """An event as stored in the event log (generic: see `domain.ports.EventLog`)."""
+
+    seq: int
+    event: E
+    recorded_at: datetime

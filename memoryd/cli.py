@@ -10,7 +10,9 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from memoryd import analyst, wiring
+from memoryd import wiring
+from memoryd.analyst.commands import add_commands as add_analyst_commands
+from memoryd.analyst.commands import add_memory_arguments, memory_key
 from memoryd.settings import Settings, load_settings
 
 log = logging.getLogger("memoryd")
@@ -90,9 +92,9 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_context(settings: Settings, args: argparse.Namespace) -> int:
-    from store.read.context_service import Budget  # noqa: PLC0415
+    from store.read.ranking import Budget  # noqa: PLC0415
 
-    key = analyst.memory_key(args)
+    key = memory_key(args)
     with wiring.core(settings) as c, wiring.read_path(c) as service:
         bundle = service.assemble(key, args.query, args.connection or [], Budget(args.budget))
     print(bundle.prompt_block)
@@ -120,7 +122,7 @@ def cmd_forget(settings: Settings, args: argparse.Namespace) -> int:
             request = ErasureRequest(
                 args.actor or settings.erasure.actor, args.reason, args.request_id
             )
-            key = analyst.memory_key(args)
+            key = memory_key(args)
             if args.fact:
                 receipt = eraser.erase_fact(key, uuid.UUID(args.fact), request)
             else:
@@ -136,7 +138,7 @@ def cmd_erasures(settings: Settings, args: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
     with wiring.core(settings) as c:
-        records = c.erasures.receipts(c.subjects(analyst.memory_key(args)))
+        records = c.erasures.receipts(c.subjects(memory_key(args)))
     doc = [
         {**r.receipt().to_json(), "status": r.status.value, "stored_digest": r.digest}
         for r in records
@@ -220,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.set_defaults(fn=cmd_produce)
     p = sub.add_parser("context", help="print the context a chat turn would get")
-    analyst.add_memory_arguments(p)
+    add_memory_arguments(p)
     p.add_argument("--query", required=True)
     p.add_argument("--connection", action="append")
     p.add_argument("--budget", choices=["lean", "balanced", "deep"], default="balanced")
@@ -253,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="finish erasures a crash left open")
     p.set_defaults(fn=cmd_forget)
     p = sub.add_parser("erasures", help="the receipts of a user's erasures")
-    analyst.add_memory_arguments(p)
+    add_memory_arguments(p)
     p.set_defaults(fn=cmd_erasures)
     p = sub.add_parser("api", help="serve the HTTP API (and its metrics) with uvicorn")
     p.add_argument("--openapi", metavar="PATH", help="write the OpenAPI document and exit")
@@ -261,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--hash-token", action="store_true", help="read a token on stdin, print its digest"
     )
     p.set_defaults(fn=cmd_api)
-    analyst.add_commands(sub)  # history, replay, export
+    add_analyst_commands(sub)  # history, replay, export
     return parser
 
 

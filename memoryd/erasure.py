@@ -28,9 +28,9 @@ from datetime import datetime
 
 from domain.erasure import ErasureReceipt, ErasureScope, ErasureStatus, TombstoneAt
 from domain.ids import MemoryKey, SubjectHasher, erasure_id_for
+from domain.ports import VectorIndex
 from producers.contract import MemoryTombstone
 from producers.publisher import TombstonePosition
-from store.chroma.vector_index import VectorIndex
 from store.errors import StoreError
 from store.write.erasure_log import ErasureRecord, PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore

@@ -18,6 +18,7 @@ from consumers.flush import BudgetPolicy
 from memoryd import wiring
 from producers.errors import ProducerError
 from store.errors import StoreError
+from store.postgres import translated
 
 log = logging.getLogger(__name__)
 INDEX_DRAIN_LOCK = 0x6D656D6F72796432
@@ -32,7 +33,7 @@ T = TypeVar("T")
 
 def _once(c: wiring.Core, lock: int, job: Callable[[], T]) -> T | None:
     """Run `job` if no other process holds `lock`; None when it was taken."""
-    with c.pool.connection() as conn:
+    with translated(f"advisory lock {lock:#x}"), c.pool.connection() as conn:
         conn.autocommit = True
         got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
         if not got or not got[0]:

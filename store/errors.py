@@ -39,5 +39,6 @@ class EventsAlreadyConsolidated(StoreError):
         self.event_ids = event_ids
 
 
-class MemoryBeingErased(StoreError):
-    """An erasure of this memory is under way; consolidating it must wait until it completes."""
+class MemoryBeingErased(DatabaseUnavailable):
+    """An erasure of this memory is under way; consolidating it waits until it completes
+    (retried as an outage is: later, without counting an attempt)."""

@@ -20,7 +20,7 @@ from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.settings import Settings
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata, new_event_id
-from store.read.context_service import Budget
+from store.read.ranking import Budget
 
 ORGANIZATION = "locomo"
 

@@ -8,9 +8,8 @@ wanted statuses, so a fact can only come back to the tenant that owns it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -20,9 +19,9 @@ from psycopg_pool import ConnectionPool
 
 from domain.codec import fact_from_json
 from domain.ids import MemoryKey
-from domain.model import Fact, FactStatus, MemoryState
+from domain.model import Fact, FactStatus
+from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
 from store import fact_rows
-from store.errors import DatabaseUnavailable, StoreError
 from store.postgres import transaction
 
 _SCOPE = (
@@ -32,6 +31,8 @@ _SCOPE = (
     " AND (cardinality(%(context_types)s::text[]) = 0 OR context_type = ANY(%(context_types)s))"
 )
 _MEMORY = "organization_id = %s AND user_id = %s"
+# A background audit row is only written while its memory is the generation the turn read
+# (for a turn on a memory that did not exist: while no erasure of it is running).
 # Parameters: generation, organization, user, organization, user, generation.
 _STILL_THE_MEMORY_READ = (
     "CASE WHEN %s::uuid IS NULL THEN NOT EXISTS (SELECT 1 FROM erasure_pending p"
@@ -46,8 +47,8 @@ _OR_QUERY = "replace(plainto_tsquery('english', %(text)s)::text, '&', '|')::tsqu
 
 # W, S, learned info, every connection's learned info and the pinned facts in one statement.
 _INJECTION = (
-    "SELECT m.generation, m.working_memory, m.information_scaffold,"
-    " m.persistent_learned_info, m.version, m.updated_at,"
+    "SELECT m.organization_id, m.working_memory, m.information_scaffold,"
+    " m.persistent_learned_info, m.version, m.updated_at, m.generation,"
     " coalesce((SELECT jsonb_object_agg(c.connection_id, c.persistent_learned_info)"
     "   FROM connections c WHERE c.organization_id = m.organization_id"
     "   AND c.user_id = m.user_id), '{}'::jsonb),"
@@ -58,80 +59,26 @@ _INJECTION = (
 )
 
 
-@dataclass(frozen=True)
-class Scope:
-    """Which facts a read may see."""
-
-    key: MemoryKey
-    connection_ids: tuple[str, ...] = ()
-    statuses: tuple[FactStatus, ...] = (FactStatus.ACTIVE,)
-    context_types: tuple[str, ...] = ()
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "org": self.key.organization_id,
-            "user_id": self.key.user_id,
-            "connections": list(self.connection_ids),
-            "statuses": [s.value for s in self.statuses],
-            "context_types": list(self.context_types),
-        }
+def _params(scope: Scope) -> dict[str, Any]:
+    return {
+        "org": scope.key.organization_id,
+        "user_id": scope.key.user_id,
+        "connections": list(scope.connection_ids),
+        "statuses": [s.value for s in scope.statuses],
+        "context_types": list(scope.context_types),
+    }
 
 
-@dataclass(frozen=True)
-class Injection:
-    """What every turn gets whatever the query: W, S, learned info, connections, pinned facts."""
-
-    state: MemoryState
-    connections: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    pinned: tuple[Fact, ...] = ()
-    generation: uuid.UUID | None = None  # None: the memory does not exist (yet, or any more)
-
-    @property
-    def stamp(self) -> MemoryStamp:
-        return MemoryStamp(self.generation, self.state.version)
-
-
-@dataclass(frozen=True)
-class MemoryStamp:
-    """What says a cached injection is current: the same generation of the memory (a forget
-    or a fact erasure starts a new one) at the same version (a run increments it)."""
-
-    generation: uuid.UUID | None
-    version: int
-
-
-@dataclass(frozen=True)
-class Recall:
-    fact_id: uuid.UUID
-    at: datetime
-
-
-@dataclass(frozen=True)
-class ContextLogRow:
-    """One AgentContextLog: what a read injected and retrieved, how fast, degraded or not."""
-
-    log_id: uuid.UUID
-    user_id: str
-    organization_id: str
-    query: str
-    rewritten_query: str | None
-    memory_version: int
-    budget: str
-    connection_ids: tuple[str, ...]
-    injected: Mapping[str, Any]
-    retrieved: Sequence[Mapping[str, Any]]
-    latency_ms: float
-    degraded: bool
-    degraded_reason: str | None
-    created_at: datetime
-    # The memory's generation the turn read (None: the memory did not exist). A row written
-    # once the memory was erased since is dropped: its query may say what was erased.
-    generation: uuid.UUID | None = None
+def _key(key: MemoryKey) -> tuple[str, str]:
+    return (key.organization_id, key.user_id)
 
 
 class PostgresReadModel:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
+
+    def _transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return transaction(self._pool, "read model query")
 
     # -- injection ------------------------------------------------------------------------
 
@@ -139,7 +86,7 @@ class PostgresReadModel:
         """The memory's generation and version (a primary-key lookup), None for an unknown one."""
         with self._transaction() as conn:
             row = conn.execute(
-                f"SELECT generation, version FROM user_memory WHERE {_MEMORY}", _params(key)
+                f"SELECT generation, version FROM user_memory WHERE {_MEMORY}", _key(key)
             ).fetchone()
         return None if row is None else MemoryStamp(row[0], int(row[1]))
 
@@ -156,21 +103,12 @@ class PostgresReadModel:
 
     def injection(self, key: MemoryKey) -> Injection | None:
         with self._transaction() as conn:
-            row = conn.execute(_INJECTION, _params(key)).fetchone()
+            row = conn.execute(_INJECTION, _key(key)).fetchone()
         if row is None:
             return None
-        generation, w, s, learned, version, updated_at, connections, pinned = row
-        state = MemoryState(
-            user_id=key.user_id,
-            organization_id=key.organization_id,
-            working_memory=w,
-            scaffold=s,
-            learned_info=tuple(learned),
-            version=version,
-            updated_at=updated_at,
-        )
+        *state, generation, connections, pinned = row
         return Injection(
-            state=state,
+            state=fact_rows.state_from_row(key.user_id, state),
             connections={k: tuple(v) for k, v in connections.items()},
             pinned=tuple(fact_from_json(f) for f in pinned),
             generation=generation,
@@ -189,7 +127,7 @@ class PostgresReadModel:
             " ORDER BY ts_rank_cd(content_tsv, q.q) DESC, fact_id LIMIT %(limit)s"
         )
         with self._transaction() as conn:
-            rows = conn.execute(sql, {**scope.params(), "text": text, "limit": limit}).fetchall()
+            rows = conn.execute(sql, {**_params(scope), "text": text, "limit": limit}).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
     def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:
@@ -201,7 +139,7 @@ class PostgresReadModel:
             f" WHERE indexed_at IS NOT NULL AND {_SCOPE} LIMIT %(limit)s"
         )
         with self._transaction() as conn:
-            rows = conn.execute(sql, {**scope.params(), "limit": limit}).fetchall()
+            rows = conn.execute(sql, {**_params(scope), "limit": limit}).fetchall()
         return [r[0] for r in rows]
 
     def facts_in_scope(self, scope: Scope, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
@@ -213,7 +151,7 @@ class PostgresReadModel:
             f" WHERE fact_id = ANY(%(ids)s) AND {_SCOPE}"
         )
         with self._transaction() as conn:
-            rows = conn.execute(sql, {**scope.params(), "ids": list(fact_ids)}).fetchall()
+            rows = conn.execute(sql, {**_params(scope), "ids": list(fact_ids)}).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
     # -- inspection -----------------------------------------------------------------------
@@ -224,7 +162,7 @@ class PostgresReadModel:
             row = conn.execute(
                 f"SELECT EXISTS (SELECT 1 FROM user_memory WHERE {_MEMORY})"
                 f" OR EXISTS (SELECT 1 FROM context_events WHERE {_MEMORY})",
-                (*_params(key), *_params(key)),
+                (*_key(key), *_key(key)),
             ).fetchone()
         return bool(row and row[0])
 
@@ -235,7 +173,7 @@ class PostgresReadModel:
             rows = conn.execute(
                 f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE {_MEMORY}"
                 " AND status = ANY(%s) ORDER BY created_at, fact_id",
-                (*_params(key), [s.value for s in statuses]),
+                (*_key(key), [s.value for s in statuses]),
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
@@ -243,15 +181,18 @@ class PostgresReadModel:
         with self._transaction() as conn:
             row = conn.execute(
                 f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE fact_id = %s AND {_MEMORY}",
-                (fact_id, *_params(key)),
+                (fact_id, *_key(key)),
             ).fetchone()
         return None if row is None else fact_rows.from_row(row)
 
     def context_logs(self, key: MemoryKey, limit: int = 100) -> list[dict[str, Any]]:
-        with self._transaction() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        with (
+            self._transaction() as conn,
+            conn.cursor(row_factory=psycopg.rows.dict_row) as cur,
+        ):
             cur.execute(
                 f"SELECT * FROM context_logs WHERE {_MEMORY} ORDER BY created_at DESC LIMIT %s",
-                (*_params(key), limit),
+                (*_key(key), limit),
             )
             return list(cur.fetchall())
 
@@ -280,8 +221,7 @@ class PostgresReadModel:
         """Idempotent on log_id, so a retried batch writes each row once.
 
         Written in the background, a row can arrive after its memory was erased: it is only
-        inserted while the memory is still the generation the turn read (or, for a turn on a
-        memory that did not exist, while no erasure of it is running).
+        inserted while the memory is still the generation the turn read.
         """
         if not rows:
             return
@@ -318,20 +258,3 @@ class PostgresReadModel:
                     for r in rows
                 ],
             )
-
-    # -- connections ----------------------------------------------------------------------
-
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction; driver errors become StoreError (DatabaseUnavailable if transient)."""
-        try:
-            with transaction(self._pool) as conn:
-                yield conn
-        except psycopg.OperationalError as e:  # a deadlock or serialization failure, say
-            raise DatabaseUnavailable(str(e)) from e
-        except psycopg.Error as e:
-            raise StoreError(f"read model query failed: {e}") from e
-
-
-def _params(key: MemoryKey) -> tuple[str, str]:
-    return (key.organization_id, key.user_id)

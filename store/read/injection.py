@@ -12,20 +12,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Protocol
 
 from domain.ids import MemoryKey
 from domain.model import MemoryState
-from store.read.fact_queries import Injection, MemoryStamp
-
-
-class InjectionReads(Protocol):
-    def memory_stamp(self, key: MemoryKey) -> MemoryStamp | None: ...
-
-    def injection(self, key: MemoryKey) -> Injection | None: ...
-
-    def memory_stamps(self, keys: Sequence[MemoryKey]) -> dict[MemoryKey, MemoryStamp]: ...
+from domain.ports import InjectionReads
+from domain.reads import Injection
 
 
 class InjectionCache:

@@ -11,8 +11,8 @@ the audit row; the append-only logs let only those functions through.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,9 +23,9 @@ from psycopg_pool import ConnectionPool
 
 from domain.erasure import ErasureReceipt, ErasureScope, ErasureStatus, TombstoneAt, seal
 from domain.ids import MemoryKey
-from store.errors import DatabaseUnavailable, StoreError
+from store.errors import StoreError
 from store.postgres import transaction
-from store.write.memory_store import log_lock_key
+from store.write.locks import log_lock_key
 
 _AUDIT_COLUMNS = (
     "a.erasure_id, a.scope, a.subject, a.status, a.tombstone_topic, a.tombstone_partition,"
@@ -122,16 +122,6 @@ class PostgresErasureLog:
                 " ORDER BY a.id"
             ).fetchall()
         return [PendingErasure(_record(r), MemoryKey(r[11], r[12]), r[13]) for r in rows]
-
-    def memory_erasure_open(self, key: MemoryKey) -> bool:
-        """Whether a whole-memory erasure of this memory is under way (flushes wait for it)."""
-        with self._transaction() as conn:
-            row = conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM erasure_pending WHERE organization_id = %s"
-                " AND user_id = %s AND fact_id IS NULL)",
-                (key.organization_id, key.user_id),
-            ).fetchone()
-        return bool(row and row[0])
 
     # -- the steps ------------------------------------------------------------------------
 
@@ -249,12 +239,5 @@ class PostgresErasureLog:
             raise StoreError(f"erasure {erasure_id} vanished while completing")
         return done
 
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        try:
-            with transaction(self._pool) as conn:
-                yield conn
-        except psycopg.OperationalError as e:
-            raise DatabaseUnavailable(str(e)) from e
-        except psycopg.Error as e:
-            raise StoreError(f"erasure log: {e}") from e
+    def _transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return transaction(self._pool, "erasure log")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -12,10 +11,11 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from domain.ids import MemoryKey, SubjectHasher
+from domain.model import KafkaCoordinates, LoggedEvent
+from domain.ports import Appended
 from producers.contract import ContextEvent, SourceMetadata
-from store.errors import DatabaseUnavailable, StoreError
 from store.postgres import transaction
-from store.write.memory_store import log_lock_key
+from store.write.locks import log_lock_key
 
 _COLUMNS = (
     "event_id, schema_version, user_id, organization_id, event_type, content, scaffold_key, "
@@ -27,20 +27,6 @@ _SELECT = (
     "scaffold_key, source, session_id, connection_id, tool_id, message_id, attachment_id, "
     "filename, occurred_at, recorded_at FROM context_events"
 )
-
-
-@dataclass(frozen=True)
-class KafkaCoordinates:
-    topic: str
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True)
-class LoggedEvent:
-    seq: int
-    event: ContextEvent
-    recorded_at: datetime
 
 
 def _row_params(event: ContextEvent, at: KafkaCoordinates | None) -> tuple[Any, ...]:
@@ -67,7 +53,7 @@ def _row_params(event: ContextEvent, at: KafkaCoordinates | None) -> tuple[Any, 
     )
 
 
-def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent:
+def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent[ContextEvent]:
     (
         seq,
         event_id,
@@ -109,12 +95,6 @@ def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent:
     return LoggedEvent(seq=seq, event=event, recorded_at=recorded_at)
 
 
-@dataclass(frozen=True)
-class Appended:
-    inserted: int  # new rows
-    forgotten: int  # events of an erased memory recorded before its tombstone: not stored
-
-
 class PostgresEventLog:
     def __init__(self, pool: ConnectionPool, subjects: SubjectHasher) -> None:
         self._pool = pool
@@ -136,23 +116,20 @@ class PostgresEventLog:
             f"({', '.join(['%s'] * 18)})"
             " ON CONFLICT (organization_id, user_id, event_id) DO NOTHING"
         )
-        try:
-            with transaction(self._pool) as conn, conn.cursor() as cur:
-                cur.execute(
-                    "SELECT pg_advisory_xact_lock_shared(k) FROM unnest(%s::bigint[]) AS k",
-                    ([log_lock_key(k) for k in keys],),
-                )
-                cutoffs = _cutoffs(cur, {self._subjects(k): k for k in keys})
-                kept = [(e, at) for e, at in events if not _forgotten(e, at, cutoffs)]
-                if kept:
-                    cur.executemany(sql, [_row_params(e, at) for e, at in kept], returning=False)
-                return Appended(max(cur.rowcount, 0) if kept else 0, len(events) - len(kept))
-        except psycopg.OperationalError as e:
-            raise DatabaseUnavailable(str(e)) from e
-        except psycopg.Error as e:
-            raise StoreError(f"event log append failed: {e}") from e
+        with transaction(self._pool, "event log append") as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT pg_advisory_xact_lock_shared(k) FROM unnest(%s::bigint[]) AS k",
+                ([log_lock_key(k) for k in keys],),
+            )
+            cutoffs = _cutoffs(cur, {self._subjects(k): k for k in keys})
+            kept = [(e, at) for e, at in events if not _forgotten(e, at, cutoffs)]
+            if kept:
+                cur.executemany(sql, [_row_params(e, at) for e, at in kept], returning=False)
+            return Appended(max(cur.rowcount, 0) if kept else 0, len(events) - len(kept))
 
-    def user_events(self, key: MemoryKey, *, until: datetime | None = None) -> list[LoggedEvent]:
+    def user_events(
+        self, key: MemoryKey, *, until: datetime | None = None
+    ) -> list[LoggedEvent[ContextEvent]]:
         sql = (
             f"{_SELECT} WHERE organization_id = %s AND user_id = %s"
             " AND (%s::timestamptz IS NULL OR occurred_at <= %s) ORDER BY seq"
@@ -161,7 +138,7 @@ class PostgresEventLog:
             rows = conn.execute(sql, (key.organization_id, key.user_id, until, until)).fetchall()
         return [_event_from_row(r) for r in rows]
 
-    def iter_all(self, batch: int = 1_000) -> Iterator[LoggedEvent]:
+    def iter_all(self, batch: int = 1_000) -> Iterator[LoggedEvent[ContextEvent]]:
         """Every event in log order, read in key-set pages so memory stays flat."""
         last = 0
         while True:

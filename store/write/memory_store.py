@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
@@ -30,17 +29,11 @@ from domain.model import (
     MemoryUpdate,
     RunRecord,
 )
+from domain.ports import Pricing
 from store import fact_rows
-from store.errors import (
-    DatabaseUnavailable,
-    EventsAlreadyConsolidated,
-    StaleMemoryVersion,
-    StoreError,
-)
-from store.postgres import transaction
-
-MEMORY_LOCK_NAMESPACE = 0x4D454D  # "MEM": keeps memory locks apart from the job locks
-LOG_LOCK_NAMESPACE = 0x4C4F47  # "LOG": the log writer's inserts against an erasure
+from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
+from store.postgres import transaction, translated
+from store.write.locks import memory_lock_key
 
 # Memories with a credit line that is spent: the index drain leaves their facts pending when
 # the budget policy says so (see consumers.flush.BudgetPolicy.SKIP_EMBEDDINGS).
@@ -50,27 +43,9 @@ _OUT_OF_CREDIT = (
     " AND c.credit_micro_usd <= coalesce((SELECT sum(l.cost_micro_usd) FROM credit_ledger l"
     " WHERE l.organization_id = c.organization_id AND l.user_id = c.user_id), 0))"
 )
-
 _MEMORY = "organization_id = %s AND user_id = %s"
 
-
-def _lock_key(namespace: int, key: MemoryKey) -> int:
-    # crc32 is stable across processes (unlike hash()), which is the whole point of the lock;
-    # two memories sharing a crc only wait for each other, they never share a memory.
-    return (namespace << 32) | zlib.crc32(key.joined.encode())
-
-
-def memory_lock_key(key: MemoryKey) -> int:
-    """The advisory lock a flush (and an erasure) holds on one memory."""
-    return _lock_key(MEMORY_LOCK_NAMESPACE, key)
-
-
-def log_lock_key(key: MemoryKey) -> int:
-    """Taken shared by the log writer's insert of a memory's events, exclusively by its erasure."""
-    return _lock_key(LOG_LOCK_NAMESPACE, key)
-
-
-# Pool connections never held by a user lock, so lock holders always find one for their work.
+# Pool connections never held by a memory lock, so lock holders always find one for their work.
 LOCK_FREE_CONNECTIONS = 2
 
 
@@ -88,22 +63,12 @@ class PostgresMemoryStore:
     def load_state(self, key: MemoryKey) -> MemoryState:
         with transaction(self._pool) as conn:
             row = conn.execute(
-                "SELECT working_memory, information_scaffold, persistent_learned_info, version,"
-                f" updated_at FROM user_memory WHERE {_MEMORY}",
+                f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {_MEMORY}",
                 (key.organization_id, key.user_id),
             ).fetchone()
         if row is None:
             return MemoryState.empty(key)
-        w, s, learned, version, updated_at = row
-        return MemoryState(
-            user_id=key.user_id,
-            organization_id=key.organization_id,
-            working_memory=w,
-            scaffold=s,
-            learned_info=tuple(learned),
-            version=version,
-            updated_at=updated_at,
-        )
+        return fact_rows.state_from_row(key.user_id, row)
 
     def facts(
         self, key: MemoryKey, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
@@ -126,17 +91,6 @@ class PostgresMemoryStore:
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
-    def connections(self, key: MemoryKey, connection_ids: Sequence[str]) -> list[ConnectionContext]:
-        if not connection_ids:
-            return []
-        with transaction(self._pool) as conn:
-            rows = conn.execute(
-                "SELECT connection_id, persistent_learned_info FROM connections"
-                f" WHERE {_MEMORY} AND connection_id = ANY(%s) ORDER BY connection_id",
-                (key.organization_id, key.user_id, list(connection_ids)),
-            ).fetchall()
-        return [ConnectionContext(r[0], tuple(r[1])) for r in rows]
-
     def missing_facts(self, fact_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
         """The ids among these that no row holds (erased, or never written)."""
         if not fact_ids:
@@ -147,6 +101,17 @@ class PostgresMemoryStore:
             ).fetchall()
         present = {r[0] for r in rows}
         return [f for f in fact_ids if f not in present]
+
+    def connections(self, key: MemoryKey, connection_ids: Sequence[str]) -> list[ConnectionContext]:
+        if not connection_ids:
+            return []
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT connection_id, persistent_learned_info FROM connections"
+                f" WHERE {_MEMORY} AND connection_id = ANY(%s) ORDER BY connection_id",
+                (key.organization_id, key.user_id, list(connection_ids)),
+            ).fetchall()
+        return [ConnectionContext(r[0], tuple(r[1])) for r in rows]
 
     def already_consolidated(
         self, key: MemoryKey, event_ids: Iterable[uuid.UUID]
@@ -161,6 +126,8 @@ class PostgresMemoryStore:
             ).fetchall()
         return frozenset(r[0] for r in rows)
 
+    # -- erasures -------------------------------------------------------------------------
+
     def forgotten_before(self, subject: str) -> dict[tuple[str, int], int]:
         """(topic, partition) -> the first offset not forgotten, for an erased memory's digest.
 
@@ -174,6 +141,15 @@ class PostgresMemoryStore:
             ).fetchall()
         return {(r[0], r[1]): r[2] for r in rows}
 
+    def memory_erasure_open(self, key: MemoryKey) -> bool:
+        with transaction(self._pool) as conn:
+            row = conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM erasure_pending WHERE {_MEMORY}"
+                " AND fact_id IS NULL)",
+                (key.organization_id, key.user_id),
+            ).fetchone()
+        return bool(row and row[0])
+
     # -- the memory lock ------------------------------------------------------------------
 
     @contextmanager
@@ -184,17 +160,14 @@ class PostgresMemoryStore:
         the lock makes the second wait instead of consolidating the same memory concurrently.
         """
         lock = memory_lock_key(key)
-        try:
-            with self._lock_slots, self._pool.connection() as conn:
-                conn.autocommit = True
-                conn.execute("SELECT pg_advisory_lock(%s::bigint)", (lock,))
-                try:
-                    yield
-                finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (lock,))
-                    conn.autocommit = False
-        except psycopg.OperationalError as e:
-            raise DatabaseUnavailable(str(e)) from e
+        with translated("memory lock"), self._lock_slots, self._pool.connection() as conn:
+            conn.autocommit = True
+            conn.execute("SELECT pg_advisory_lock(%s::bigint)", (lock,))
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (lock,))
+                conn.autocommit = False
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -205,56 +178,46 @@ class PostgresMemoryStore:
         """
         run = update.run
         state = update.state
-        try:
-            with transaction(self._pool) as conn:
-                _same_memory(update)
-                conn.execute(
-                    "INSERT INTO user_memory (organization_id, user_id) VALUES (%s, %s)"
-                    " ON CONFLICT (organization_id, user_id) DO NOTHING",
-                    (state.organization_id, state.user_id),
+        if strangers := update.strangers():
+            raise StoreError(f"run {run.run_id} of {run.key} writes into {strangers}")
+        with transaction(self._pool, f"applying run {run.run_id}") as conn:
+            conn.execute(
+                "INSERT INTO user_memory (organization_id, user_id) VALUES (%s, %s)"
+                " ON CONFLICT (organization_id, user_id) DO NOTHING",
+                (state.organization_id, state.user_id),
+            )
+            row = conn.execute(
+                f"SELECT version FROM user_memory WHERE {_MEMORY} FOR UPDATE",
+                (state.organization_id, state.user_id),
+            ).fetchone()
+            current = row[0] if row else 0
+            if current != run.base_version:
+                raise StaleMemoryVersion(
+                    f"memory {state.key}: planned on {run.base_version}, now {current}"
                 )
-                row = conn.execute(
-                    f"SELECT version FROM user_memory WHERE {_MEMORY} FOR UPDATE",
-                    (state.organization_id, state.user_id),
-                ).fetchone()
-                current = row[0] if row else 0
-                if current != run.base_version:
-                    raise StaleMemoryVersion(
-                        f"memory {state.key}: planned on {run.base_version}, now {current}"
-                    )
-                self._consume(conn, run)
-                self._insert_run(conn, run)
-                conn.execute(
-                    "UPDATE user_memory SET working_memory = %s, information_scaffold = %s,"
-                    " persistent_learned_info = %s, version = %s, updated_at = %s"
-                    f" WHERE {_MEMORY}",
-                    (
-                        state.working_memory,
-                        Jsonb(dict(state.scaffold)),
-                        Jsonb(list(state.learned_info)),
-                        state.version,
-                        state.updated_at,
-                        state.organization_id,
-                        state.user_id,
-                    ),
-                )
-                fact_rows.write_changes(conn, run.run_id, update.fact_changes)
-                self._append_connections(conn, state, update)
-                self._insert_ledger(conn, update.ledger)
-        except (StaleMemoryVersion, EventsAlreadyConsolidated):
-            raise
-        except psycopg.OperationalError as e:
-            raise DatabaseUnavailable(str(e)) from e
-        except psycopg.Error as e:
-            raise StoreError(f"applying run {run.run_id} failed: {e}") from e
+            self._consume(conn, run)
+            self._insert_run(conn, run)
+            conn.execute(
+                "UPDATE user_memory SET working_memory = %s, information_scaffold = %s,"
+                f" persistent_learned_info = %s, version = %s, updated_at = %s WHERE {_MEMORY}",
+                (
+                    state.working_memory,
+                    Jsonb(dict(state.scaffold)),
+                    Jsonb(list(state.learned_info)),
+                    state.version,
+                    state.updated_at,
+                    state.organization_id,
+                    state.user_id,
+                ),
+            )
+            fact_rows.write_changes(conn, run.run_id, update.fact_changes)
+            self._append_connections(conn, state, update)
+            self._insert_ledger(conn, update.ledger)
 
     def record_run(self, run: RunRecord) -> None:
         """Record a run that changed nothing (failed or deferred); idempotent on run_id."""
-        try:
-            with transaction(self._pool) as conn:
-                self._insert_run(conn, run)
-        except psycopg.Error as e:  # OperationalError arrives as DatabaseUnavailable
-            raise StoreError(f"recording run {run.run_id} failed: {e}") from e
+        with transaction(self._pool, f"recording run {run.run_id}") as conn:
+            self._insert_run(conn, run)
 
     def record_ledger(self, entries: Sequence[LedgerEntry]) -> None:
         with transaction(self._pool) as conn:
@@ -278,12 +241,7 @@ class PostgresMemoryStore:
             ).fetchone()
         return int(row[0]) if row else 0
 
-    def mark_indexed(
-        self,
-        facts: Sequence[Fact],
-        at: datetime,
-        ledger_for: Callable[[Sequence[Fact]], Sequence[LedgerEntry]],
-    ) -> list[Fact]:
+    def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         """Mark these fact versions indexed and book their cost, in one transaction.
 
         Only versions still pending are marked (a newer version stays pending, one another
@@ -416,23 +374,6 @@ class PostgresMemoryStore:
                     for e in entries
                 ],
             )
-
-
-def _same_memory(update: MemoryUpdate) -> None:
-    """Everything one run writes belongs to the memory of its run: a fact or ledger entry of
-    another organization or user in it is a bug that must not reach the tables."""
-    key = update.run.key
-    strangers = [
-        str(x)
-        for x in (
-            update.state.key,
-            *(c.after.key for c in update.fact_changes),
-            *(MemoryKey(e.organization_id, e.user_id) for e in update.ledger),
-        )
-        if x != key
-    ]
-    if strangers:
-        raise StoreError(f"run {update.run.run_id} of {key} writes into {sorted(set(strangers))}")
 
 
 def _text(value: str | None) -> str | None:

@@ -12,19 +12,19 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from kafka import KafkaConsumer
 
-from consumers.batching import BufferedEvent, TopicPartition
-from consumers.flush import FlushKind, UserFlusher
+from consumers.flush import FlushKind
 from memoryd import wiring
 from processors.consolidate import Consolidator
 from processors.gate import WriteGate
-from tests.consolidation_support import (
+from tests.support.builders import buffered, key_of, make_event
+from tests.support.deployment import (
+    Deployment,
     ProcessorThread,
-    RecordingBackend,
     tuned,
     users_per_partition,
     wait_until,
 )
-from tests.support import Deployment, key_of, make_event
+from tests.support.fakes import RecordingBackend
 
 pytestmark = pytest.mark.integration
 
@@ -120,19 +120,10 @@ def test_the_user_lock_serializes_two_flushers_of_the_same_user(deployment: Depl
 
     def flush_once() -> FlushKind:
         with wiring.core(deployment.settings) as c:
-            flusher = UserFlusher(
-                c.memory,
-                backend,
-                Consolidator(WriteGate(None), c.prices),
-                wiring.indexer(c),
-                c.metrics,
-                c.clock,
-                wiring.forgotten_events(c),
-            )
+            flusher = wiring.flusher(c, backend, Consolidator(WriteGate(None), c.prices))
             gate.wait(timeout=60)
             try:
-                items = [BufferedEvent(TopicPartition("t", 0), 0, events[0])]
-                return flusher.flush(key_of("ada"), items, attempt=0).kind
+                return flusher.flush(key_of("ada"), buffered(events), attempt=0).kind
             finally:
                 flusher.close()
 

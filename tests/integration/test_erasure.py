@@ -18,26 +18,27 @@ import pytest
 from chromadb.api import ClientAPI
 
 from consumers.processor import MemoryProcessor
+from consumers.settings import ProcessorSettings
 from domain.ids import MemoryKey
 from memoryd import wiring
-from memoryd.analyst import export_document
+from memoryd.analyst.export import export_document
 from memoryd.erasure import ErasureRequest
-from memoryd.settings import KafkaSettings, ProcessorTuning, Settings
+from memoryd.settings import KafkaSettings, Settings
 from producers.contract import ContextEvent, EventType, Source
-from store.chroma.vector_index import close_client, embedded_client
+from store.chroma import close_client, embedded_client
 from store.read.background import BatchWriter
 from store.read.context_service import ContextService
 from store.read.fact_queries import PostgresReadModel
 from store.read.injection import InjectionCache
 from store.write.run_log import PostgresRunLog
-from tests.consolidation_support import wait_until
-from tests.erasure_support import (
+from tests.support.builders import key_of, make_event
+from tests.support.deployment import Deployment, wait_until
+from tests.support.erasure import (
     find_in_chroma,
     find_in_tables,
     memory_row_counts,
     rows,
 )
-from tests.support import Deployment, key_of, make_event
 
 pytestmark = pytest.mark.integration
 
@@ -51,16 +52,23 @@ EXPORTED_AT = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def forgotten_events() -> list[ContextEvent]:
-    e = {"org": "org-a"}
     return [
-        make_event("mira", "I keep a pet quokka named Bramble", minutes=0, **e),
-        make_event("mira", "I like marmalade-zq19 on toast", EventType.PREFERENCE, minutes=1, **e),
+        make_event(
+            "mira",
+            "I keep a pet quokka named Bramble",
+            minutes=0,
+        ),
+        make_event(
+            "mira",
+            "I like marmalade-zq19 on toast",
+            EventType.PREFERENCE,
+            minutes=1,
+        ),
         make_event(
             "mira",
             "Project Vestibule Ltd migration ships in May",
             EventType.PROJECT_DETAILS,
             minutes=2,
-            **e,
         ),
         make_event(
             "mira",
@@ -69,7 +77,6 @@ def forgotten_events() -> list[ContextEvent]:
             minutes=3,
             source=Source.AUTONOMOUS,
             scaffold_key="Employer",
-            **e,
         ),
         make_event(
             "mira",
@@ -77,7 +84,6 @@ def forgotten_events() -> list[ContextEvent]:
             EventType.LEARNED_FACT,
             minutes=4,
             source=Source.AUTONOMOUS,
-            **e,
         ),
         make_event(
             "mira",
@@ -88,7 +94,6 @@ def forgotten_events() -> list[ContextEvent]:
             tool_id="pdf-reader",
             attachment_id="att-zq",
             filename="zq-invoice-5521.pdf",
-            **e,
         ),
         make_event(
             "mira",
@@ -96,9 +101,12 @@ def forgotten_events() -> list[ContextEvent]:
             EventType.CONNECTION_UPDATE,
             minutes=6,
             connection_id="gmail-zq",
-            **e,
         ),
-        make_event("mira", "I live in Lisbon", minutes=7, **e),
+        make_event(
+            "mira",
+            "I live in Lisbon",
+            minutes=7,
+        ),
     ]
 
 
@@ -140,7 +148,7 @@ def with_groups(settings: Settings, suffix: str, **tuning: Any) -> Settings:
             "processor_group": f"{settings.kafka.processor_group}-{suffix}",
         }
     )
-    processor: ProcessorTuning = settings.processor.model_copy(update=tuning)
+    processor: ProcessorSettings = settings.processor.model_copy(update=tuning)
     return settings.model_copy(update={"kafka": kafka, "processor": processor})
 
 

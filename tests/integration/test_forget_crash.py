@@ -23,11 +23,11 @@ import pytest
 
 from memoryd import wiring
 from memoryd.settings import ChromaSettings, Settings
-from store.write.memory_store import log_lock_key
-from tests.chroma_support import DisposableChroma
-from tests.consolidation_support import topic_size, wait_until
-from tests.erasure_support import find_in_tables, memory_row_counts, rows
-from tests.support import Deployment, key_of, make_event
+from store.write.locks import log_lock_key
+from tests.support.builders import key_of, make_event
+from tests.support.chroma import DisposableChroma
+from tests.support.deployment import Deployment, topic_size, wait_until
+from tests.support.erasure import find_in_tables, memory_row_counts, rows
 
 pytestmark = pytest.mark.integration
 

@@ -7,11 +7,12 @@ import pytest
 from domain.model import FactStatus, SurfacePolicy
 from memoryd import wiring
 from memoryd.settings import ChromaSettings
-from store.read.context_service import ContextBundle, ContextService
+from store.read.bundle import ContextBundle
+from store.read.context_service import ContextService
 from store.read.ranking import Budget
 from store.read.rendering import SurfaceGroup, group_facts
-from tests.read_path_support import make_fact, seed
-from tests.support import Deployment, key_of
+from tests.support.builders import key_of, make_fact
+from tests.support.deployment import Deployment, seed_core
 
 pytestmark = pytest.mark.integration
 
@@ -22,13 +23,13 @@ def contents(bundle: ContextBundle) -> list[str]:
 
 def test_facts_never_cross_users_or_organizations(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
-        seed(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
+        seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
         # Better matches for the query, owned by someone else: another user of the same
         # organization, and the same user id in another organization, pinned there.
         dessert = "The favourite dessert is tiramisu from the bakery on Rua Augusta"
-        seed(c, "bob", [make_fact("bob", dessert)], org="org-a")
+        seed_core(c, "bob", [make_fact("bob", dessert)], org="org-a")
         other_ada = make_fact("ada", dessert, org="org-b", pinned=True)
-        seed(c, "ada", [other_ada], org="org-b", working_memory="org-b's Ada bakes.")
+        seed_core(c, "ada", [other_ada], org="org-b", working_memory="org-b's Ada bakes.")
         assert other_ada.fact_id != make_fact("ada", dessert).fact_id
         with wiring.read_path(c) as service:
             for budget in Budget:
@@ -51,7 +52,7 @@ def test_a_connection_scoped_fact_appears_only_with_its_connection(
     deployment: Deployment,
 ) -> None:
     def check(c: wiring.Core) -> None:
-        seed(
+        seed_core(
             c,
             "ada",
             [
@@ -79,7 +80,7 @@ def test_contradicted_facts_never_appear_even_when_chroma_lags(deployment: Deplo
     old, new = "Ada lives in Lisbon", "Ada lives in Porto"
 
     def check(c: wiring.Core) -> None:
-        seed(c, "ada", [make_fact("ada", old), make_fact("ada", new)])
+        seed_core(c, "ada", [make_fact("ada", old), make_fact("ada", new)])
         # Postgres says contradicted; Chroma still holds the fact as active.
         with c.pool.connection() as conn:
             conn.execute(
@@ -102,7 +103,7 @@ def test_contradicted_facts_never_appear_even_when_chroma_lags(deployment: Deplo
 
 def test_pinned_in_always_and_avoid_never_relevant(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
-        seed(
+        seed_core(
             c,
             "ada",
             [
@@ -144,7 +145,7 @@ def test_budgets_keyword_search_and_near_duplicates(deployment: Deployment) -> N
         facts = [make_fact("ada", x) for x in paraphrases + others]
         facts.append(make_fact("ada", "Invoice INV-4411 from Acme totals 12,400 EUR"))
         facts.append(make_fact("ada", "Ada's manager at Initech is Grace"))
-        seed(c, "ada", facts)
+        seed_core(c, "ada", facts)
         with wiring.read_path(c) as service:
             sizes = {
                 b: len(service.assemble(key_of("ada"), "Ada trip city visited", budget=b).facts)
@@ -168,7 +169,7 @@ def test_budgets_keyword_search_and_near_duplicates(deployment: Deployment) -> N
 
 def test_chroma_down_still_answers_from_keywords_degraded(deployment: Deployment) -> None:
     deployment.with_core(
-        lambda c: seed(c, "ada", [make_fact("ada", "Invoice INV-4411 totals 12,400 EUR")])
+        lambda c: seed_core(c, "ada", [make_fact("ada", "Invoice INV-4411 totals 12,400 EUR")])
     )
     dead = deployment.settings.model_copy(
         update={"chroma": ChromaSettings(mode="http", url="http://127.0.0.1:9")}
@@ -184,8 +185,8 @@ def test_audit_rows_and_recall_counters_are_written_off_the_hot_path(
     deployment: Deployment,
 ) -> None:
     def check(c: wiring.Core) -> ContextService:
-        seed(c, "ada", [make_fact("ada", "Ada lives in Porto", pinned=True)], org="org-a")
-        seed(c, "ada", [make_fact("ada", "Ada's bike is a green Brompton")], org="org-a")
+        seed_core(c, "ada", [make_fact("ada", "Ada lives in Porto", pinned=True)], org="org-a")
+        seed_core(c, "ada", [make_fact("ada", "Ada's bike is a green Brompton")], org="org-a")
         with wiring.read_path(c) as service:
             first = service.assemble(key_of("ada"), "What bike does Ada ride?")
             service.assemble(key_of("ada"), "Tell me about the Brompton bike")
@@ -216,11 +217,11 @@ def test_audit_rows_and_recall_counters_are_written_off_the_hot_path(
 
 def test_injection_is_cached_per_memory_version(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
-        seed(c, "ada", [], working_memory="Ada designs billing screens.")
+        seed_core(c, "ada", [], working_memory="Ada designs billing screens.")
         with wiring.read_path(c) as service:
             first = service.assemble(key_of("ada"), "hi")
             second = service.assemble(key_of("ada"), "hi")
-            seed(c, "ada", [], working_memory="Ada moved to the payments team.")
+            seed_core(c, "ada", [], working_memory="Ada moved to the payments team.")
             third = service.assemble(key_of("ada"), "hi")
         assert first.working_memory == second.working_memory == "Ada designs billing screens."
         assert third.working_memory == "Ada moved to the payments team."
@@ -231,7 +232,7 @@ def test_injection_is_cached_per_memory_version(deployment: Deployment) -> None:
 
 def test_context_type_filter(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
-        seed(
+        seed_core(
             c,
             "ada",
             [

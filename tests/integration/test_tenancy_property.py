@@ -22,18 +22,20 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from consumers.replay import batches_by_size, shadow_consolidate
 from domain.codec import fact_to_json
 from domain.ids import MemoryKey
 from memoryd import wiring
-from memoryd.analyst import export_document
+from memoryd.analyst.export import export_document
 from memoryd.api.auth import hash_token
-from memoryd.replay import batches_by_size, fold_runs, shadow_consolidate
 from memoryd.settings import ApiSettings
+from processors.fold import fold_runs
 from producers.contract import ContextEvent
 from store.read.ranking import Budget
 from store.write.run_log import PostgresRunLog
-from tests.erasure_support import rows
-from tests.support import Deployment, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment
+from tests.support.erasure import rows
 
 pytestmark = pytest.mark.integration
 

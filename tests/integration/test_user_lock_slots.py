@@ -10,7 +10,7 @@ import pytest
 from store.migrate import migrate
 from store.postgres import make_pool
 from store.write.memory_store import PostgresMemoryStore
-from tests.support import key_of
+from tests.support.builders import key_of
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ import pytest
 from domain.errors import QueryRewriteFailed
 from domain.ids import MemoryKey
 from domain.model import MemoryState
+from domain.reads import Injection, MemoryStamp
 from store.errors import DatabaseUnavailable
 from store.read.background import BatchWriter, WriterSettings
-from store.read.fact_queries import Injection, MemoryStamp
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import RewriteOutcome, TimeBoundRewriter
 

@@ -8,15 +8,12 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from domain.ids import MemoryKey, fact_id_for
+from domain.ids import MemoryKey
 from domain.model import (
     Fact,
     FactChangeKind,
     FactStatus,
-    FactType,
     MemoryState,
-    Provenance,
-    SurfacePolicy,
 )
 from processors.cost import PriceTable
 from processors.gate import WriteGate
@@ -37,29 +34,15 @@ from producers.contract import (
     SourceMetadata,
 )
 from producers.corrections import FactCorrections
-from tests.fakes import BagOfWordsEmbedder
+from tests.support.builders import make_fact
+from tests.support.fakes import BagOfWordsEmbedder
 
 NOW = datetime(2026, 11, 2, tzinfo=UTC)
 EARLIER = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def fact(content: str, user: str = "ada", pinned: bool = False, org: str = "org-a") -> Fact:
-    return Fact(
-        fact_id=fact_id_for(MemoryKey(org, user), content, None),
-        user_id=user,
-        organization_id=org,
-        content=content,
-        fact_type=FactType.PROFILE,
-        surface=SurfacePolicy.SPEAK,
-        status=FactStatus.ACTIVE,
-        confidence=0.9,
-        salience=0.5,
-        provenance=Provenance(context_type="fact", source="interactive"),
-        created_by_run=uuid.UUID(int=1),
-        created_at=EARLIER,
-        updated_at=EARLIER,
-        pinned=pinned,
-    )
+    return make_fact(user, content, at=EARLIER, pinned=pinned, org=org)
 
 
 LISBON = fact("Ada lives in Lisbon")
