@@ -8,6 +8,7 @@ from collections import defaultdict
 
 import pytest
 
+from domain.ids import MemoryKey
 from domain.model import FactStatus
 from memoryd.demo import SAMPLE_QUERIES, sample_file
 from memoryd.sample_stream import read_jsonl
@@ -16,48 +17,49 @@ from processors.offline import OfflineBackend
 from producers.contract import ContextEvent, EventType
 from store.embeddings import CachingEmbedder, MiniLmEmbedder
 from store.read.ranking import Budget
+from tests.support.builders import buffered
 from tests.support.inmemory import InMemoryMemoryd
 
 BATCH = 5  # the processor's batches are a few events of one user
 
 
 @pytest.fixture(scope="module")
-def consolidated() -> tuple[InMemoryMemoryd, dict[str, list[ContextEvent]]]:
+def consolidated() -> tuple[InMemoryMemoryd, dict[MemoryKey, list[ContextEvent]]]:
     embedder = CachingEmbedder(MiniLmEmbedder())
     m = InMemoryMemoryd(embedder=embedder)
     events = [ContextEvent.from_bytes(raw) for _, raw in read_jsonl(sample_file())]
-    by_user: dict[str, list[ContextEvent]] = defaultdict(list)
+    by_user: dict[MemoryKey, list[ContextEvent]] = defaultdict(list)
     for event in sorted(events, key=lambda e: e.occurred_at):
-        by_user[event.user_id].append(event)
+        by_user[MemoryKey(event.organization_id, event.user_id)].append(event)
     # As the composition root builds them: the backend and the gate share the embedder.
     flusher = m.flusher(OfflineBackend(embedder), gate=WriteGate(embedder))
-    for user_id, stream in by_user.items():
+    for key, stream in by_user.items():
         for start in range(0, len(stream), BATCH):
-            flusher.flush(user_id, stream[start : start + BATCH], attempt=0)
+            flusher.flush(key, buffered(stream[start : start + BATCH]), attempt=0)
     flusher.close()
     return m, by_user
 
 
 def test_every_sample_user_gets_a_current_project_fact(
-    consolidated: tuple[InMemoryMemoryd, dict[str, list[ContextEvent]]],
+    consolidated: tuple[InMemoryMemoryd, dict[MemoryKey, list[ContextEvent]]],
 ) -> None:
     m, by_user = consolidated
     service = m.context_service()
     answers = {}
-    for user_id, stream in by_user.items():
+    for key, stream in by_user.items():
         projects = {e.event_id for e in stream if e.event_type is EventType.PROJECT_DETAILS}
-        assert projects, f"{user_id} has no project events in the sample"
-        bundle = service.assemble(user_id, SAMPLE_QUERIES["default"], budget=Budget.BALANCED)
+        assert projects, f"{key} has no project events in the sample"
+        bundle = service.assemble(key, SAMPLE_QUERIES["default"], budget=Budget.BALANCED)
         evidence = [(r.fact.content, set(r.fact.provenance.source_event_ids)) for r in bundle.facts]
-        answers[user_id] = [content for content, ids in evidence if projects & ids]
+        answers[key] = [content for content, ids in evidence if projects & ids]
     service.close()
     assert all(answers.values()), answers
 
 
 def test_the_sample_memory_is_compact(
-    consolidated: tuple[InMemoryMemoryd, dict[str, list[ContextEvent]]],
+    consolidated: tuple[InMemoryMemoryd, dict[MemoryKey, list[ContextEvent]]],
 ) -> None:
     m, by_user = consolidated
-    for user_id, stream in by_user.items():
-        active = [f for f in m.memory.facts(user_id) if f.status is FactStatus.ACTIVE]
+    for key, stream in by_user.items():
+        active = [f for f in m.memory.facts(key) if f.status is FactStatus.ACTIVE]
         assert 0 < len(active) < len(stream)
