@@ -76,7 +76,7 @@ class Core:
 
 @contextmanager
 def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
-    # Each flush holds a connection for its user lock and needs another meanwhile, and the
+    # Each flush holds a connection for its memory lock and needs another meanwhile, and the
     # read path and the indexer want theirs: size the pool so concurrency is never capped by it.
     pool_size = max(settings.postgres.pool_max_size, 2 * settings.processor.concurrency + 4)
     pool = make_pool(settings.postgres.dsn, max_size=pool_size)

@@ -174,7 +174,7 @@ def runs_until(runs: Iterable[LoggedRun], at: datetime) -> list[LoggedRun]:
     """The runs committed at or before `at`: the log's prefix up to the first later one.
 
     `finished_at` is the time of the run's transaction, and one user's runs are serialized by
-    the user lock, so a prefix is what memory was at `at`.
+    the memory lock, so a prefix is what memory was at `at`.
     """
     out: list[LoggedRun] = []
     for logged in runs:
