@@ -63,6 +63,10 @@ DROP INDEX memory_facts_user_status;
 DROP INDEX memory_facts_user_pinned;
 CREATE INDEX memory_facts_memory_status ON memory_facts (organization_id, user_id, status);
 CREATE INDEX memory_facts_memory_pinned ON memory_facts (organization_id, user_id) WHERE pinned;
+-- The foreign key from superseded_by is checked for every fact an erasure deletes: without
+-- an index each check scans the whole table (a 10k-fact memory took minutes to erase).
+CREATE INDEX memory_facts_superseded_by ON memory_facts (superseded_by)
+    WHERE superseded_by IS NOT NULL;
 
 ALTER TABLE context_logs ALTER COLUMN organization_id DROP NOT NULL;
 UPDATE context_logs l SET organization_id = m.organization_id
