@@ -8,12 +8,14 @@ at most the records that were in flight, and `consolidated_events` makes that re
 from __future__ import annotations
 
 import heapq
+import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from producers.contract import ContextEvent
+from store.records import TokenUsage
 
 if TYPE_CHECKING:  # only for the annotation: flush imports the store, batching stays plain
     from consumers.flush import FlushResult
@@ -48,6 +50,15 @@ class Rejection:
     reason: str
     raw_response: str | None = None
     recorded: bool = False  # the failed run record is written (or not needed)
+    # What the failed call used (frozen, so one shared default is safe): booked with the run.
+    usage: TokenUsage = TokenUsage()  # noqa: RUF009
+    # The failed run's id, fixed once, so a retried record of it is written (and booked) once.
+    run_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    # Per event, when the events failed for different reasons (a bisected batch).
+    reasons: dict[uuid.UUID, str] = field(default_factory=dict)
+
+    def reason_for(self, event_id: uuid.UUID) -> str:
+        return self.reasons.get(event_id, self.reason)
 
 
 @dataclass

@@ -1,9 +1,16 @@
 """One user's flush: from buffered events to committed memory, then to the vector index.
 
 Runs in a worker thread. Under the user's advisory lock it drops events already consumed,
-reads the current memory, asks the backend, plans the update with the write gate and applies
-it in one transaction. Indexing happens after the commit, in the background (`IndexQueue`);
-if it fails the facts stay pending in Postgres and the scheduled drain picks them up.
+reads the current memory and the facts the batch is about (`processors.candidates`), asks the
+backend, plans the update with the write gate and applies it in one transaction. Indexing
+happens after the commit, in the background (`IndexQueue`); if it fails the facts stay
+pending in Postgres and the scheduled drain picks them up.
+
+An answer the model got wrong for this input (`UnusableAnswer`) does not sink the batch: it
+is bisected (`consumers.splitting`) to the events the model fails on alone, the others are
+consolidated together in one run, and the flush returns the failing ones for the dead-letter
+topic. Every call that did not become a succeeded run is recorded as a failed or discarded
+run with its tokens, booked in the ledger in the same transaction.
 
 Budget: a user with a credit line whose balance is spent (<= 0) before a flush gets the
 configured policy, decided under the lock and written down: DEFER records a deferred run and
@@ -20,14 +27,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
+from consumers.batching import Rejection
 from consumers.indexer import FactIndexer, IndexQueue
 from consumers.metrics import PipelineMetrics
-from processors.consolidate import Consolidator, failed_run
-from processors.schema import ConsolidationBackend, ConsolidationRequest
+from consumers.splitting import isolate
+from processors.candidates import CandidatePolicy, select_candidates
+from processors.consolidate import Consolidator, failed_run, shown_facts, unapplied_ledger
+from processors.errors import UnusableAnswer
+from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
 from store.memory_store import PostgresMemoryStore
-from store.records import FactStatus, MemoryState, MemoryUpdate, RunRecord, RunStatus, run_id_for
+from store.protocols import FactSearch
+from store.records import MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage, run_id_for
+
+# Enough probes to isolate one failing event in a batch of up to 64.
+MAX_SPLIT_CALLS = 12
+_PROBE_NOTE = "usable answer to a probe while bisecting a batch; its events were consolidated later"
 
 
 class BudgetPolicy(StrEnum):
@@ -39,16 +56,25 @@ class FlushKind(StrEnum):
     CONSOLIDATED = "consolidated"
     NOTHING_NEW = "nothing_new"
     DEFERRED = "deferred"
+    REJECTED = "rejected"  # the backend could answer none of the events usably
+
+
+@dataclass(frozen=True)
+class RejectedEvents:
+    """Events to dead-letter after a split; their failed runs are recorded already."""
+
+    event_ids: tuple[uuid.UUID, ...]
+    reason: str
 
 
 @dataclass(frozen=True)
 class FlushResult:
     kind: FlushKind
-    events: int
-    run_id: uuid.UUID | None = None
-    update: MemoryUpdate | None = None
+    events: int  # consolidated (or deferred) by this flush
+    updates: tuple[MemoryUpdate, ...] = ()
     reason: str = ""
     skip_embeddings: bool = False
+    rejected: tuple[RejectedEvents, ...] = ()
 
 
 class UserFlusher:
@@ -60,7 +86,11 @@ class UserFlusher:
         indexer: FactIndexer,
         metrics: PipelineMetrics,
         clock: Callable[[], datetime],
+        search: FactSearch,
         budget_policy: BudgetPolicy = BudgetPolicy.DEFER,
+        *,
+        candidate_policy: CandidatePolicy | None = None,
+        max_split_calls: int = MAX_SPLIT_CALLS,
     ) -> None:
         self._store = store
         self._backend = backend
@@ -68,7 +98,10 @@ class UserFlusher:
         self._index_queue = IndexQueue(indexer, metrics)
         self._metrics = metrics
         self._clock = clock
+        self._search = search
         self._budget_policy = budget_policy
+        self._candidate_policy = candidate_policy or CandidatePolicy()
+        self._max_split_calls = max_split_calls
 
     @property
     def backend_name(self) -> str:
@@ -83,38 +116,32 @@ class UserFlusher:
         started = time.monotonic()
         with self._store.user_lock(user_id):
             result = self._consolidate(user_id, events, attempt)
-        if result.update is not None and not result.skip_embeddings:
-            self._index_queue.submit(result.update)
+        if not result.skip_embeddings:
+            for update in result.updates:
+                self._index_queue.submit(update)
         self._metrics.flush_seconds.labels(self._backend.name).observe(time.monotonic() - started)
         return result
 
     def record_failure(
-        self,
-        user_id: str,
-        events: Sequence[ContextEvent],
-        attempt: int,
-        error: str,
-        raw: str | None,
+        self, user_id: str, events: Sequence[ContextEvent], attempt: int, rejection: Rejection
     ) -> uuid.UUID:
-        """Write the failed run record for events about to be dead-lettered."""
+        """Write the failed run record (and what its calls cost) for events about to be
+        dead-lettered; idempotent on the rejection's run id, so it may be retried."""
         state = self._store.load_state(user_id, events[0].organization_id)
         request = ConsolidationRequest.build(state, (), list(events), self._clock())
-        run_id = occurrence_run_id()
-        self._store.record_run(
-            failed_run(
-                request,
-                run_id=run_id,
-                backend=self._backend.name,
-                model=self._backend.model,
-                prompt_version=self._backend.prompt_version,
-                started_at=request.now,
-                duration_ms=0,
-                error=error,
-                raw_response=raw,
-                attempt=attempt,
-            )
+        run = self._unapplied(
+            request,
+            attempt,
+            request.now,
+            RunStatus.FAILED,
+            run_id=rejection.run_id,
+            usage=rejection.usage,
+            error=rejection.reason,
+            raw=rejection.raw_response,
         )
-        return run_id
+        return run.run_id
+
+    # -- one flush ------------------------------------------------------------------------
 
     def _consolidate(
         self, user_id: str, events: Sequence[ContextEvent], attempt: int
@@ -132,16 +159,28 @@ class UserFlusher:
             self._metrics.budget_actions.labels(self._budget_policy.value).inc()
             if self._budget_policy is BudgetPolicy.DEFER:
                 return self._defer(state, fresh, now, attempt, f"balance {balance} micro-USD")
-        active = tuple(self._store.facts(user_id, (FactStatus.ACTIVE, FactStatus.HELD)))
-        request = ConsolidationRequest.build(state, active, fresh, now)
-        run_id = run_id_for(user_id, request.event_ids)
-        started = time.monotonic()
-        response = self._backend.consolidate(request)
-        duration_ms = int((time.monotonic() - started) * 1000)
+        try:
+            update = self._attempt(state, fresh, now, attempt, exhausted)
+        except UnusableAnswer as e:
+            return self._split(state, fresh, now, attempt, exhausted, e)
+        return FlushResult(FlushKind.CONSOLIDATED, len(fresh), (update,), skip_embeddings=exhausted)
+
+    def _attempt(
+        self,
+        state: MemoryState,
+        events: Sequence[ContextEvent],
+        now: datetime,
+        attempt: int,
+        exhausted: bool,
+    ) -> MemoryUpdate:
+        """Consolidate `events` in one run and apply it; an unusable answer is recorded as a
+        failed run and raised."""
+        request, degraded = self._request(state, events, now)
+        response, duration_ms = self._call(request, attempt)
         update = self._consolidator.plan(
             request,
             response,
-            run_id=run_id,
+            run_id=run_id_for(request.user_id, request.event_ids),
             backend=self._backend.name,
             prompt_version=self._backend.prompt_version,
             started_at=now,
@@ -149,12 +188,155 @@ class UserFlusher:
             attempt=attempt,
         )
         if exhausted:
-            update = _with_budget_action(update, self._budget_policy)
+            update = _with_output(update, budget_action=self._budget_policy.value)
+        if degraded is not None:
+            update = _with_output(update, candidates_degraded=degraded)
         self._store.apply(update)
         self._observe(update.run)
-        return FlushResult(
-            FlushKind.CONSOLIDATED, len(fresh), run_id, update, skip_embeddings=exhausted
+        return update
+
+    def _request(
+        self, state: MemoryState, events: Sequence[ContextEvent], now: datetime
+    ) -> tuple[ConsolidationRequest, str | None]:
+        organization_id = events[0].organization_id
+        candidates = select_candidates(
+            state.user_id, organization_id, events, self._search, self._candidate_policy
         )
+        request = ConsolidationRequest.build(
+            state, candidates.facts, list(events), now, known_facts=candidates.known
+        )
+        return request, candidates.degraded
+
+    def _call(self, request: ConsolidationRequest, attempt: int) -> tuple[BackendResponse, int]:
+        started = time.monotonic()
+        try:
+            response = self._backend.consolidate(request)
+        except UnusableAnswer as e:
+            self._unapplied(
+                request,
+                attempt,
+                request.now,
+                RunStatus.FAILED,
+                usage=e.usage,
+                error=str(e),
+                raw=e.raw_response,
+                duration_ms=_ms_since(started),
+            )
+            raise
+        return response, _ms_since(started)
+
+    # -- bisecting ------------------------------------------------------------------------
+
+    def _split(
+        self,
+        state: MemoryState,
+        fresh: Sequence[ContextEvent],
+        now: datetime,
+        attempt: int,
+        exhausted: bool,
+        error: UnusableAnswer,
+    ) -> FlushResult:
+        if len(fresh) == 1:
+            alone = RejectedEvents((fresh[0].event_id,), f"backend error: {error}")
+            return FlushResult(FlushKind.REJECTED, 0, rejected=(alone,))
+        found = isolate(
+            fresh,
+            str(error),
+            lambda group: self._probe(state, group, now, attempt),
+            self._max_split_calls,
+        )
+        rejected = [
+            RejectedEvents(
+                tuple(e.event_id for e in group),
+                f"backend error: {why} (bisected out of a batch of {len(fresh)})",
+            )
+            for group, why in found.failing
+        ]
+        updates: list[MemoryUpdate] = []
+        good = [e for group in found.clean for e in group]
+        if good:
+            try:
+                updates.append(self._attempt(state, good, now, attempt, exhausted))
+            except UnusableAnswer:
+                # Each group was answered alone, not all together: one run per group.
+                for group in found.clean:
+                    current = self._store.load_state(state.user_id, group[0].organization_id)
+                    try:
+                        updates.append(self._attempt(current, group, now, attempt, exhausted))
+                    except UnusableAnswer as e:
+                        ids = tuple(x.event_id for x in group)
+                        rejected.append(RejectedEvents(ids, f"backend error: {e}"))
+        consolidated = sum(len(u.run.input_event_ids) for u in updates)
+        return FlushResult(
+            FlushKind.CONSOLIDATED if updates else FlushKind.REJECTED,
+            consolidated,
+            tuple(updates),
+            skip_embeddings=exhausted,
+            rejected=tuple(rejected),
+        )
+
+    def _probe(
+        self, state: MemoryState, events: Sequence[ContextEvent], now: datetime, attempt: int
+    ) -> str | None:
+        """Try `events` alone: None if the answer is usable (recorded, not applied), else why."""
+        request, _ = self._request(state, events, now)
+        try:
+            response, duration_ms = self._call(request, attempt)
+        except UnusableAnswer as e:
+            self._metrics.split_probes.labels("unusable").inc()
+            return str(e)
+        self._metrics.split_probes.labels("usable").inc()
+        self._unapplied(
+            request,
+            attempt,
+            now,
+            RunStatus.DISCARDED,
+            usage=response.usage,
+            raw=response.raw_response,
+            model=response.model,
+            duration_ms=duration_ms,
+            output={"discarded": _PROBE_NOTE, "candidates": shown_facts(request)},
+        )
+        return None
+
+    # -- runs that change nothing ---------------------------------------------------------
+
+    def _unapplied(
+        self,
+        request: ConsolidationRequest,
+        attempt: int,
+        started_at: datetime,
+        status: RunStatus,
+        *,
+        run_id: uuid.UUID | None = None,
+        usage: TokenUsage | None = None,
+        error: str | None = None,
+        raw: str | None = None,
+        model: str | None = None,
+        duration_ms: int = 0,
+        output: dict[str, Any] | None = None,
+    ) -> RunRecord:
+        """Record a run that changed nothing, with what its call cost, in one transaction."""
+        prices = self._consolidator.prices
+        run = failed_run(
+            request,
+            run_id=run_id or occurrence_run_id(),
+            backend=self._backend.name,
+            model=model or self._backend.model,
+            prompt_version=self._backend.prompt_version,
+            started_at=started_at,
+            duration_ms=duration_ms,
+            error=error,
+            raw_response=raw,
+            attempt=attempt,
+            status=status,
+            usage=usage,
+            prices=prices,
+            output=output,
+        )
+        self._store.record_run(run, unapplied_ledger(prices, run))
+        self._observe_usage(run)
+        return run
 
     def _defer(
         self,
@@ -165,31 +347,16 @@ class UserFlusher:
         balance: str,
     ) -> FlushResult:
         request = ConsolidationRequest.build(state, (), fresh, now)
-        run_id = occurrence_run_id()
         reason = f"credit exhausted ({balance}): consolidation deferred"
-        self._store.record_run(
-            failed_run(
-                request,
-                run_id=run_id,
-                backend=self._backend.name,
-                model=self._backend.model,
-                prompt_version=self._backend.prompt_version,
-                started_at=now,
-                duration_ms=0,
-                error=reason,
-                raw_response=None,
-                attempt=attempt,
-                status=RunStatus.DEFERRED,
-            )
-        )
-        return FlushResult(FlushKind.DEFERRED, len(fresh), run_id, reason=reason)
+        self._unapplied(request, attempt, now, RunStatus.DEFERRED, error=reason)
+        return FlushResult(FlushKind.DEFERRED, len(fresh), reason=reason)
+
+    # -- metrics --------------------------------------------------------------------------
 
     def _observe(self, run: RunRecord) -> None:
         m = self._metrics
         m.events_consolidated.inc(len(run.input_event_ids))
-        m.tokens.labels(run.backend, "prompt").inc(run.usage.prompt_tokens)
-        m.tokens.labels(run.backend, "completion").inc(run.usage.completion_tokens)
-        m.cost.labels("llm").inc(run.cost_micro_usd)
+        self._observe_usage(run)
         for verdict, count in (
             ("allow", run.gate.allowed),
             ("hold", run.gate.held),
@@ -198,15 +365,25 @@ class UserFlusher:
         ):
             m.gate_verdicts.labels(verdict).inc(count)
 
+    def _observe_usage(self, run: RunRecord) -> None:
+        m = self._metrics
+        m.tokens.labels(run.backend, "prompt").inc(run.usage.prompt_tokens)
+        m.tokens.labels(run.backend, "completion").inc(run.usage.completion_tokens)
+        m.cost.labels("llm").inc(run.cost_micro_usd)
 
-def _with_budget_action(update: MemoryUpdate, policy: BudgetPolicy) -> MemoryUpdate:
-    """The run's output says which budget policy shaped it, for the audit trail."""
-    output = {**(update.run.output or {}), "budget_action": policy.value}
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def _with_output(update: MemoryUpdate, **notes: str) -> MemoryUpdate:
+    """The run's output says what shaped it (a budget policy, a degraded search), for audit."""
+    output = {**(update.run.output or {}), **notes}
     return replace(update, run=replace(update.run, output=output))
 
 
 def occurrence_run_id() -> uuid.UUID:
-    """The id of a failed or deferred run: one occurrence, not a function of its events.
+    """The id of a failed, deferred or discarded run: one occurrence, not a function of its events.
 
     The same events can fail again after a redrive, or succeed; each occurrence needs its own
     record. An id derived from the events would collide with the succeeded run's id

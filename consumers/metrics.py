@@ -56,6 +56,12 @@ class PipelineMetrics:
             ["backend"],
             registry=registry,
         )
+        self.split_probes = Counter(
+            "memoryd_split_probes_total",
+            "Backend calls bisecting a batch the model could not answer, by their answer",
+            ["outcome"],
+            registry=registry,
+        )
         self.gate_verdicts = Counter(
             "memoryd_gate_verdicts_total", "Write-gate verdicts", ["verdict"], registry=registry
         )

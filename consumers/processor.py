@@ -232,7 +232,8 @@ class MemoryProcessor:
             self._retry_or_give_up(batch, e)
             return
         except BackendError as e:
-            self._reject(batch, Rejection("consolidate", f"backend error: {e}", e.raw_response))
+            reason = f"backend error: {e}"
+            self._reject(batch, Rejection("consolidate", reason, e.raw_response, usage=e.usage))
             return
         except DatabaseUnavailable as e:
             self._retry_later(batch, f"database unavailable: {e}", count_attempt=False)
@@ -247,13 +248,30 @@ class MemoryProcessor:
             # The flusher recorded the deferred run itself, under the user's lock.
             self._reject(batch, Rejection("budget", result.reason, recorded=True))
             return
+        if result.rejected:
+            self._split_off(batch, result)
+            return
         self._finish(batch, result.kind.value)
+
+    def _split_off(self, batch: Batch, result: FlushResult) -> None:
+        """A bisected batch: what was consolidated is done, the rest goes to the dead-letter
+        topic, each event with its own failure (the flusher recorded their failed runs)."""
+        reasons = {i: r.reason for r in result.rejected for i in r.event_ids}
+        for item in batch.items:
+            if item.event.event_id not in reasons:
+                self._offsets.done(item.tp, item.offset)
+        if result.kind is FlushKind.CONSOLIDATED:
+            self._metrics.flushes.labels("split").inc()
+        batch.items = [i for i in batch.items if i.event.event_id in reasons]
+        summary = f"{len(batch.items)} event(s) the backend cannot answer usably"
+        self._reject(batch, Rejection("consolidate", summary, recorded=True, reasons=reasons))
 
     def _retry_or_give_up(self, batch: Batch, error: TransientBackendError) -> None:
         self._metrics.backend_retries.labels(self._flusher.backend_name).inc()
         if batch.attempt + 1 >= self._settings.max_attempts:
             reason = f"gave up after {batch.attempt + 1} attempts: {error}"
-            self._reject(batch, Rejection("consolidate", reason, error.raw_response))
+            rejection = Rejection("consolidate", reason, error.raw_response, usage=error.usage)
+            self._reject(batch, rejection)
         else:
             self._retry_later(batch, str(error), count_attempt=True)
 
@@ -275,13 +293,7 @@ class MemoryProcessor:
         assert rejection is not None
         if not rejection.recorded:
             try:
-                self._flusher.record_failure(
-                    batch.user_id,
-                    batch.events,
-                    batch.attempt,
-                    rejection.reason,
-                    rejection.raw_response,
-                )
+                self._flusher.record_failure(batch.user_id, batch.events, batch.attempt, rejection)
             except DatabaseUnavailable as e:
                 self._retry_later(batch, f"cannot record the failed run: {e}", count_attempt=False)
                 return
@@ -291,7 +303,13 @@ class MemoryProcessor:
                 log.error("failed run of %s not recorded: %s", batch.user_id, e)
                 rejection.reason = f"{rejection.reason} (failed run not recorded: {e})"
             rejection.recorded = True
-        letters = event_letters(batch.items, rejection.stage, rejection.reason)
+        letters = [
+            letter
+            for item in batch.items
+            for letter in event_letters(
+                [item], rejection.stage, rejection.reason_for(item.event.event_id)
+            )
+        ]
         try:
             self._dead_letters.send(letters)
         except DeadLetterError as e:

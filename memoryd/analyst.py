@@ -317,7 +317,14 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
         else:
             batches = batches_by_size(events, args.max_batch)
         backend, consolidator = wiring.consolidation(c)
-        shadow = shadow_consolidate(args.user, batches, backend, consolidator)
+        shadow = shadow_consolidate(
+            args.user,
+            batches,
+            backend,
+            consolidator,
+            embedder=c.embedder,
+            policy=wiring.candidate_policy(c),
+        )
         live = live_memory(c, run_log, args.user)
     diff = diff_memory(live, shadow.memory)
     identity = {

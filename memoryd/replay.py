@@ -24,10 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from processors.candidates import CandidatePolicy, select_candidates
 from processors.consolidate import Consolidator
 from processors.errors import BackendError, TransientBackendError
 from processors.schema import ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
+from store.candidate_search import InMemoryFactSearch
+from store.protocols import Embedder
 from store.records import (
     ConnectionContext,
     Fact,
@@ -238,6 +241,8 @@ def runs_until(runs: Iterable[LoggedRun], at: datetime) -> list[LoggedRun]:
 class ShadowBatch:
     events: tuple[ContextEvent, ...]
     now: datetime
+    # The facts the live run showed its backend, in order (None: select them as live does).
+    shown: tuple[uuid.UUID, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -300,9 +305,35 @@ def batches_like_live(
         chunk = tuple(by_id[i] for i in run.input_event_ids if i in by_id)
         taken.update(e.event_id for e in chunk)
         if chunk:
-            out.append(ShadowBatch(chunk, run.started_at))
+            out.append(ShadowBatch(chunk, run.started_at, _shown(run)))
     rest = [e for e in events if e.event_id not in taken]
     return out + batches_by_size(rest, max_batch)
+
+
+def _shown(run: RunRecord) -> tuple[uuid.UUID, ...] | None:
+    """The candidates a run recorded; None for runs from before candidates were recorded."""
+    candidates = (run.output or {}).get("candidates")
+    if not isinstance(candidates, Mapping):
+        return None
+    return tuple(uuid.UUID(str(i)) for i in candidates.get("shown", ()))
+
+
+def shown_facts(
+    memory: FoldedMemory,
+    batch: ShadowBatch,
+    embedder: Embedder | None,
+    policy: CandidatePolicy | None,
+) -> tuple[tuple[Fact, ...], int]:
+    """(the facts the batch's backend sees, how many the user has), as a live flush picks
+    them; a batch of a live run sees the very facts that run saw."""
+    image = memory.facts_in(REQUEST_STATUSES)
+    if batch.shown is not None:
+        by_id = {f.fact_id: f for f in image}
+        return tuple(by_id[i] for i in batch.shown if i in by_id), len(image)
+    search = InMemoryFactSearch(image, embedder)
+    org = batch.events[0].organization_id
+    chosen = select_candidates(memory.user_id, org, batch.events, search, policy)
+    return chosen.facts, chosen.known
 
 
 def shadow_consolidate(
@@ -311,12 +342,16 @@ def shadow_consolidate(
     backend: ConsolidationBackend,
     consolidator: Consolidator,
     *,
+    embedder: Embedder | None = None,
+    policy: CandidatePolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ShadowResult:
     """Consolidate the batches into an in-memory image; nothing is written anywhere.
 
-    A batch the backend cannot handle is recorded as failed and skipped, as the processor
-    would dead-letter it; a transient error is retried a few times with backoff first.
+    Each batch is shown the facts a live flush would show it (`shown_facts`; `embedder` for
+    the dense side of the search). A batch the backend cannot handle is recorded as failed
+    and skipped, as the processor would dead-letter it; a transient error is retried a few
+    times with backoff first.
     """
     memory = FoldedMemory(user_id=user_id)
     runs: list[RunRecord] = []
@@ -324,8 +359,9 @@ def shadow_consolidate(
     for batch in batches:
         if not memory.organization_id:
             memory = replace(memory, organization_id=batch.events[0].organization_id)
+        facts, known = shown_facts(memory, batch, embedder, policy)
         request = ConsolidationRequest.build(
-            memory.state(), memory.facts_in(REQUEST_STATUSES), list(batch.events), batch.now
+            memory.state(), facts, list(batch.events), batch.now, known_facts=known
         )
         try:
             run = _plan(request, backend, consolidator, sleep)

@@ -17,7 +17,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from consumers.flush import BudgetPolicy
+from consumers.flush import MAX_SPLIT_CALLS, BudgetPolicy
+from processors.candidates import CandidatePolicy
 from processors.cost import ModelPrice
 
 
@@ -64,6 +65,11 @@ class ProcessorTuning(BaseModel):
     backoff_max_s: float = 30.0
     max_buffered: int = 5_000
     budget_policy: BudgetPolicy = BudgetPolicy.DEFER
+    # Existing facts shown to the backend: per observation, and a token budget for them all.
+    candidates_per_observation: int = Field(default=CandidatePolicy.per_observation, ge=0)
+    candidate_tokens: int = Field(default=CandidatePolicy.max_tokens, ge=0)
+    # Probes to bisect a batch the model cannot answer usably (see consumers.splitting).
+    max_split_calls: int = Field(default=MAX_SPLIT_CALLS, ge=0)
 
 
 class MetricsSettings(BaseModel):

@@ -24,6 +24,7 @@ from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor, ProcessorSettings
 from memoryd.settings import Settings
+from processors.candidates import CandidatePolicy
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
 from processors.gate import WriteGate
@@ -32,6 +33,7 @@ from processors.retraction import RetractingConsolidator, RetractionAwareBackend
 from processors.schema import ConsolidationBackend
 from producers.publisher import KafkaEventPublisher, ProducerSettings
 from store.background import BatchWriter, WriterSettings
+from store.candidate_search import HybridFactSearch
 from store.context_service import ContextService
 from store.embeddings import CachingEmbedder, MiniLmEmbedder
 from store.event_log import PostgresEventLog
@@ -188,25 +190,44 @@ def consolidation(
     )
 
 
-def processor(
-    c: Core, consolidation_backend: ConsolidationBackend | None = None
-) -> MemoryProcessor:
-    s = c.settings
-    p = s.processor
+def candidate_search(c: Core) -> HybridFactSearch:
+    """What a flush searches for the facts its batch is about: the read path's retrievers."""
+    return HybridFactSearch(c.pool, read_model(c), c.index, c.embedder)
+
+
+def flusher(c: Core, consolidation_backend: ConsolidationBackend | None = None) -> UserFlusher:
+    p = c.settings.processor
     chosen_backend, consolidator = consolidation(c, consolidation_backend)
-    flusher = UserFlusher(
+    return UserFlusher(
         c.memory,
         chosen_backend,
         consolidator,
         indexer(c),
         c.metrics,
         c.clock,
+        candidate_search(c),
         p.budget_policy,
+        candidate_policy=candidate_policy(c),
+        max_split_calls=p.max_split_calls,
     )
+
+
+def candidate_policy(c: Core) -> CandidatePolicy:
+    p = c.settings.processor
+    return CandidatePolicy(
+        per_observation=p.candidates_per_observation, max_tokens=p.candidate_tokens
+    )
+
+
+def processor(
+    c: Core, consolidation_backend: ConsolidationBackend | None = None
+) -> MemoryProcessor:
+    s = c.settings
+    p = s.processor
     return MemoryProcessor(
         _consumer(s, s.kafka.processor_group, "memoryd-processor"),
         s.kafka.topic,
-        flusher,
+        flusher(c, consolidation_backend),
         KafkaDeadLetterSink(s.kafka.bootstrap_servers, s.kafka.dead_letter_topic, "processor"),
         c.metrics,
         ProcessorSettings(

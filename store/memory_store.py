@@ -204,13 +204,26 @@ class PostgresMemoryStore:
         except psycopg.Error as e:
             raise StoreError(f"applying run {run.run_id} failed: {e}") from e
 
-    def record_run(self, run: RunRecord) -> None:
-        """Record a run that changed nothing (failed or deferred); idempotent on run_id."""
+    def record_run(self, run: RunRecord, ledger: Sequence[LedgerEntry] = ()) -> None:
+        """Record a run that changed nothing (failed, deferred, discarded) and what its calls
+        cost, in one transaction; idempotent on run_id and entry ids."""
         try:
             with transaction(self._pool) as conn:
                 self._insert_run(conn, run)
+                self._insert_ledger(conn, ledger)
         except psycopg.Error as e:  # OperationalError arrives as DatabaseUnavailable
             raise StoreError(f"recording run {run.run_id} failed: {e}") from e
+
+    def insert_facts(self, facts: Sequence[Fact]) -> int:
+        """Bulk-load facts made elsewhere (an import, a bench); an id already stored is left
+        as it is. Returns how many were new. They are pending: the index drain embeds them."""
+        try:
+            with transaction(self._pool) as conn:
+                return fact_rows.insert_new(conn, facts)
+        except psycopg.OperationalError as e:
+            raise DatabaseUnavailable(str(e)) from e
+        except psycopg.Error as e:
+            raise StoreError(f"inserting {len(facts)} fact(s) failed: {e}") from e
 
     def record_ledger(self, entries: Sequence[LedgerEntry]) -> None:
         with transaction(self._pool) as conn:

@@ -51,6 +51,8 @@ class RunStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     DEFERRED = "deferred"
+    # A usable answer not applied: a probe while bisecting a batch to find the event at fault.
+    DISCARDED = "discarded"
 
 
 def normalize_content(content: str) -> str:
