@@ -68,6 +68,7 @@ class ProcessorTuning(BaseModel):
     # Existing facts shown to the backend: per observation, and a token budget for them all.
     candidates_per_observation: int = Field(default=CandidatePolicy.per_observation, ge=0)
     candidate_tokens: int = Field(default=CandidatePolicy.max_tokens, ge=0)
+    candidate_pinned_tokens: int = Field(default=CandidatePolicy.pinned_tokens, ge=0)
     # Probes to bisect a batch the model cannot answer usably (see consumers.splitting).
     max_split_calls: int = Field(default=MAX_SPLIT_CALLS, ge=0)
 

@@ -215,7 +215,9 @@ def flusher(c: Core, consolidation_backend: ConsolidationBackend | None = None) 
 def candidate_policy(c: Core) -> CandidatePolicy:
     p = c.settings.processor
     return CandidatePolicy(
-        per_observation=p.candidates_per_observation, max_tokens=p.candidate_tokens
+        per_observation=p.candidates_per_observation,
+        max_tokens=p.candidate_tokens,
+        pinned_tokens=p.candidate_pinned_tokens,
     )
 
 

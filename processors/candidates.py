@@ -1,13 +1,15 @@
 """Which of a user's facts a consolidation shows its backend: the ones the batch is about.
 
 After a year a user has thousands of facts, and a batch of observations is about a few of
-them. Shown are the pinned facts and, for each observation, the facts most related to it (the
-read path's dense + keyword search, scoped like the observation: its connection or none),
-taken in rounds (every observation's best, then every observation's second best, ...) until
-a token budget is spent. So a prompt's size follows the batch, not the memory, and a
-correction meets the fact it corrects however old, unpinned or unremarkable that fact is.
-Facts a retraction in the batch names are always in (the retraction is applied to them), and
-cost nothing: the backend never sees them.
+them. Shown are, for each observation, the facts most related to it (the read path's dense +
+keyword search, scoped like the observation: its connection or none), taken in rounds (every
+observation's best, then every observation's second best, ...) until a token budget is spent,
+and the pinned facts in scope, within a budget of their own (those the search also found
+first, then the most recent), so a user who pinned much cannot crowd out what the batch is
+about. A prompt's size follows the batch, not the memory, and a correction meets the fact it
+corrects however old, unpinned or unremarkable that fact is. Facts a retraction in the batch
+names are always in (the retraction is applied to them) and cost nothing: the backend never
+sees them.
 
 Both backends and the write gate get the same candidates, so they see the same world.
 Deterministic for given search results: observation order, rank and fact id break every tie.
@@ -31,17 +33,19 @@ class CandidatePolicy:
     # How many related facts each observation may bring: its nearest few are what decide
     # between add, reinforce, update and contradict.
     per_observation: int = 4
-    # Budget of the facts shown, in approximate tokens (content only; ids and tags add about
-    # as much again). Sized so a batch of 20 observations pays about as much for its facts
-    # as for its observations.
+    # Budget of the related facts shown, in approximate tokens (content only; ids and tags
+    # add about as much again). Sized so a batch of 20 observations pays about as much for
+    # its facts as for its observations.
     max_tokens: int = 600
+    # Budget of the pinned facts shown, on top.
+    pinned_tokens: int = 150
     # Only the start of a long observation (a tool dump) is searched with.
     query_chars: int = 500
 
 
 @dataclass(frozen=True)
 class Candidates:
-    facts: tuple[Fact, ...]  # pinned first, then by round; retracted ones last
+    facts: tuple[Fact, ...]  # pinned first, then related by round; retracted ones last
     known: int  # the user's active and held facts, shown or not
     degraded: str | None = None  # the search ran without a retriever (see RelatedFacts)
 
@@ -71,11 +75,20 @@ def select_candidates(
     policy = policy or CandidatePolicy()
     queries = queries_for(events, policy)
     scopes = {q.connection_id for q in queries} | {None}
-    pinned = [
-        f for f in search.pinned(user_id, organization_id) if f.provenance.connection_id in scopes
-    ]
     related = search.related(user_id, organization_id, queries, policy.per_observation)
-    chosen = _within_budget([pinned, *_rounds(related.ranked)], policy.max_tokens)
+    found = {f.fact_id for r in related.ranked for f in r}
+    pinned = sorted(
+        (
+            f
+            for f in search.pinned(user_id, organization_id)
+            if f.provenance.connection_id in scopes
+        ),
+        key=lambda f: (f.fact_id not in found, -f.updated_at.timestamp(), str(f.fact_id)),
+    )
+    chosen = _within_budget([pinned], policy.pinned_tokens)
+    chosen += _within_budget(
+        _rounds(related.ranked), policy.max_tokens, {f.fact_id for f in chosen}
+    )
     named = _retraction_targets(events)
     shown = {f.fact_id for f in chosen}
     retracted = search.by_ids(user_id, organization_id, [i for i in named if i not in shown])
@@ -89,10 +102,13 @@ def _rounds(ranked: Sequence[Sequence[Fact]]) -> list[list[Fact]]:
     return [[r[i] for r in ranked if i < len(r)] for i in range(depth)]
 
 
-def _within_budget(groups: Sequence[Sequence[Fact]], max_tokens: int) -> list[Fact]:
-    """Facts in group order, each once; one that does not fit is skipped for smaller ones."""
+def _within_budget(
+    groups: Sequence[Sequence[Fact]], max_tokens: int, taken: set[uuid.UUID] | None = None
+) -> list[Fact]:
+    """Facts in group order, each once and none of `taken`; one that does not fit is
+    skipped for smaller ones."""
     chosen: list[Fact] = []
-    seen: set[uuid.UUID] = set()
+    seen = set(taken or ())
     spent = 0
     for group in groups:
         for fact in group:
