@@ -27,18 +27,22 @@ from producers.contract import ContextEvent, EventType
 from store.protocols import FactQuery, FactSearch
 from store.records import Fact
 
+# What a shown fact costs beyond its text: `<fact id="<uuid>" type="...">` and `</fact>`.
+FACT_MARKUP_TOKENS = 20
+
 
 @dataclass(frozen=True)
 class CandidatePolicy:
     # How many related facts each observation may bring: its nearest few are what decide
-    # between add, reinforce, update and contradict.
-    per_observation: int = 4
-    # Budget of the related facts shown, in approximate tokens (content only; ids and tags
-    # add about as much again). Sized so a batch of 20 observations pays about as much for
-    # its facts as for its observations.
-    max_tokens: int = 600
+    # between add, reinforce, update and contradict. Every observation's best comes first.
+    per_observation: int = 3
+    # Budget of the related facts shown, in approximate prompt tokens (text and markup):
+    # about 20 facts, one per observation of a full batch, more when they share them. A
+    # prompt for a user with a large memory then costs about a fifth more than for a user
+    # with almost none (BENCHMARKS.md).
+    max_tokens: int = 700
     # Budget of the pinned facts shown, on top.
-    pinned_tokens: int = 150
+    pinned_tokens: int = 120
     # Only the start of a long observation (a tool dump) is searched with.
     query_chars: int = 500
 
@@ -112,7 +116,7 @@ def _within_budget(
     spent = 0
     for group in groups:
         for fact in group:
-            cost = approx_tokens(fact.content)
+            cost = shown_cost(fact)
             if fact.fact_id in seen or spent + cost > max_tokens:
                 continue
             seen.add(fact.fact_id)
@@ -127,3 +131,8 @@ def _retraction_targets(events: Sequence[ContextEvent]) -> list[uuid.UUID]:
         for e in in_request_order(events)
         if e.event_type is EventType.FACT_RETRACTION
     ]
+
+
+def shown_cost(fact: Fact) -> int:
+    """Approximate prompt tokens of one fact as the prompt renders it."""
+    return approx_tokens(fact.content) + FACT_MARKUP_TOKENS

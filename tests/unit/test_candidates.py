@@ -9,8 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from processors.candidates import CandidatePolicy, queries_for, select_candidates
-from processors.heuristics import approx_tokens
+from processors.candidates import CandidatePolicy, queries_for, select_candidates, shown_cost
 from producers.contract import ContextEvent, EventType, FactRetraction, Source
 from store.candidate_search import InMemoryFactSearch
 from store.protocols import FactQuery, RelatedFacts
@@ -94,7 +93,7 @@ def test_related_facts_come_in_rounds_each_once() -> None:
 def test_the_budget_cuts_the_last_rounds_first(budget_facts: int) -> None:
     search = ScriptedSearch(ranked={"apples": A, "bikes": B})
     order = [A[0], B[0], A[1], B[1], A[2], B[2]]
-    budget = sum(approx_tokens(f.content) for f in order[:budget_facts])
+    budget = sum(shown_cost(f) for f in order[:budget_facts])
     policy = CandidatePolicy(per_observation=3, max_tokens=budget)
     chosen = select_candidates(USER, ORG, events("apples", "bikes"), search, policy)
     assert chosen.facts == tuple(order[:budget_facts])
@@ -103,7 +102,7 @@ def test_the_budget_cuts_the_last_rounds_first(budget_facts: int) -> None:
 def test_a_fact_too_long_for_what_is_left_gives_way_to_shorter_ones() -> None:
     long = fact("The user keeps a very long note about apples " + "and pears " * 30)
     search = ScriptedSearch(ranked={"apples": [A[0], long, A[1]]})
-    policy = CandidatePolicy(max_tokens=approx_tokens(A[0].content) * 2 + 1)
+    policy = CandidatePolicy(max_tokens=shown_cost(A[0]) * 2 + 1)
     assert select_candidates(USER, ORG, events("apples"), search, policy).facts == (A[0], A[1])
 
 
@@ -115,8 +114,8 @@ def test_pinned_facts_have_their_own_budget_related_and_newest_first() -> None:
     )
     elsewhere = fact("Acme's VAT id is PT123.", pinned=True, connection="mail")
     search = ScriptedSearch(ranked={"apples": [related, A[0]]}, pins=[old, new, related, elsewhere])
-    room = approx_tokens(related.content) + approx_tokens(new.content)
-    policy = CandidatePolicy(pinned_tokens=room, max_tokens=approx_tokens(A[0].content))
+    room = shown_cost(related) + shown_cost(new)
+    policy = CandidatePolicy(pinned_tokens=room, max_tokens=shown_cost(A[0]))
     chosen = select_candidates(USER, ORG, events("apples"), search, policy)
     # The pinned fact the search found first, then the newest; one of another connection's
     # scope never (the batch has no observation in it); related facts keep their own budget.
