@@ -202,6 +202,9 @@ def run(args: argparse.Namespace, ends: services.Endpoints, base: Settings) -> l
                     for i in range(0, len(events[u]), args.batch)
                 ]
                 rows.append(row(n, runs, old))
+            # Printed before the scratch space is removed: dropping a large collection can
+            # time out on a busy machine, and the figures must not go down with it.
+            print(report(rows, args), flush=True)
     return rows
 
 
@@ -259,8 +262,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     base = Settings()
     started = time.perf_counter()
     with services.endpoints(args, base, kafka=True) as ends:
-        rows = run(args, ends, base)
-    print(report(rows, args))
+        run(args, ends, base)
     print(f"Whole bench: {time.perf_counter() - started:.0f} s.")
 
 

@@ -57,9 +57,6 @@ class Rejection:
     # Per event, when the events failed for different reasons (a bisected batch).
     reasons: dict[uuid.UUID, str] = field(default_factory=dict)
 
-    def reason_for(self, event_id: uuid.UUID) -> str:
-        return self.reasons.get(event_id, self.reason)
-
 
 @dataclass
 class Batch:
@@ -76,6 +73,13 @@ class Batch:
     @property
     def events(self) -> list[ContextEvent]:
         return [i.event for i in self.items]
+
+    def keep_only(self, event_ids: Iterable[uuid.UUID]) -> list[BufferedEvent]:
+        """Narrow the batch to these events; returns the items taken out."""
+        kept = set(event_ids)
+        out = [i for i in self.items if i.event.event_id not in kept]
+        self.items = [i for i in self.items if i.event.event_id in kept]
+        return out
 
 
 class UserBuffers:

@@ -257,12 +257,10 @@ class MemoryProcessor:
         """A bisected batch: what was consolidated is done, the rest goes to the dead-letter
         topic, each event with its own failure (the flusher recorded their failed runs)."""
         reasons = {i: r.reason for r in result.rejected for i in r.event_ids}
-        for item in batch.items:
-            if item.event.event_id not in reasons:
-                self._offsets.done(item.tp, item.offset)
+        for item in batch.keep_only(reasons):
+            self._offsets.done(item.tp, item.offset)
         if result.kind is FlushKind.CONSOLIDATED:
             self._metrics.flushes.labels("split").inc()
-        batch.items = [i for i in batch.items if i.event.event_id in reasons]
         summary = f"{len(batch.items)} event(s) the backend cannot answer usably"
         self._reject(batch, Rejection("consolidate", summary, recorded=True, reasons=reasons))
 
@@ -303,26 +301,15 @@ class MemoryProcessor:
                 log.error("failed run of %s not recorded: %s", batch.user_id, e)
                 rejection.reason = f"{rejection.reason} (failed run not recorded: {e})"
             rejection.recorded = True
-        letters = [
-            letter
-            for item in batch.items
-            for letter in event_letters(
-                [item], rejection.stage, rejection.reason_for(item.event.event_id)
-            )
-        ]
+        letters = event_letters(batch.items, rejection.stage, rejection.reason, rejection.reasons)
         try:
             self._dead_letters.send(letters)
         except DeadLetterError as e:
             self._retry_later(batch, str(e), count_attempt=False)
             return
         self._metrics.dead_letters.labels(CONSUMER_NAME, rejection.stage).inc(len(letters))
-        log.error(
-            "dead-lettered %d event(s) of %s (%s): %s",
-            len(letters),
-            batch.user_id,
-            rejection.stage,
-            rejection.reason,
-        )
+        where = f"{batch.user_id} ({rejection.stage})"
+        log.error("dead-lettered %d event(s) of %s: %s", len(letters), where, rejection.reason)
         self._finish(batch, f"dead_lettered_{rejection.stage}")
 
     def _finish(self, batch: Batch, outcome: str) -> None:

@@ -37,12 +37,12 @@ class CandidatePolicy:
     # between add, reinforce, update and contradict. Every observation's best comes first.
     per_observation: int = 3
     # Budget of the related facts shown, in approximate prompt tokens (text and markup):
-    # about 20 facts, one per observation of a full batch, more when they share them. A
-    # prompt for a user with a large memory then costs about a fifth more than for a user
-    # with almost none (BENCHMARKS.md).
-    max_tokens: int = 700
-    # Budget of the pinned facts shown, on top.
-    pinned_tokens: int = 120
+    # about 20 facts, one per observation of a full batch (every observation's best comes
+    # first), more for smaller batches. A prompt for a user with a large memory then costs
+    # under a fifth more than for a user with almost none (BENCHMARKS.md).
+    max_tokens: int = 650
+    # Budget of the pinned facts shown, on top: two or three.
+    pinned_tokens: int = 100
     # Only the start of a long observation (a tool dump) is searched with.
     query_chars: int = 500
 
