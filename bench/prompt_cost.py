@@ -3,7 +3,7 @@
     python -m bench.prompt_cost [--sizes 10,1000,10000] [--users 3] [--batches 3]
         [--batch 20] [--kafka HOST:PORT] [--dsn DSN] [--chroma-url URL] [--keep]
 
-For each size, `--users` users get that many facts (bench.read_path's synthetic memory: facts
+For each size, `--users` users get that many facts (bench.synthetic_memory: facts
 from 15 templates, 20 % in a connection's scope, 5 % archived or contradicted, 1 % pinned),
 loaded with `PostgresMemoryStore.insert_facts` and indexed by the index drain, plus a W of
 about 300 words and a scaffold of about 18 items. Each user then publishes `--batches`
@@ -38,17 +38,16 @@ import psycopg
 
 from bench import services
 from bench.processor import settings_for, wait_for
-from bench.read_path import TEMPLATES, _fill, load_users, make_facts, text_pool
+from bench.synthetic_memory import ORGANIZATION, TEMPLATES, fill, load_users, make_facts, text_pool
+from domain.model import Fact, FactStatus
 from memoryd import wiring
 from memoryd.settings import Settings
-from processors.gemini import GeminiBackend, make_gemini_client
+from processors.llm.gemini import GeminiBackend, make_gemini_client
 from processors.prompt import build_prompt
 from processors.schema import ConsolidationRequest
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata, new_event_id
-from store.records import Fact, FactStatus
-from tests.fake_gemini import FakeGemini, FakeReply, RecordedRequest, count_tokens
+from tests.support.fake_gemini import FakeGemini, FakeReply, RecordedRequest, count_tokens
 
-ORGANIZATION = "bench-org"  # bench.read_path's
 PARTITIONS = 6
 OLD_PROMPT_FACTS = 200
 _W = re.compile(r"<working_memory>(.*?)</working_memory>", re.DOTALL)
@@ -75,7 +74,7 @@ def observations(user: str, batches: int, size: int, seed: int) -> list[ContextE
             user_id=user,
             organization_id=ORGANIZATION,
             event_type=EventType.FACT,
-            content=_fill(rng.choice(TEMPLATES), rng),
+            content=fill(rng.choice(TEMPLATES), rng),
             source_metadata=SourceMetadata(source=Source.INTERACTIVE),
             occurred_at=datetime.now(UTC),
         )

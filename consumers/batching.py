@@ -14,8 +14,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from domain.model import TokenUsage
 from producers.contract import ContextEvent
-from store.records import TokenUsage
 
 if TYPE_CHECKING:  # only for the annotation: flush imports the store, batching stays plain
     from consumers.flush import FlushResult

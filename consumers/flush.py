@@ -23,24 +23,24 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from consumers.batching import Rejection
-from consumers.indexer import FactIndexer, IndexQueue
-from consumers.metrics import PipelineMetrics
+from consumers.indexer import IndexQueue
+from consumers.observers import FlushObserver
 from consumers.splitting import isolate
+from domain.ids import run_id_for
+from domain.model import MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage
+from domain.ports import Clock, FactSearch, MemoryStore
 from processors.candidates import CandidatePolicy, select_candidates
 from processors.consolidate import Consolidator, failed_run, shown_facts, unapplied_ledger
 from processors.errors import UnusableAnswer
 from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
-from store.memory_store import PostgresMemoryStore
-from store.protocols import FactSearch
-from store.records import MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage, run_id_for
 
 # Enough probes to isolate one failing event in a batch of up to 64.
 MAX_SPLIT_CALLS = 12
@@ -75,17 +75,24 @@ class FlushResult:
     reason: str = ""
     skip_embeddings: bool = False
     rejected: tuple[RejectedEvents, ...] = ()
+    deferred_run: uuid.UUID | None = None
+
+    @property
+    def run_ids(self) -> tuple[uuid.UUID, ...]:
+        """The runs this flush wrote: the applied ones, or the deferred one."""
+        applied = tuple(u.run.run_id for u in self.updates)
+        return applied if self.deferred_run is None else (*applied, self.deferred_run)
 
 
 class UserFlusher:
     def __init__(
         self,
-        store: PostgresMemoryStore,
+        store: MemoryStore,
         backend: ConsolidationBackend,
         consolidator: Consolidator,
-        indexer: FactIndexer,
-        metrics: PipelineMetrics,
-        clock: Callable[[], datetime],
+        index_queue: IndexQueue,
+        observer: FlushObserver,
+        clock: Clock,
         search: FactSearch,
         budget_policy: BudgetPolicy = BudgetPolicy.DEFER,
         *,
@@ -95,8 +102,8 @@ class UserFlusher:
         self._store = store
         self._backend = backend
         self._consolidator = consolidator
-        self._index_queue = IndexQueue(indexer, metrics)
-        self._metrics = metrics
+        self._index_queue = index_queue
+        self._observer = observer
         self._clock = clock
         self._search = search
         self._budget_policy = budget_policy
@@ -119,7 +126,7 @@ class UserFlusher:
         if not result.skip_embeddings:
             for update in result.updates:
                 self._index_queue.submit(update)
-        self._metrics.flush_seconds.labels(self._backend.name).observe(time.monotonic() - started)
+        self._observer.flushed(self._backend.name, time.monotonic() - started)
         return result
 
     def record_failure(
@@ -156,7 +163,7 @@ class UserFlusher:
         balance = self._store.balance(user_id)
         exhausted = balance is not None and balance <= 0
         if exhausted:
-            self._metrics.budget_actions.labels(self._budget_policy.value).inc()
+            self._observer.budget_applied(self._budget_policy.value)
             if self._budget_policy is BudgetPolicy.DEFER:
                 return self._defer(state, fresh, now, attempt, f"balance {balance} micro-USD")
         try:
@@ -192,7 +199,7 @@ class UserFlusher:
         if degraded is not None:
             update = _with_output(update, candidates_degraded=degraded)
         self._store.apply(update)
-        self._observe(update.run)
+        self._observer.consolidated(update.run)
         return update
 
     def _request(
@@ -283,9 +290,9 @@ class UserFlusher:
         try:
             response, duration_ms = self._call(request, attempt)
         except UnusableAnswer as e:
-            self._metrics.split_probes.labels("unusable").inc()
+            self._observer.probed(usable=False)
             return str(e)
-        self._metrics.split_probes.labels("usable").inc()
+        self._observer.probed(usable=True)
         self._unapplied(
             request,
             attempt,
@@ -335,7 +342,7 @@ class UserFlusher:
             output=output,
         )
         self._store.record_run(run, unapplied_ledger(prices, run))
-        self._observe_usage(run)
+        self._observer.charged(run)
         return run
 
     def _defer(
@@ -348,28 +355,8 @@ class UserFlusher:
     ) -> FlushResult:
         request = ConsolidationRequest.build(state, (), fresh, now)
         reason = f"credit exhausted ({balance}): consolidation deferred"
-        self._unapplied(request, attempt, now, RunStatus.DEFERRED, error=reason)
-        return FlushResult(FlushKind.DEFERRED, len(fresh), reason=reason)
-
-    # -- metrics --------------------------------------------------------------------------
-
-    def _observe(self, run: RunRecord) -> None:
-        m = self._metrics
-        m.events_consolidated.inc(len(run.input_event_ids))
-        self._observe_usage(run)
-        for verdict, count in (
-            ("allow", run.gate.allowed),
-            ("hold", run.gate.held),
-            ("discard", run.gate.discarded),
-            ("reinforce", run.gate.reinforced),
-        ):
-            m.gate_verdicts.labels(verdict).inc(count)
-
-    def _observe_usage(self, run: RunRecord) -> None:
-        m = self._metrics
-        m.tokens.labels(run.backend, "prompt").inc(run.usage.prompt_tokens)
-        m.tokens.labels(run.backend, "completion").inc(run.usage.completion_tokens)
-        m.cost.labels("llm").inc(run.cost_micro_usd)
+        run = self._unapplied(request, attempt, now, RunStatus.DEFERRED, error=reason)
+        return FlushResult(FlushKind.DEFERRED, len(fresh), reason=reason, deferred_run=run.run_id)
 
 
 def _ms_since(started: float) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,13 +18,13 @@ from psycopg_pool import ConnectionPool
 
 from consumers.dead_letter import KafkaDeadLetterSink
 from consumers.flush import UserFlusher
-from consumers.indexer import FactIndexer
+from consumers.indexer import FactIndexer, IndexQueue
 from consumers.kafka_client import ConsumerSettings, make_consumer
 from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
-from consumers.processor import MemoryProcessor, ProcessorSettings
+from consumers.processor import MemoryProcessor
+from domain.ports import Clock
 from memoryd.settings import Settings
-from processors.candidates import CandidatePolicy
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
 from processors.gate import WriteGate
@@ -32,19 +32,18 @@ from processors.offline import OfflineBackend
 from processors.retraction import RetractingConsolidator, RetractionAwareBackend
 from processors.schema import ConsolidationBackend
 from producers.publisher import KafkaEventPublisher, ProducerSettings
-from store.background import BatchWriter, WriterSettings
-from store.candidate_search import HybridFactSearch
-from store.context_service import ContextService
+from store.chroma import ReconnectingIndex, embedded_client, http_client
 from store.embeddings import CachingEmbedder, MiniLmEmbedder
-from store.event_log import PostgresEventLog
-from store.fact_queries import PostgresReadModel
-from store.injection import InjectionCache
-from store.memory_store import PostgresMemoryStore
 from store.postgres import make_pool
-from store.query_rewrite import TimeBoundRewriter
-from store.read_metrics import ReadPathMetrics
-from store.reconnecting_index import ReconnectingIndex
-from store.vector_index import embedded_client, http_client
+from store.read.background import BatchWriter
+from store.read.candidate_search import HybridFactSearch
+from store.read.context_service import ContextService
+from store.read.fact_queries import PostgresReadModel
+from store.read.injection import InjectionCache
+from store.read.query_rewrite import TimeBoundRewriter
+from store.read.read_metrics import ReadPathMetrics
+from store.write.event_log import PostgresEventLog
+from store.write.memory_store import PostgresMemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +65,11 @@ class Core:
     prices: PriceTable
     registry: CollectorRegistry
     metrics: PipelineMetrics
-    clock: Callable[[], datetime]
+    clock: Clock
 
 
 @contextmanager
-def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Iterator[Core]:
+def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
     # Each flush holds a connection for its user lock and needs another meanwhile, and the
     # read path and the indexer want theirs: size the pool so concurrency is never capped by it.
     pool_size = max(settings.postgres.pool_max_size, 2 * settings.processor.concurrency + 4)
@@ -167,7 +166,7 @@ def backend(c: Core) -> ConsolidationBackend:
     llm = c.settings.llm
     if llm.backend == "offline":
         return OfflineBackend(c.embedder)
-    from processors.gemini import GeminiBackend, make_gemini_client  # noqa: PLC0415 - optional SDK
+    from processors.llm.gemini import GeminiBackend, make_gemini_client  # noqa: PLC0415 - optional SDK
 
     if llm.api_key is None:
         raise ValueError("llm.backend=gemini needs MEMORYD_LLM__API_KEY")
@@ -195,29 +194,22 @@ def candidate_search(c: Core) -> HybridFactSearch:
     return HybridFactSearch(c.pool, read_model(c), c.index, c.embedder)
 
 
-def flusher(c: Core, consolidation_backend: ConsolidationBackend | None = None) -> UserFlusher:
+def flusher(
+    c: Core, consolidation_backend: ConsolidationBackend, consolidator: Consolidator
+) -> UserFlusher:
+    """One user's flush, indexing what it committed in the background."""
     p = c.settings.processor
-    chosen_backend, consolidator = consolidation(c, consolidation_backend)
     return UserFlusher(
         c.memory,
-        chosen_backend,
+        consolidation_backend,
         consolidator,
-        indexer(c),
+        IndexQueue(indexer(c), c.metrics),
         c.metrics,
         c.clock,
         candidate_search(c),
         p.budget_policy,
-        candidate_policy=candidate_policy(c),
+        candidate_policy=p.candidates,
         max_split_calls=p.max_split_calls,
-    )
-
-
-def candidate_policy(c: Core) -> CandidatePolicy:
-    p = c.settings.processor
-    return CandidatePolicy(
-        per_observation=p.candidates_per_observation,
-        max_tokens=p.candidate_tokens,
-        pinned_tokens=p.candidate_pinned_tokens,
     )
 
 
@@ -225,22 +217,13 @@ def processor(
     c: Core, consolidation_backend: ConsolidationBackend | None = None
 ) -> MemoryProcessor:
     s = c.settings
-    p = s.processor
     return MemoryProcessor(
         _consumer(s, s.kafka.processor_group, "memoryd-processor"),
         s.kafka.topic,
-        flusher(c, consolidation_backend),
+        flusher(c, *consolidation(c, consolidation_backend)),
         KafkaDeadLetterSink(s.kafka.bootstrap_servers, s.kafka.dead_letter_topic, "processor"),
         c.metrics,
-        ProcessorSettings(
-            max_batch=p.max_batch,
-            max_wait_s=p.max_wait_s,
-            concurrency=p.concurrency,
-            max_attempts=p.max_attempts,
-            backoff_base_s=p.backoff_base_s,
-            backoff_max_s=p.backoff_max_s,
-            max_buffered=p.max_buffered,
-        ),
+        s.processor,
     )
 
 
@@ -252,7 +235,7 @@ def query_rewriter(c: Core) -> TimeBoundRewriter | None:
     r = c.settings.read_path
     if r.rewrite == "off":
         return None
-    from processors.query_rewrite import gemini_rewriter  # noqa: PLC0415 - optional SDK
+    from processors.llm.query_rewrite import gemini_rewriter  # noqa: PLC0415 - optional SDK
 
     llm = c.settings.llm
     if llm.api_key is None:
@@ -271,9 +254,6 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
     """
     r = c.settings.read_path
     reads = read_model(c)
-    writer = WriterSettings(
-        max_queue=r.writer_queue, max_batch=r.writer_batch, max_delay_s=r.writer_max_delay_s
-    )
     hooks: dict[str, Any] = (
         {"on_dropped": metrics.dropped, "on_written": metrics.written} if metrics else {}
     )
@@ -283,9 +263,9 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
         c.clock,
         cache=InjectionCache(reads, r.cache_max_users),
         rewriter=query_rewriter(c),
-        audit=BatchWriter("context-log", reads.write_context_logs, writer, **hooks),
-        recalls=BatchWriter("recall-counts", reads.record_recalls, writer, **hooks),
-        metrics=metrics,
+        audit=BatchWriter("context-log", reads.write_context_logs, r.writer, **hooks),
+        recalls=BatchWriter("recall-counts", reads.record_recalls, r.writer, **hooks),
+        observer=metrics,
     )
 
 

@@ -21,11 +21,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from domain.model import Fact
+from domain.ports import FactQuery, FactSearch
 from processors.heuristics import approx_tokens
 from processors.schema import in_request_order
 from producers.contract import ContextEvent, EventType
-from store.protocols import FactQuery, FactSearch
-from store.records import Fact
 
 # What a shown fact costs beyond its text: `<fact id="<uuid>" type="...">` and `</fact>`.
 FACT_MARKUP_TOKENS = 20
@@ -41,8 +41,9 @@ class CandidatePolicy:
     # first), more for smaller batches. A prompt for a user with a large memory then costs
     # under a fifth more than for a user with almost none (BENCHMARKS.md).
     max_tokens: int = 650
-    # Budget of the pinned facts shown, on top: two or three.
-    pinned_tokens: int = 100
+    # Budget of the pinned facts shown, on top: about two. Pinned facts unrelated to the
+    # batch matter little to it: no run changes a pinned fact (processors.lifecycle).
+    pinned_tokens: int = 80
     # Only the start of a long observation (a tool dump) is searched with.
     query_chars: int = 500
 

@@ -15,6 +15,16 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
+from domain.codec import fact_to_json
+from domain.model import (
+    FactChange,
+    LedgerEntry,
+    MemoryState,
+    MemoryUpdate,
+    RunRecord,
+    RunStatus,
+    TokenUsage,
+)
 from processors.cost import PriceTable, llm_entry
 from processors.gate import WriteGate
 from processors.lifecycle import FactLedger
@@ -26,16 +36,6 @@ from processors.schema import (
     ConsolidationRequest,
 )
 from producers.contract import EventType
-from store.records import (
-    FactChange,
-    LedgerEntry,
-    MemoryState,
-    MemoryUpdate,
-    RunRecord,
-    RunStatus,
-    TokenUsage,
-)
-from store.serialization import fact_to_json
 
 MAX_LEARNED_INFO = 200
 
@@ -200,7 +200,7 @@ def applied_effect(
 
 def shown_facts(request: ConsolidationRequest) -> dict[str, Any]:
     """Which existing facts the backend was shown, in order, out of how many: a shadow replay
-    of this run shows the same ones (see memoryd.replay)."""
+    of this run shows the same ones (see consumers.replay)."""
     return {
         "shown": [str(f.fact_id) for f in request.active_facts],
         "known": request.fact_count,

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
 
-from store.records import LedgerEntry, TokenUsage, ledger_entry_id_for
+from domain.ids import ledger_entry_id_for
+from domain.model import LedgerEntry, TokenUsage
 
 
 @dataclass(frozen=True)

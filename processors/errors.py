@@ -8,7 +8,7 @@ An error carries the tokens the failed call used: a model that answered, even wi
 usable, was paid for, and the run record and the credit ledger book it.
 """
 
-from store.records import TokenUsage
+from domain.model import TokenUsage
 
 
 class ProcessorError(Exception):

@@ -14,9 +14,10 @@ from enum import StrEnum
 
 import numpy as np
 
+from domain.ids import normalize_content
+from domain.model import Fact, FactType
+from domain.ports import Embedder
 from processors.schema import FactProposal
-from store.protocols import Embedder
-from store.records import Fact, FactType, normalize_content
 
 MIN_CONTENT_CHARS = 8
 MIN_CONFIDENCE = 0.4

@@ -14,7 +14,7 @@ from typing import Final
 
 import numpy as np
 
-from store.protocols import Embedder, Vector
+from domain.ports import Embedder, Vector
 
 
 class Slot(StrEnum):

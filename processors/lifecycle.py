@@ -14,10 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from processors.gate import GateDecision, Verdict, WriteGate
-from processors.schema import FactOp, FactProposal, Observation
-from producers.contract import ContextEvent
-from store.records import (
+from domain.ids import fact_id_for
+from domain.model import (
     Fact,
     FactChange,
     FactChangeKind,
@@ -25,8 +23,10 @@ from store.records import (
     FactType,
     GateCounts,
     Provenance,
-    fact_id_for,
 )
+from processors.gate import GateDecision, Verdict, WriteGate
+from processors.schema import FactOp, FactProposal, Observation
+from producers.contract import ContextEvent
 
 _WORD = re.compile(r"[a-z0-9]+")
 REINFORCE_CONFIDENCE_STEP = 0.05

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
+from domain.ids import normalize_content
+from domain.model import Fact, FactStatus, FactType, SurfacePolicy, TokenUsage
+from domain.ports import Embedder
 from processors.heuristics import (
     SCAFFOLD_SLOT_KEYS,
     Similarity,
@@ -42,8 +45,6 @@ from processors.schema import (
     scaffold_size,
 )
 from producers.contract import ContextEvent, EventType, Source
-from store.protocols import Embedder
-from store.records import Fact, FactStatus, FactType, SurfacePolicy, TokenUsage, normalize_content
 
 T = TypeVar("T")
 

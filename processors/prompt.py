@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from domain.model import Fact
 from processors.normalize import truncate_text
 from processors.schema import (
     MAX_FACTS_PER_RUN,
@@ -23,7 +24,6 @@ from processors.schema import (
     ConsolidationRequest,
     Observation,
 )
-from store.records import Fact
 
 PROMPT_VERSION = "consolidate-v3"
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from domain.model import Fact, FactChange, FactChangeKind, FactStatus, MemoryUpdate, TokenUsage
 from processors.consolidate import Consolidator, applied_effect
 from processors.schema import (
     BackendResponse,
@@ -27,14 +28,6 @@ from processors.schema import (
     ConsolidationRequest,
 )
 from producers.contract import EventType, FactRetraction, RetractionReason
-from store.records import (
-    Fact,
-    FactChange,
-    FactChangeKind,
-    FactStatus,
-    MemoryUpdate,
-    TokenUsage,
-)
 
 STATUS_FOR = {
     RetractionReason.DELETED: FactStatus.ARCHIVED,

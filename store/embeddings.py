@@ -25,8 +25,8 @@ from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
 from chromadb.utils.embedding_functions import register_embedding_function
 from tokenizers import Tokenizer
 
+from domain.ports import Embedder, Vector
 from store.errors import EmbeddingModelError
-from store.protocols import Embedder, Vector
 
 MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
 # Pinned here rather than read from the model package: a package update must not be able to

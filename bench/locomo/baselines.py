@@ -16,7 +16,7 @@ import numpy.typing as npt
 from rank_bm25 import BM25Okapi  # type: ignore[import-untyped]
 
 from bench.locomo.dataset import Turn
-from store.protocols import Embedder
+from domain.ports import Embedder
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 

@@ -21,6 +21,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
+from domain.model import Fact, FactStatus
 from memoryd.api.auth import TokenTable
 from memoryd.api.metrics import HttpMetrics, RequestLatencyMiddleware
 from memoryd.api.models import (
@@ -37,10 +38,9 @@ from producers.contract import ContextEvent
 from producers.corrections import FactCorrections
 from producers.errors import PublishError
 from producers.publisher import EventPublisher
-from store.context_service import ContextService, TenantMismatch
 from store.errors import DatabaseUnavailable
-from store.fact_queries import PostgresReadModel
-from store.records import Fact, FactStatus
+from store.read.context_service import ContextService, TenantMismatch
+from store.read.fact_queries import PostgresReadModel
 
 API_VERSION = "1.0.0"
 TURN_NAMESPACE = uuid.UUID("3d6f0a4e-9b2c-4f7a-8e1d-5c4b3a291807")

@@ -8,11 +8,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from domain.model import Fact, FactStatus, FactType, SurfacePolicy
 from producers.contract import MAX_CONTENT_CHARS, ContextEvent, Identifier
-from store.context_service import ContextBundle, RetrievedFact
-from store.ranking import Budget
-from store.records import Fact, FactStatus, FactType, SurfacePolicy
-from store.rendering import surface_group
+from store.read.bundle import ContextBundle, RetrievedFact
+from store.read.ranking import Budget
+from store.read.rendering import surface_group
 
 MAX_CONNECTIONS = 50
 MAX_EVENTS_PER_REQUEST = 500

@@ -10,15 +10,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from domain.ids import fact_id_for
+from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.ports import FactQuery, FactSearch, Vector, VectorHit
 from memoryd import wiring
-from store import candidate_search
-from store.candidate_search import HybridFactSearch, InMemoryFactSearch
 from store.errors import VectorIndexUnavailable
-from store.fact_queries import PostgresReadModel
-from store.protocols import FactQuery, FactSearch, Vector
-from store.records import Fact, FactStatus, FactType, Provenance, SurfacePolicy, fact_id_for
-from store.vector_index import VectorHit
-from tests.support import Deployment
+from store.inmemory import InMemoryFactSearch
+from store.read import candidate_search
+from store.read.candidate_search import HybridFactSearch
+from store.read.fact_queries import PostgresReadModel
+from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +81,7 @@ FACTS = [DENTIST, BEES, MAIL, HELD, GONE, PINNED, OTHER_ORG, OTHER_USER, *FILLER
 def search(request: pytest.FixtureRequest, deployment: Deployment) -> Iterator[FactSearch]:
     with wiring.core(deployment.settings) as c:
         if request.param == "in_memory":
-            yield InMemoryFactSearch(FACTS, c.embedder)
+            yield InMemoryFactSearch.over(FACTS, c.embedder)
             return
         assert c.memory.insert_facts(FACTS) == len(FACTS)
         wiring.indexer(c).drain_pending()

@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
+from domain.model import TokenUsage
 from memoryd import wiring
 from memoryd.jobs import drain_index_once
 from processors.cost import PriceTable
 from producers.contract import EventType
-from store.records import TokenUsage
-from tests.consolidation_support import gemini_backend
-from tests.fake_gemini import FakeGemini, FakeReply
-from tests.support import Deployment, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment, gemini_backend
+from tests.support.fake_gemini import FakeGemini, FakeReply
 
 pytestmark = pytest.mark.integration
 

@@ -18,21 +18,27 @@ from typing import Any
 import pytest
 
 from consumers.batching import Rejection
-from memoryd import wiring
-from processors.cost import PriceTable
-from producers.contract import EventType
-from store.records import (
+from domain.ids import fact_id_for
+from domain.model import (
     Fact,
     FactStatus,
     FactType,
     Provenance,
     SurfacePolicy,
     TokenUsage,
-    fact_id_for,
 )
-from tests.consolidation_support import gemini_backend, headers_of, tuned
-from tests.fake_gemini import FakeGemini, FakeReply, RecordedRequest
-from tests.support import BASE_TIME, Deployment, dead_letters, make_event
+from memoryd import wiring
+from processors.cost import PriceTable
+from producers.contract import EventType
+from tests.support.builders import BASE_TIME, make_event
+from tests.support.deployment import (
+    Deployment,
+    dead_letters,
+    gemini_backend,
+    headers_of,
+    tuned,
+)
+from tests.support.fake_gemini import FakeGemini, FakeReply, RecordedRequest
 
 pytestmark = pytest.mark.integration
 

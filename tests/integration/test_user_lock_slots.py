@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from store.memory_store import PostgresMemoryStore
 from store.migrate import migrate
 from store.postgres import make_pool
+from store.write.memory_store import PostgresMemoryStore
 
 pytestmark = pytest.mark.integration
 

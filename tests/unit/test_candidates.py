@@ -9,13 +9,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from domain.ids import fact_id_for
+from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.ports import FactQuery, RelatedFacts
 from processors.candidates import CandidatePolicy, queries_for, select_candidates, shown_cost
 from producers.contract import ContextEvent, EventType, FactRetraction, Source
-from store.candidate_search import InMemoryFactSearch
-from store.protocols import FactQuery, RelatedFacts
-from store.records import Fact, FactStatus, FactType, Provenance, SurfacePolicy, fact_id_for
-from tests.fakes import BagOfWordsEmbedder
-from tests.support import make_event
+from store.inmemory import InMemoryFactSearch
+from tests.support.builders import make_event
+from tests.support.fakes import BagOfWordsEmbedder
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 USER, ORG = "ada", "org-a"
@@ -170,7 +171,7 @@ def test_in_memory_search_scopes_by_tenant_connection_and_status() -> None:
     scoped = fact("The user's bike invoice came by mail.", connection="mail")
     other_org = replace(mine, organization_id="org-b", fact_id=uuid.uuid4())
     gone = replace(fact("The user rides a red bike."), status=FactStatus.CONTRADICTED)
-    search = InMemoryFactSearch([mine, scoped, other_org, gone], BagOfWordsEmbedder())
+    search = InMemoryFactSearch.over([mine, scoped, other_org, gone], BagOfWordsEmbedder())
 
     plain, in_mail = search.related(
         USER, ORG, [FactQuery("bike", None), FactQuery("bike", "mail")], limit=5
@@ -184,8 +185,6 @@ def test_in_memory_search_scopes_by_tenant_connection_and_status() -> None:
 def test_selection_is_deterministic() -> None:
     facts = [*A, *B, fact("The user bikes to the apple market.")]
     batch = events("apples and bikes", "the market")
-    picks = {
-        select_candidates(USER, ORG, batch, InMemoryFactSearch(facts, BagOfWordsEmbedder())).facts
-        for _ in range(3)
-    }
+    search = InMemoryFactSearch.over(facts, BagOfWordsEmbedder())
+    picks = {select_candidates(USER, ORG, batch, search).facts for _ in range(3)}
     assert len(picks) == 1

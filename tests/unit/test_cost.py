@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from domain.model import TokenUsage
 from processors.cost import ModelPrice, PriceTable
-from store.records import TokenUsage
 
 TABLE = PriceTable(
     {

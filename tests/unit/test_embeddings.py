@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from domain.ports import Embedder, Vector
 from store.embeddings import (
     DIMENSION,
     MODEL_NAME,
@@ -20,7 +21,6 @@ from store.embeddings import (
     default_model_path,
 )
 from store.errors import EmbeddingModelError
-from store.protocols import Embedder, Vector
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,8 +20,9 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "invalid escape sequence", SyntaxWarning)
     from google import genai
 
+from domain.model import FactType, MemoryState, SurfacePolicy, TokenUsage
 from processors.errors import BackendError, TransientBackendError, UnusableAnswer
-from processors.gemini import GeminiBackend, make_gemini_client, parse_output
+from processors.llm.gemini import GeminiBackend, make_gemini_client, parse_output
 from processors.prompt import PROMPT_VERSION, output_json_schema
 from processors.schema import (
     MAX_FACT_CHARS,
@@ -32,8 +33,12 @@ from processors.schema import (
     FactOp,
 )
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
-from store.records import FactType, MemoryState, SurfacePolicy, TokenUsage
-from tests.fake_gemini import FakeGemini, FakeReply, count_tokens, fake_gemini  # noqa: F401
+from tests.support.fake_gemini import (  # noqa: F401
+    FakeGemini,
+    FakeReply,
+    count_tokens,
+    fake_gemini,
+)
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from domain.ids import fact_id_for
+from domain.model import Fact, FactStatus, FactType, MemoryState, Provenance, SurfacePolicy
 from processors.heuristics import Slot, classify_slot, first_sentences, to_third_person
 from processors.offline import OfflineBackend
 from processors.schema import (
@@ -23,16 +25,7 @@ from processors.schema import (
     scaffold_size,
 )
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
-from store.records import (
-    Fact,
-    FactStatus,
-    FactType,
-    MemoryState,
-    Provenance,
-    SurfacePolicy,
-    fact_id_for,
-)
-from tests.fakes import BagOfWordsEmbedder
+from tests.support.fakes import BagOfWordsEmbedder
 
 BASE = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 USER, ORG = "u-maya", "northwind"

@@ -8,10 +8,11 @@ from collections.abc import Iterator
 import pytest
 from google import genai
 
-from processors.gemini import make_gemini_client
-from processors.query_rewrite import GeminiQueryRewriter
-from store.query_rewrite import QueryRewriteFailed, RewriteOutcome, TimeBoundRewriter
-from tests.fake_gemini import FakeGemini, FakeReply, fake_gemini  # noqa: F401
+from domain.errors import QueryRewriteFailed
+from processors.llm.gemini import make_gemini_client
+from processors.llm.query_rewrite import GeminiQueryRewriter
+from store.read.query_rewrite import RewriteOutcome, TimeBoundRewriter
+from tests.support.fake_gemini import FakeGemini, FakeReply, fake_gemini  # noqa: F401
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from store.protocols import Vector
-from store.ranking import (
+from domain.ports import Vector
+from store.read.ranking import (
     PROFILES,
     Budget,
     BudgetProfile,

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 
 import pytest
 
-from store.background import BatchWriter, WriterSettings
+from domain.errors import QueryRewriteFailed
+from domain.model import MemoryState
 from store.errors import DatabaseUnavailable
-from store.fact_queries import Injection
-from store.injection import InjectionCache
-from store.query_rewrite import QueryRewriteFailed, RewriteOutcome, TimeBoundRewriter
-from store.records import MemoryState
+from store.read.background import BatchWriter, WriterSettings
+from store.read.fact_queries import Injection
+from store.read.injection import InjectionCache
+from store.read.query_rewrite import RewriteOutcome, TimeBoundRewriter
 
 FAST = WriterSettings(max_queue=4, max_batch=3, max_delay_s=0.01, idle_exit_s=0.1, backoff_s=0.01)
 

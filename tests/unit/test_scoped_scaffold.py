@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from store.context_service import scoped_scaffold
+from store.read.context_service import scoped_scaffold
 
 S = {"Role": "designer", "Connections": {"gmail": ["a"], "crm": ["b"]}}
 

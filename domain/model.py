@@ -1,0 +1,223 @@
+"""The values memoryd keeps: facts, memory state, runs, ledger entries.
+
+Plain frozen dataclasses shared by the processors (which compute them) and the adapters in
+`store` (which persist them). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+E = TypeVar("E")
+
+
+class FactType(StrEnum):
+    PROFILE = "profile"
+    PREFERENCE = "preference"
+    EPISODIC = "episodic"
+    OPEN_LOOP = "open_loop"
+    LORE = "lore"
+    PROTOCOL = "protocol"
+    REFLECTION = "reflection"
+
+
+class SurfacePolicy(StrEnum):
+    SPEAK = "speak"
+    ADAPT = "adapt"
+    AVOID = "avoid"
+    CONTINUE = "continue"
+    FACTCHECK = "factcheck"
+
+
+class FactStatus(StrEnum):
+    ACTIVE = "active"
+    HELD = "held"
+    STALE = "stale"
+    CONTRADICTED = "contradicted"
+    ARCHIVED = "archived"
+
+
+class RunStatus(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEFERRED = "deferred"
+    # A usable answer not applied: a probe while bisecting a batch to find the event at fault.
+    DISCARDED = "discarded"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a fact came from, copied from the events that produced it."""
+
+    context_type: str
+    source: str
+    connection_id: str | None = None
+    tool_id: str | None = None
+    message_id: str | None = None
+    attachment_id: str | None = None
+    filename: str | None = None
+    source_event_ids: tuple[uuid.UUID, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fact:
+    fact_id: uuid.UUID
+    user_id: str
+    organization_id: str
+    content: str
+    fact_type: FactType
+    surface: SurfacePolicy
+    status: FactStatus
+    confidence: float
+    salience: float
+    provenance: Provenance
+    created_by_run: uuid.UUID
+    created_at: datetime
+    updated_at: datetime
+    pinned: bool = False
+    reinforce_count: int = 0
+    last_reinforced_at: datetime | None = None
+    recall_count: int = 0
+    last_recalled_at: datetime | None = None
+    superseded_by: uuid.UUID | None = None
+    indexed_at: datetime | None = None
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    """W, S and learned info of one user, at one version."""
+
+    user_id: str
+    organization_id: str
+    working_memory: str = ""
+    scaffold: Mapping[str, Any] = field(default_factory=dict)
+    learned_info: tuple[str, ...] = ()
+    version: int = 0
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ConnectionContext:
+    connection_id: str
+    learned_info: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    entry_id: uuid.UUID
+    user_id: str
+    organization_id: str
+    run_id: uuid.UUID | None
+    operation: str  # "llm" | "embedding"
+    model: str
+    units: int  # tokens for llm, texts for embeddings
+    cost_micro_usd: int
+    occurred_at: datetime
+
+
+@dataclass(frozen=True)
+class GateCounts:
+    allowed: int = 0
+    held: int = 0
+    discarded: int = 0
+    reinforced: int = 0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One synthesis, append-only: enough to fold memory back together without the LLM."""
+
+    run_id: uuid.UUID
+    user_id: str
+    organization_id: str
+    input_event_ids: tuple[uuid.UUID, ...]
+    backend: str
+    model: str
+    prompt_version: str
+    status: RunStatus
+    started_at: datetime
+    duration_ms: int
+    base_version: int
+    output: Mapping[str, Any] | None = None
+    raw_response: str | None = None
+    gate: GateCounts = GateCounts()
+    usage: TokenUsage = TokenUsage()
+    cost_micro_usd: int = 0
+    error: str | None = None
+    attempt: int = 0
+
+
+class FactChangeKind(StrEnum):
+    ADD = "add"
+    UPDATE = "update"
+    REINFORCE = "reinforce"
+    CONTRADICT = "contradict"
+    CLOSE_LOOP = "close_loop"
+    RETRACT = "retract"  # the user deleted or corrected the fact (a fact_retraction event)
+
+
+@dataclass(frozen=True)
+class FactChange:
+    """The full new state of one fact after a run, and what it was before (None if new)."""
+
+    kind: FactChangeKind
+    after: Fact
+    before: Fact | None = None
+
+
+@dataclass(frozen=True)
+class MemoryUpdate:
+    """Everything one consolidation run writes, applied in one Postgres transaction."""
+
+    run: RunRecord
+    state: MemoryState
+    fact_changes: tuple[FactChange, ...] = ()
+    connection_additions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    ledger: tuple[LedgerEntry, ...] = ()
+
+    @property
+    def consumed_event_ids(self) -> tuple[uuid.UUID, ...]:
+        return self.run.input_event_ids
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    """A run as stored: its place in the run log and when its transaction ran."""
+
+    seq: int
+    finished_at: datetime
+    run: RunRecord
+
+
+@dataclass(frozen=True)
+class KafkaCoordinates:
+    """Where an event was read: kept with it in the event log, for audit."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class LoggedEvent(Generic[E]):
+    """An event as stored in the event log (generic: see `domain.ports.EventLog`)."""
+
+    seq: int
+    event: E
+    recorded_at: datetime

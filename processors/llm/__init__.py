@@ -1,0 +1,1 @@
+"""LLM adapters: the only part of `processors` that talks to a network."""

@@ -1,0 +1,249 @@
+"""The Gemini consolidation backend, through google-genai.
+
+The SDK is told never to retry: the consumer retries per user with backoff, and retries hidden
+in here would multiply its attempts and stall the other users' flushes. SDK and transport
+errors are translated here, once, into `TransientBackendError` (retry) or `BackendError`
+(dead letter). `response.parsed` is not trusted: the SDK leaves it `None`, without an error,
+for truncated, fenced, wrongly typed or blocked output, so the text is parsed here and a
+failure always raises `UnusableAnswer` (the consumer bisects the batch), never yields an empty
+result. The response's usage goes with the error: an unusable answer is still billed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import httpx
+import httpx2
+import pydantic
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+
+from domain.model import TokenUsage
+from processors.errors import BackendError, TransientBackendError, UnusableAnswer
+from processors.normalize import normalize_json, strip_fences, truncate_text
+from processors.prompt import PROMPT_VERSION, build_prompt, output_json_schema
+from processors.schema import (
+    MAX_FACT_CHARS,
+    MAX_FACTS_PER_RUN,
+    MAX_WORKING_MEMORY_CHARS,
+    MAX_WORKING_MEMORY_WORDS,
+    BackendResponse,
+    ConsolidationOutput,
+    ConsolidationRequest,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gemini-2.5-flash"
+DEFAULT_MAX_OUTPUT_TOKENS = 8192
+API_VERSION = "v1beta"
+
+# HTTP statuses that say "try again later" even though they are 4xx.
+_TRANSIENT_CLIENT_CODES = frozenset({408, 429})
+# The SDK uses httpx2 by default and httpx when GOOGLE_GENAI_HTTP_CLIENT=httpx: the two have
+# separate exception trees. Timeouts, refused or reset connections and a server that hangs up
+# mid-answer are worth a retry; other transport errors (bad URL scheme, ...) are configuration.
+_TRANSIENT_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
+    httpx2.TimeoutException,
+    httpx2.NetworkError,
+    httpx2.RemoteProtocolError,
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+)
+_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx2.HTTPError, httpx.HTTPError)
+_MAX_REASON_CHARS = 500
+# Mirrors `FactProposal.evidence`'s max_length.
+_MAX_EVIDENCE = 20
+
+
+def make_gemini_client(api_key: str, base_url: str | None, timeout_ms: int) -> genai.Client:
+    """A client with a per-request timeout and no SDK retries (`retry_options` unset)."""
+    options = types.HttpOptions(
+        base_url=base_url, api_version=API_VERSION, timeout=timeout_ms, retry_options=None
+    )
+    return genai.Client(api_key=api_key, http_options=options)
+
+
+class GeminiBackend:
+    """`ConsolidationBackend` on Gemini structured output (`response_json_schema`)."""
+
+    name = "gemini"
+
+    def __init__(
+        self,
+        client: genai.Client,
+        model: str = DEFAULT_MODEL,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+    ) -> None:
+        self._client = client
+        self.model = model
+        self.prompt_version = PROMPT_VERSION
+        self._max_output_tokens = max_output_tokens
+        self._schema = output_json_schema()
+
+    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+        prompt = build_prompt(request)
+        config = types.GenerateContentConfig(
+            system_instruction=prompt.system_instruction,
+            temperature=0,
+            response_mime_type="application/json",
+            # Not `response_schema`: the SDK rejects `additionalProperties` there outside
+            # Vertex AI, and the scaffold is a free-form object.
+            response_json_schema=self._schema,
+            max_output_tokens=self._max_output_tokens,
+        )
+        response = self._generate(prompt.user_content, config)
+        usage = _usage(response)
+        try:
+            text = _response_text(response)
+            output = parse_output(text, finish_reason=_finish_reason(response))
+        except UnusableAnswer as e:
+            e.usage = usage
+            raise
+        return BackendResponse(output=output, raw_response=text, usage=usage, model=self.model)
+
+    def _generate(
+        self, contents: str, config: types.GenerateContentConfig
+    ) -> types.GenerateContentResponse:
+        try:
+            return self._client.models.generate_content(
+                model=self.model, contents=contents, config=config
+            )
+        except genai_errors.ClientError as e:
+            if e.code in _TRANSIENT_CLIENT_CODES:
+                raise TransientBackendError(_api_error(e)) from e
+            raise BackendError(_api_error(e)) from e
+        except genai_errors.ServerError as e:
+            raise TransientBackendError(_api_error(e)) from e
+        except genai_errors.APIError as e:
+            raise BackendError(_api_error(e)) from e
+        except genai_errors.UnknownApiResponseError as e:
+            raise BackendError(f"gemini answered something that is not JSON: {e}") from e
+        except (ValueError, RecursionError) as e:
+            # With a dict schema the SDK json.loads the answer for `.parsed` and catches only
+            # JSONDecodeError: a too-long integer (ValueError) or absurd nesting escapes it.
+            # Permanent for this input; the SDK raised before its usage could be read.
+            reason = f"gemini answer not decodable: {type(e).__name__}: {e}"
+            raise UnusableAnswer(reason) from e
+        except _TRANSIENT_TRANSPORT_ERRORS as e:
+            raise TransientBackendError(f"gemini transport: {type(e).__name__}: {e}") from e
+        except _TRANSPORT_ERRORS as e:
+            raise BackendError(f"gemini transport: {type(e).__name__}: {e}") from e
+
+
+def _api_error(e: genai_errors.APIError) -> str:
+    return f"gemini answered {e.code} {e.status}: {e.message}"
+
+
+def _finish_reason(response: types.GenerateContentResponse) -> str | None:
+    if not response.candidates or response.candidates[0].finish_reason is None:
+        return None
+    return str(response.candidates[0].finish_reason.value)
+
+
+def _response_text(response: types.GenerateContentResponse) -> str:
+    """The answer's text; without one, an error carrying the whole response for the run record."""
+    feedback = response.prompt_feedback
+    if feedback is not None and feedback.block_reason is not None:
+        detail = f" ({feedback.block_reason_message})" if feedback.block_reason_message else ""
+        reason = f"gemini blocked the prompt: {feedback.block_reason.value}{detail}"
+        raise UnusableAnswer(reason, raw_response=_dump(response))
+    if not response.candidates:
+        raise UnusableAnswer("gemini returned no candidates", raw_response=_dump(response))
+    text = response.text
+    if not text:
+        reason = f"gemini returned no text (finish_reason={_finish_reason(response)})"
+        raise UnusableAnswer(reason, raw_response=_dump(response))
+    return text
+
+
+def _dump(response: types.GenerateContentResponse) -> str:
+    return response.model_dump_json(exclude={"sdk_http_response"}, exclude_none=True)
+
+
+def _usage(response: types.GenerateContentResponse) -> TokenUsage:
+    meta = response.usage_metadata
+    if meta is None:
+        return TokenUsage()
+    # Thinking tokens are billed as output, so they count as completion.
+    completion = (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0)
+    return TokenUsage(prompt_tokens=meta.prompt_token_count or 0, completion_tokens=completion)
+
+
+def parse_output(text: str, finish_reason: str | None = None) -> ConsolidationOutput:
+    """Fences stripped, JSON decoded, nested JSON strings normalized, caps fitted, validated.
+
+    Raises `UnusableAnswer` carrying `text`; the message names the finish reason when the model
+    stopped for anything but STOP, since that (MAX_TOKENS, SAFETY) is usually why.
+    """
+    stopped = "" if finish_reason in (None, "STOP") else f" (finish_reason={finish_reason})"
+    try:
+        document = normalize_json(json.loads(strip_fences(text)))
+    # ValueError, not only JSONDecodeError: an integer literal too long to convert raises the
+    # former. RecursionError: absurdly nested arrays, which a runaway model can emit.
+    except (ValueError, RecursionError) as e:
+        raise UnusableAnswer(f"output is not JSON{stopped}: {e}", raw_response=text) from e
+    if not isinstance(document, dict):
+        kind = type(document).__name__
+        reason = f"output is a JSON {kind}, not an object{stopped}"
+        raise UnusableAnswer(reason, raw_response=text)
+    for note in fit_caps(document):
+        log.warning("gemini output trimmed to fit caps: %s", note)
+    try:
+        return ConsolidationOutput.model_validate(document)
+    except pydantic.ValidationError as e:
+        reason = f"output does not match the schema{stopped}: {e}"[:_MAX_REASON_CHARS]
+        raise UnusableAnswer(reason, raw_response=text) from e
+
+
+def fit_caps(document: dict[str, Any]) -> list[str]:
+    """Trim, in place, what only exceeds a length cap, so length alone never fails a run.
+
+    Returns one note per trimmed field. The planner may cap W again; doing it twice is
+    harmless, while a validation failure here would dead-letter an otherwise good batch.
+    """
+    notes: list[str] = []
+    memory = document.get("updated_working_memory")
+    if isinstance(memory, str):
+        capped = truncate_text(memory, MAX_WORKING_MEMORY_CHARS, MAX_WORKING_MEMORY_WORDS)
+        if capped != memory:
+            document["updated_working_memory"] = capped
+            notes.append(f"updated_working_memory {len(memory)} -> {len(capped)} chars")
+    for key in ("facts", "facts_to_embed"):
+        items = document.get(key)
+        if isinstance(items, list) and len(items) > MAX_FACTS_PER_RUN:
+            document[key] = items[:MAX_FACTS_PER_RUN]
+            notes.append(f"{key} {len(items)} -> {MAX_FACTS_PER_RUN} items")
+    notes += _fit_fact_texts(document)
+    return notes
+
+
+def _fit_fact_texts(document: dict[str, Any]) -> list[str]:
+    notes: list[str] = []
+    legacy = document.get("facts_to_embed")
+    if isinstance(legacy, list):
+        document["facts_to_embed"] = [_fit_fact(c, notes) for c in legacy]
+    facts = document.get("facts")
+    if isinstance(facts, list):
+        for fact in facts:
+            if not isinstance(fact, dict):
+                continue
+            if "content" in fact:
+                fact["content"] = _fit_fact(fact["content"], notes)
+            evidence = fact.get("evidence")
+            if isinstance(evidence, list) and len(evidence) > _MAX_EVIDENCE:
+                fact["evidence"] = evidence[:_MAX_EVIDENCE]
+                notes.append(f"fact evidence {len(evidence)} -> {_MAX_EVIDENCE} labels")
+    return notes
+
+
+def _fit_fact(content: Any, notes: list[str]) -> Any:
+    if not isinstance(content, str) or len(content.strip()) <= MAX_FACT_CHARS:
+        return content
+    notes.append(f"fact content {len(content)} -> {MAX_FACT_CHARS} chars")
+    return truncate_text(content.strip(), MAX_FACT_CHARS)

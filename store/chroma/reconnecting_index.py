@@ -1,0 +1,96 @@
+"""A `VectorIndex` that connects on first use and again after Chroma went away.
+
+Construction never touches the network, so a process starts (and the read path answers,
+degraded) while Chroma is down, and picks Chroma up again once it is back.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+from chromadb.api import ClientAPI
+
+from domain.model import Fact, FactStatus
+from domain.ports import Embedder, Vector, VectorHit
+from store.chroma._client import close_client
+from store.chroma.vector_index import ChromaVectorIndex
+from store.errors import VectorIndexUnavailable
+
+_T = TypeVar("_T")
+
+
+class ReconnectingIndex:
+    def __init__(
+        self, connect: Callable[[], ClientAPI], embedder: Embedder, collection: str
+    ) -> None:
+        self._connect = connect
+        self._embedder = embedder
+        self._collection = collection
+        self._lock = threading.Lock()
+        self._client: ClientAPI | None = None
+        self._index: ChromaVectorIndex | None = None
+
+    def _call(self, fn: Callable[[ChromaVectorIndex], _T]) -> _T:
+        with self._lock:
+            if self._index is None:
+                self._client = self._connect()  # raises VectorIndexUnavailable
+                self._index = ChromaVectorIndex(self._client, self._embedder, self._collection)
+            index = self._index
+        try:
+            return fn(index)
+        except VectorIndexUnavailable:
+            self._reset()
+            raise
+
+    def _reset(self) -> None:
+        with self._lock:
+            client, self._client, self._index = self._client, None, None
+        if client is not None:
+            close_client(client)
+
+    def upsert(self, facts: Sequence[Fact]) -> int:
+        return self._call(lambda i: i.upsert(facts))
+
+    def update_status(self, statuses: Mapping[uuid.UUID, FactStatus]) -> None:
+        self._call(lambda i: i.update_status(statuses))
+
+    def query(
+        self,
+        *,
+        user_id: str,
+        text: str,
+        connection_ids: Sequence[str],
+        n: int,
+        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
+        context_types: Sequence[str] = (),
+    ) -> list[VectorHit]:
+        return self._call(
+            lambda i: i.query(
+                user_id=user_id,
+                text=text,
+                connection_ids=connection_ids,
+                n=n,
+                statuses=statuses,
+                context_types=context_types,
+            )
+        )
+
+    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
+        return self._call(lambda i: i.embeddings(fact_ids))
+
+    def score(
+        self, text: str, fact_ids: Sequence[uuid.UUID], n: int
+    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]:
+        return self._call(lambda i: i.score(text, fact_ids, n))
+
+    def delete(self, fact_ids: Sequence[uuid.UUID]) -> None:
+        self._call(lambda i: i.delete(fact_ids))
+
+    def count(self, user_id: str | None = None) -> int:
+        return self._call(lambda i: i.count(user_id))
+
+    def close(self) -> None:
+        self._reset()

@@ -1,0 +1,1 @@
+"""The read path of a chat turn: injection, retrieval, ranking and rendering."""

@@ -1,0 +1,336 @@
+"""The read path of every chat turn: W, S, learned info and the facts relevant to the turn.
+
+Injection (W, S, learned info, connections' info, pinned facts) comes from the per-version
+cache: one primary-key lookup when nothing changed. Retrieval fuses a dense search in Chroma
+and a keyword search in Postgres, re-ranks, diversifies and cuts to the budget (the pure
+steps are in `store.read.ranking`). Postgres is the truth for a fact's status and scope, so a fact
+contradicted after Chroma last saw it is never shown. With Chroma down the bundle still comes
+back from the keyword search, marked degraded. Recall counters and the audit row are handed
+to background writers: `assemble` never waits for them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from domain.ids import normalize_content
+from domain.model import Fact, FactStatus
+from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
+from domain.reads import ContextLogRow, Injection, Recall, Scope
+from store.errors import StoreError, VectorIndexUnavailable
+from store.read.background import BatchWriter
+from store.read.bundle import ContextBundle, RetrievedFact, audit_row
+from store.read.injection import InjectionCache
+from store.read.query_rewrite import Rewrite, RewriteOutcome
+from store.read.ranking import (
+    PROFILES,
+    Budget,
+    BudgetProfile,
+    mmr,
+    reciprocal_rank_fusion,
+    rerank,
+    within_budget,
+)
+from store.read.rendering import render_prompt_block
+
+
+class TenantMismatch(StoreError):
+    """The user belongs to another organization than the caller's."""
+
+
+class ReadPathObserver(Protocol):
+    """What `assemble` reports; `store.read.read_metrics.ReadPathMetrics` is the Prometheus one."""
+
+    def assembled(
+        self, bundle: ContextBundle, cache_hit: bool, rewrite: RewriteOutcome | None
+    ) -> None:
+        """A bundle went back to the caller; `rewrite` is None when no rewriter is set."""
+
+
+@dataclass
+class _Stopwatch:
+    started: float = field(default_factory=time.perf_counter)
+    last: float = 0.0
+    laps: dict[str, float] = field(default_factory=dict)
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.laps[stage] = (now - (self.last or self.started)) * 1000
+        self.last = now
+
+    @property
+    def total_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000
+
+
+@dataclass(frozen=True)
+class _Found:
+    facts: list[RetrievedFact]
+    candidates: int
+    degraded_reason: str | None
+
+
+class ContextService:
+    def __init__(
+        self,
+        reads: ReadModel,
+        index: VectorIndex,
+        clock: Clock,
+        *,
+        cache: InjectionCache | None = None,
+        rewriter: Callable[[str], Rewrite] | None = None,
+        audit: BatchWriter[ContextLogRow] | None = None,
+        recalls: BatchWriter[Recall] | None = None,
+        observer: ReadPathObserver | None = None,
+    ) -> None:
+        self._reads = reads
+        self._index = index
+        self._clock = clock
+        self._cache = cache or InjectionCache(reads)
+        self._rewriter = rewriter
+        self._audit = audit
+        self._recalls = recalls
+        self._observer = observer
+
+    def assemble(
+        self,
+        user_id: str,
+        query: str,
+        active_connection_ids: Sequence[str] = (),
+        budget: Budget = Budget.BALANCED,
+        *,
+        organization_id: str | None = None,
+        context_types: Sequence[str] = (),
+        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
+        log_id: uuid.UUID | None = None,
+    ) -> ContextBundle:
+        """The context for one turn.
+
+        `statuses` widens retrieval beyond active facts (an audit view, say); pinned facts
+        are always in. With `organization_id`, a user of another organization raises
+        `TenantMismatch` and no fact of another organization can come back. `log_id` makes
+        the audit row idempotent when the caller retries the same turn.
+        """
+        watch = _Stopwatch()
+        injection, hit = self._cache.get(user_id)
+        owner = injection.state.organization_id
+        if organization_id is not None and owner and owner != organization_id:
+            raise TenantMismatch(f"user {user_id} is not in organization {organization_id}")
+        watch.lap("injection")
+        rewrite = self._rewrite(query)
+        watch.lap("rewrite")
+        connections = tuple(sorted(set(active_connection_ids)))
+        scope = Scope(
+            user_id=user_id,
+            connection_ids=connections,
+            statuses=tuple(dict.fromkeys(statuses)),
+            context_types=tuple(sorted(set(context_types))),
+            organization_id=organization_id,
+        )
+        pinned = [
+            f
+            for f in injection.pinned
+            if _in_scope(f, connections)
+            and (organization_id is None or f.organization_id == organization_id)
+        ]
+        found = self._retrieve(scope, rewrite.query, PROFILES[budget], pinned, watch)
+        bundle = ContextBundle(
+            user_id=user_id,
+            memory_version=injection.state.version,
+            working_memory=injection.state.working_memory,
+            scaffold=scoped_scaffold(injection.state.scaffold, connections),
+            learned_info=injection.state.learned_info,
+            connection_info={
+                c: injection.connections[c] for c in connections if c in injection.connections
+            },
+            facts=tuple(found.facts),
+            degraded=found.degraded_reason is not None,
+            degraded_reason=found.degraded_reason,
+            latency_ms=0.0,
+            connection_ids=connections,
+            log_id=log_id or uuid.uuid4(),
+            budget=budget,
+            query=query,
+            rewritten_query=rewrite.query if rewrite.outcome is RewriteOutcome.REWRITTEN else None,
+        )
+        bundle = replace(bundle, prompt_block=render_prompt_block(bundle))
+        watch.lap("render")
+        bundle = replace(bundle, latency_ms=watch.total_ms, timings_ms=dict(watch.laps))
+        self._observe(bundle, hit, rewrite)
+        self._hand_off(bundle, injection, found.candidates, owner or organization_id)
+        return bundle
+
+    # -- retrieval ------------------------------------------------------------------------
+
+    def _dense(
+        self, scope: Scope, text: str, pool: int
+    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]:
+        """Exact search over the user's facts when they are few, else Chroma's filtered ANN.
+
+        The exact path also returns the vectors it fetched, so MMR does not fetch them again.
+        """
+        candidates = self._reads.indexed_ids(scope, EXACT_SEARCH_MAX_FACTS + 1)
+        if len(candidates) <= EXACT_SEARCH_MAX_FACTS:
+            return self._index.score(text, candidates, pool)
+        hits = self._index.query(
+            user_id=scope.user_id,
+            text=text,
+            connection_ids=scope.connection_ids,
+            n=pool,
+            statuses=scope.statuses,
+            context_types=scope.context_types,
+        )
+        return hits, {}
+
+    def _retrieve(
+        self,
+        scope: Scope,
+        text: str,
+        profile: BudgetProfile,
+        pinned: Sequence[Fact],
+        watch: _Stopwatch,
+    ) -> _Found:
+        degraded: str | None = None
+        try:
+            hits, known_vectors = self._dense(scope, text, profile.pool)
+        except VectorIndexUnavailable as e:
+            hits, known_vectors, degraded = [], {}, f"vector index unavailable: {e}"
+        watch.lap("dense")
+        keyword = self._reads.keyword_search(scope, text, profile.pool)
+        watch.lap("keyword")
+        # Chroma may lag behind a status or scope change: only Postgres's current rows count.
+        rows = {f.fact_id: f for f in keyword}
+        rows |= {
+            f.fact_id: f
+            for f in self._reads.facts_in_scope(
+                scope, [h.fact_id for h in hits if h.fact_id not in rows]
+            )
+        }
+        watch.lap("truth")
+        pinned_ids = {f.fact_id for f in pinned}
+        similarity = {h.fact_id: h.similarity for h in hits}
+        dense_ranking = [
+            h.fact_id for h in hits if h.fact_id in rows and h.fact_id not in pinned_ids
+        ]
+        keyword_ranking = [f.fact_id for f in keyword if f.fact_id not in pinned_ids]
+        rankings = [keyword_ranking] if degraded else [dense_ranking, keyword_ranking]
+        fused = reciprocal_rank_fusion(rankings)
+        now = self._clock()
+        scores = {
+            fid: rerank(
+                fused[fid],
+                updated_at=rows[fid].updated_at,
+                salience=rows[fid].salience,
+                confidence=rows[fid].confidence,
+                now=now,
+            )
+            for fid in fused
+        }
+        ordered = _without_repeats(
+            sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0]))), rows, pinned
+        )
+        wanted = [*pinned_ids, *(k for k, _ in ordered)]
+        vectors = {k: known_vectors[k] for k in wanted if k in known_vectors}
+        missing = [k for k in wanted if k not in vectors]
+        if not degraded and missing:
+            try:
+                vectors |= self._index.embeddings(missing)
+            except VectorIndexUnavailable as e:
+                degraded = f"vector index unavailable: {e}"
+        picked = mmr(
+            ordered,
+            vectors,
+            limit=profile.max_facts,
+            lam=profile.mmr_lambda,
+            selected=list(pinned_ids),
+        )
+        chosen = within_budget([(k, scores[k]) for k in picked], profile)
+        dense_rank = {fid: i for i, fid in enumerate(dense_ranking, start=1)}
+        keyword_rank = {fid: i for i, fid in enumerate(keyword_ranking, start=1)}
+        facts = [RetrievedFact(f, 1.0, 1.0, pinned=True) for f in pinned]
+        facts += [
+            RetrievedFact(
+                rows[fid],
+                similarity.get(fid, 0.0),
+                scores[fid],
+                dense_rank=dense_rank.get(fid),
+                keyword_rank=keyword_rank.get(fid),
+            )
+            for fid in chosen
+        ]
+        watch.lap("rank")
+        return _Found(facts, len(fused), degraded)
+
+    def _rewrite(self, query: str) -> Rewrite:
+        if self._rewriter is None:
+            return Rewrite(query, RewriteOutcome.UNCHANGED)
+        return self._rewriter(query)
+
+    # -- off the hot path -----------------------------------------------------------------
+
+    def _hand_off(
+        self, bundle: ContextBundle, injection: Injection, candidates: int, org: str | None
+    ) -> None:
+        at = self._clock()
+        if self._recalls is not None:
+            for r in bundle.facts:
+                self._recalls.submit(Recall(r.fact.fact_id, at))
+        if self._audit is not None:
+            self._audit.submit(audit_row(bundle, injection, candidates, org, at))
+
+    def _observe(self, bundle: ContextBundle, hit: bool, rewrite: Rewrite) -> None:
+        if self._observer is not None:
+            outcome = rewrite.outcome if self._rewriter is not None else None
+            self._observer.assembled(bundle, hit, outcome)
+
+    def close(self) -> None:
+        """Write what the background writers hold (recall counters, audit rows)."""
+        for writer in (self._recalls, self._audit):
+            if writer is not None:
+                writer.close()
+
+
+CONNECTIONS_KEY = "Connections"
+# Up to this many facts in scope, dense retrieval scores them all exactly (a get by id and one
+# matrix product); beyond it, Chroma's filtered ANN query is cheaper than fetching them.
+EXACT_SEARCH_MAX_FACTS = 1_000
+
+
+def scoped_scaffold(scaffold: Mapping[str, Any], connection_ids: Sequence[str]) -> dict[str, Any]:
+    """S as this turn may see it: what was learned inside a connection only when it is active.
+
+    Backends keep connection-scoped knowledge under S["Connections"][connection_id] (the prompt
+    asks for it; the offline backend does it), so one filter here covers every backend.
+    """
+    out = dict(scaffold)
+    per_connection = out.get(CONNECTIONS_KEY)
+    if isinstance(per_connection, Mapping):
+        visible = {k: v for k, v in per_connection.items() if k in connection_ids}
+        if visible:
+            out[CONNECTIONS_KEY] = visible
+        else:
+            del out[CONNECTIONS_KEY]
+    return out
+
+
+def _in_scope(fact: Fact, connection_ids: Sequence[str]) -> bool:
+    connection = fact.provenance.connection_id
+    return connection is None or connection in connection_ids
+
+
+def _without_repeats(
+    ordered: list[tuple[uuid.UUID, float]], rows: Mapping[uuid.UUID, Fact], pinned: Sequence[Fact]
+) -> list[tuple[uuid.UUID, float]]:
+    """Drop a fact whose text repeats a pinned or a better-ranked one (vectors or not)."""
+    seen = {normalize_content(f.content) for f in pinned}
+    out = []
+    for fid, score in ordered:
+        key = normalize_content(rows[fid].content)
+        if key not in seen:
+            seen.add(key)
+            out.append((fid, score))
+    return out

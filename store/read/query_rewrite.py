@@ -1,0 +1,64 @@
+"""The optional query-rewrite hook: a callable given a hard time limit.
+
+A chat turn's raw text ("and what about him?") is often a poor search query; a rewriter (a
+small LLM call, say) can make it standalone. It must never cost the turn more than its time
+limit nor fail it: on timeout or on `QueryRewriteFailed` the raw query is used.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from domain.errors import QueryRewriteFailed
+
+MAX_REWRITE_CHARS = 1_000
+
+
+class RewriteOutcome(StrEnum):
+    REWRITTEN = "rewritten"
+    UNCHANGED = "unchanged"
+    TIMEOUT = "timeout"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    query: str  # what retrieval uses
+    outcome: RewriteOutcome
+
+
+class TimeBoundRewriter:
+    """Runs `rewrite` in a small thread pool and waits at most `timeout_s` for it.
+
+    A rewrite that overruns keeps its worker busy until it returns, so the pool is bounded
+    and a hung backend costs each turn `timeout_s`, never more.
+    """
+
+    def __init__(
+        self, rewrite: Callable[[str], str], timeout_s: float, *, workers: int = 4
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self._rewrite = rewrite
+        self._timeout_s = timeout_s
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, "query-rewrite")
+
+    def __call__(self, query: str) -> Rewrite:
+        future = self._pool.submit(self._rewrite, query)
+        try:
+            text = future.result(timeout=self._timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return Rewrite(query, RewriteOutcome.TIMEOUT)
+        except QueryRewriteFailed:
+            return Rewrite(query, RewriteOutcome.FAILED)
+        text = " ".join(text.split())[:MAX_REWRITE_CHARS]
+        if not text or text == query:
+            return Rewrite(query, RewriteOutcome.UNCHANGED)
+        return Rewrite(text, RewriteOutcome.REWRITTEN)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

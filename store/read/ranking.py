@@ -1,0 +1,168 @@
+"""Ranking for the read path, as pure functions over plain values.
+
+Candidates come from two retrievers, dense (Chroma) and keyword (Postgres full text). They
+are fused by reciprocal rank fusion, which needs no score calibration between the two;
+re-ranked by recency, salience and confidence; then picked by maximal marginal relevance so
+that near-duplicates do not crowd out the rest; then cut to the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from domain.ports import Vector
+
+K = TypeVar("K", bound=Hashable)
+
+RRF_K = 60
+RECENCY_HALF_LIFE_DAYS = 30.0
+# Above this cosine similarity two facts say the same thing: the second is dropped outright.
+DUPLICATE_SIMILARITY = 0.92
+
+
+class Budget(StrEnum):
+    LEAN = "lean"
+    BALANCED = "balanced"
+    DEEP = "deep"
+
+
+@dataclass(frozen=True)
+class BudgetProfile:
+    """How many facts a turn gets (pinned facts come on top) and how hard we look for them.
+
+    Between `min_facts` and `max_facts`, a fact must score at least `floor` × the best
+    score: a turn with one clearly relevant fact does not get padded with noise.
+    """
+
+    min_facts: int
+    max_facts: int
+    pool: int  # candidates asked of each retriever
+    floor: float = 0.35
+    mmr_lambda: float = 0.7
+
+
+PROFILES: Mapping[Budget, BudgetProfile] = {
+    Budget.LEAN: BudgetProfile(min_facts=2, max_facts=3, pool=12),
+    Budget.BALANCED: BudgetProfile(min_facts=5, max_facts=7, pool=24),
+    Budget.DEEP: BudgetProfile(min_facts=10, max_facts=15, pool=45),
+}
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: int = RRF_K) -> dict[K, float]:
+    """Σ 1/(k + rank) over the rankings an item appears in (rank 1 = best), scaled to [0, 1].
+
+    1.0 means first in every ranking. Scaling by the best possible sum keeps the score
+    comparable whatever the number of retrievers that answered (one, when Chroma is down).
+    """
+    if not rankings:
+        return {}
+    best = len(rankings) / (k + 1)
+    fused: dict[K, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(dict.fromkeys(ranking), start=1):
+            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+    return {key: score / best for key, score in fused.items()}
+
+
+def recency(updated_at: datetime, now: datetime, half_life_days: float) -> float:
+    """1.0 for a fact changed now, 0.5 one half-life ago; never above 1 for future stamps."""
+    age_days = max(0.0, (now - updated_at).total_seconds() / 86_400)
+    return float(0.5 ** (age_days / half_life_days))
+
+
+def rerank(
+    fused: float,
+    *,
+    updated_at: datetime,
+    salience: float,
+    confidence: float,
+    now: datetime,
+    half_life_days: float = RECENCY_HALF_LIFE_DAYS,
+) -> float:
+    """fused relevance × recency decay × weight of salience and confidence.
+
+    The factors are damped (an old or low-salience fact loses at most 30 % and 50 %) so they
+    reorder facts of similar relevance without burying the one fact the turn is about.
+    """
+    decay = 0.7 + 0.3 * recency(updated_at, now, half_life_days)
+    weight = 0.5 + 0.5 * salience * confidence
+    return float(fused * decay * weight)
+
+
+def cosine(a: Vector, b: Vector) -> float:
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.dot(a, b) / norm) if norm else 0.0
+
+
+def mmr(
+    scored: Sequence[tuple[K, float]],
+    vectors: Mapping[K, Vector],
+    *,
+    limit: int,
+    lam: float = 0.7,
+    selected: Sequence[K] = (),
+    duplicate: float = DUPLICATE_SIMILARITY,
+) -> list[K]:
+    """Maximal marginal relevance: greedily take argmax λ·rel − (1−λ)·max sim to the taken.
+
+    `scored` are (key, relevance); relevance is scaled to [0, 1] by the best one. `selected`
+    are already in (the pinned facts): new picks are diverse from them too, but they are not
+    returned. A candidate within `duplicate` cosine of a taken one is dropped; a candidate
+    without a vector (not indexed yet) is only judged on relevance. Ties keep input order.
+    """
+    if limit <= 0 or not scored:
+        return []
+    top = max(score for _, score in scored) or 1.0
+    keys = [key for key, _ in scored]
+    relevance = np.array([score / top for _, score in scored], dtype=np.float64)
+    has_vector = np.array([k in vectors for k in keys])
+    dimension = next((len(v) for v in vectors.values()), 0)
+    matrix = np.zeros((len(keys), dimension), dtype=np.float64)
+    for row, key in enumerate(keys):
+        if has_vector[row]:
+            matrix[row] = _unit(vectors[key])
+    # Highest similarity of each candidate to anything taken so far, updated per pick.
+    closest = np.zeros(len(keys), dtype=np.float64)
+    for key in selected:
+        if key in vectors:
+            closest = np.maximum(closest, matrix @ _unit(vectors[key]))
+    open_ = np.ones(len(keys), dtype=bool)
+    out: list[K] = []
+    while len(out) < limit:
+        open_ &= ~(has_vector & (closest >= duplicate))
+        if not open_.any():
+            break
+        value = np.where(open_, lam * relevance - (1 - lam) * closest, -np.inf)
+        pick = int(np.argmax(value))  # the first of equal values: input order breaks ties
+        out.append(keys[pick])
+        open_[pick] = False
+        if has_vector[pick]:
+            closest = np.maximum(closest, matrix @ matrix[pick])
+    return out
+
+
+def _unit(vector: Vector) -> npt.NDArray[np.float64]:
+    v = np.asarray(vector, dtype=np.float64)
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm else v
+
+
+def within_budget(ordered: Sequence[tuple[K, float]], profile: BudgetProfile) -> list[K]:
+    """Cut an ordered selection to the profile: up to `max_facts`, and past `min_facts` only
+    those scoring at least `floor` × the best score."""
+    if not ordered:
+        return []
+    best = max(score for _, score in ordered)
+    out: list[K] = []
+    for key, score in ordered[: profile.max_facts]:
+        if len(out) >= profile.min_facts and score < profile.floor * best:
+            continue
+        out.append(key)
+    return out

@@ -1,0 +1,74 @@
+"""Prometheus metrics of the read path, registered on the registry they are given; the
+Prometheus `ReadPathObserver` of the context service and the background writers' hooks.
+
+Labels stay low-cardinality: budget, stage, outcome, writer — never a user id or a query.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from store.read.bundle import ContextBundle
+from store.read.query_rewrite import RewriteOutcome
+
+READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class ReadPathMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.assemble_seconds = Histogram(
+            "memoryd_context_assemble_seconds",
+            "Time to assemble one turn's context",
+            ["budget", "degraded"],
+            buckets=READ_BUCKETS,
+            registry=registry,
+        )
+        self.stage_seconds = Histogram(
+            "memoryd_context_stage_seconds",
+            "Time spent in each stage of the read path",
+            ["stage"],
+            buckets=READ_BUCKETS,
+            registry=registry,
+        )
+        self.injection_cache = Counter(
+            "memoryd_injection_cache_total",
+            "Injection reads served from the in-process cache (hit) or Postgres (miss)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.rewrites = Counter(
+            "memoryd_query_rewrites_total",
+            "Query rewrites by outcome (rewritten, timeout, failed)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.writer_written = Counter(
+            "memoryd_background_written_total",
+            "Items written by the read path's background writers",
+            ["writer"],
+            registry=registry,
+        )
+        self.writer_dropped = Counter(
+            "memoryd_background_dropped_total",
+            "Items the read path's background writers dropped (queue full, write failed)",
+            ["writer", "reason"],
+            registry=registry,
+        )
+
+    def dropped(self, writer: str, reason: str, n: int) -> None:
+        self.writer_dropped.labels(writer, reason).inc(n)
+
+    def written(self, writer: str, n: int) -> None:
+        self.writer_written.labels(writer).inc(n)
+
+    def assembled(
+        self, bundle: ContextBundle, cache_hit: bool, rewrite: RewriteOutcome | None
+    ) -> None:
+        self.assemble_seconds.labels(bundle.budget.value, str(bundle.degraded).lower()).observe(
+            bundle.latency_ms / 1000
+        )
+        for stage, ms in bundle.timings_ms.items():
+            self.stage_seconds.labels(stage).observe(ms / 1000)
+        self.injection_cache.labels("hit" if cache_hit else "miss").inc()
+        if rewrite is not None:
+            self.rewrites.labels(rewrite.value).inc()

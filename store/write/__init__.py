@@ -1,0 +1,1 @@
+"""The system of record in Postgres: the event log, memory state, runs and the ledger."""

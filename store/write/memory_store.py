@@ -1,0 +1,357 @@
+"""Memory state in Postgres: W, S, learned info, facts, runs and the credit ledger.
+
+`apply` is the heart of exactly-once: the memory update, the run record, the ledger entries
+and the list of consumed events commit together or not at all, and it refuses to apply a run
+planned on a stale version or over events another run already consumed.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from domain.model import (
+    ConnectionContext,
+    Fact,
+    FactStatus,
+    LedgerEntry,
+    MemoryState,
+    MemoryUpdate,
+    RunRecord,
+)
+from domain.ports import Pricing
+from store import fact_rows
+from store.errors import (
+    EventsAlreadyConsolidated,
+    StaleMemoryVersion,
+)
+from store.postgres import transaction, translated
+
+USER_LOCK_NAMESPACE = 0x4D454D  # "MEM": keeps user locks apart from the job locks
+
+# Users with a credit line that is spent: the index drain leaves their facts pending when the
+# budget policy says so (see consumers.flush.BudgetPolicy.SKIP_EMBEDDINGS).
+_OUT_OF_CREDIT = (
+    "EXISTS (SELECT 1 FROM user_credits c WHERE c.user_id = memory_facts.user_id"
+    " AND c.credit_micro_usd <= coalesce((SELECT sum(l.cost_micro_usd) FROM credit_ledger l"
+    " WHERE l.user_id = c.user_id), 0))"
+)
+
+
+def user_lock_key(user_id: str) -> int:
+    # crc32 is stable across processes (unlike hash()), which is the whole point of the lock.
+    return (USER_LOCK_NAMESPACE << 32) | zlib.crc32(user_id.encode())
+
+
+# Pool connections never held by a user lock, so lock holders always find one for their work.
+LOCK_FREE_CONNECTIONS = 2
+
+
+class PostgresMemoryStore:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        # A flush holds its lock's connection through the whole LLM call and needs a second
+        # one meanwhile. Were every pool connection held by a lock, all holders would wait for
+        # a connection none of them frees (a 30 s PoolTimeout, then retries, forever): so at
+        # most max_size - 2 locks are held at once, and more concurrent flushes wait here.
+        self._lock_slots = threading.BoundedSemaphore(max(1, pool.max_size - LOCK_FREE_CONNECTIONS))
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def load_state(self, user_id: str, organization_id: str = "") -> MemoryState:
+        with transaction(self._pool) as conn:
+            row = conn.execute(
+                f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE user_id = %s",
+                (user_id,),
+            ).fetchone()
+        if row is None:
+            return MemoryState(user_id=user_id, organization_id=organization_id)
+        return fact_rows.state_from_row(user_id, row)
+
+    def facts(
+        self, user_id: str, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
+    ) -> list[Fact]:
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE user_id = %s"
+                " AND status = ANY(%s) ORDER BY created_at, fact_id",
+                (user_id, [s.value for s in statuses]),
+            ).fetchall()
+        return [fact_rows.from_row(r) for r in rows]
+
+    def facts_by_id(self, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
+        if not fact_ids:
+            return []
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE fact_id = ANY(%s)",
+                (list(fact_ids),),
+            ).fetchall()
+        return [fact_rows.from_row(r) for r in rows]
+
+    def connections(self, user_id: str, connection_ids: Sequence[str]) -> list[ConnectionContext]:
+        if not connection_ids:
+            return []
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT connection_id, persistent_learned_info FROM connections"
+                " WHERE user_id = %s AND connection_id = ANY(%s) ORDER BY connection_id",
+                (user_id, list(connection_ids)),
+            ).fetchall()
+        return [ConnectionContext(r[0], tuple(r[1])) for r in rows]
+
+    def already_consolidated(self, event_ids: Iterable[uuid.UUID]) -> frozenset[uuid.UUID]:
+        ids = list(event_ids)
+        if not ids:
+            return frozenset()
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT event_id FROM consolidated_events WHERE event_id = ANY(%s)", (ids,)
+            ).fetchall()
+        return frozenset(r[0] for r in rows)
+
+    # -- the user lock --------------------------------------------------------------------
+
+    @contextmanager
+    def user_lock(self, user_id: str) -> Iterator[None]:
+        """Hold a session advisory lock on the user for the whole flush.
+
+        Two processor instances can briefly both own a user's partition during a rebalance;
+        the lock makes the second wait instead of consolidating the same user concurrently.
+        """
+        key = user_lock_key(user_id)
+        with translated("user lock"), self._lock_slots, self._pool.connection() as conn:
+            conn.autocommit = True
+            conn.execute("SELECT pg_advisory_lock(%s::bigint)", (key,))
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (key,))
+                conn.autocommit = False
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def apply(self, update: MemoryUpdate) -> None:
+        """Write one run's effect atomically.
+
+        Raises StaleMemoryVersion or EventsAlreadyConsolidated, having written nothing.
+        """
+        run = update.run
+        state = update.state
+        with transaction(self._pool, f"applying run {run.run_id}") as conn:
+            conn.execute(
+                "INSERT INTO user_memory (user_id, organization_id) VALUES (%s, %s)"
+                " ON CONFLICT (user_id) DO NOTHING",
+                (state.user_id, state.organization_id),
+            )
+            row = conn.execute(
+                "SELECT version FROM user_memory WHERE user_id = %s FOR UPDATE",
+                (state.user_id,),
+            ).fetchone()
+            current = row[0] if row else 0
+            if current != run.base_version:
+                raise StaleMemoryVersion(
+                    f"user {state.user_id}: planned on {run.base_version}, now {current}"
+                )
+            self._consume(conn, run)
+            self._insert_run(conn, run)
+            conn.execute(
+                "UPDATE user_memory SET organization_id = %s, working_memory = %s,"
+                " information_scaffold = %s, persistent_learned_info = %s, version = %s,"
+                " updated_at = %s WHERE user_id = %s",
+                (
+                    state.organization_id,
+                    state.working_memory,
+                    Jsonb(dict(state.scaffold)),
+                    Jsonb(list(state.learned_info)),
+                    state.version,
+                    state.updated_at,
+                    state.user_id,
+                ),
+            )
+            fact_rows.write_changes(conn, run.run_id, update.fact_changes)
+            self._append_connections(conn, state, update)
+            self._insert_ledger(conn, update.ledger)
+
+    def record_run(self, run: RunRecord, ledger: Sequence[LedgerEntry] = ()) -> None:
+        """Record a run that changed nothing (failed, deferred, discarded) and what its call
+        cost, in one transaction; idempotent on run_id and entry ids."""
+        with transaction(self._pool, f"recording run {run.run_id}") as conn:
+            self._insert_run(conn, run)
+            self._insert_ledger(conn, ledger)
+
+    def insert_facts(self, facts: Sequence[Fact]) -> int:
+        """Bulk-load facts made elsewhere (an import, a bench); an id already stored is left
+        as it is. Returns how many were new. They are pending: the index drain embeds them."""
+        with transaction(self._pool, f"inserting {len(facts)} fact(s)") as conn:
+            return fact_rows.insert_new(conn, facts)
+
+    def record_ledger(self, entries: Sequence[LedgerEntry]) -> None:
+        with transaction(self._pool) as conn:
+            self._insert_ledger(conn, entries)
+
+    def pending_index(self, limit: int = 500, *, skip_out_of_credit: bool = False) -> list[Fact]:
+        """Facts whose current version is not yet in the vector index, oldest change first."""
+        hold = f" AND NOT {_OUT_OF_CREDIT}" if skip_out_of_credit else ""
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE indexed_at IS NULL{hold}"
+                " ORDER BY updated_at, fact_id LIMIT %s",
+                (limit,),
+            ).fetchall()
+        return [fact_rows.from_row(r) for r in rows]
+
+    def pending_count(self) -> int:
+        with transaction(self._pool) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM memory_facts WHERE indexed_at IS NULL"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
+        """Mark these fact versions indexed and book their cost, in one transaction.
+
+        Only versions still pending are marked (a newer version stays pending, one another
+        indexer marked first is left alone), and `ledger_for` is asked to price exactly the
+        ones marked here: however many indexers race, a fact version is booked once.
+        Returns the facts marked.
+        """
+        params = [(at, f.fact_id, f.version, f.updated_at) for f in facts]
+        if not params:
+            return []
+        with transaction(self._pool) as conn, conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE memory_facts SET indexed_at = %s WHERE fact_id = %s AND version = %s"
+                " AND updated_at = %s AND indexed_at IS NULL RETURNING fact_id",
+                params,
+                returning=True,
+            )
+            marked_ids: set[uuid.UUID] = set()
+            while True:
+                marked_ids.update(row[0] for row in cur.fetchall())
+                if not cur.nextset():
+                    break
+            marked = [f for f in facts if f.fact_id in marked_ids]
+            self._insert_ledger(conn, ledger_for(marked))
+        return marked
+
+    def set_credit(self, user_id: str, credit_micro_usd: int) -> None:
+        with transaction(self._pool) as conn:
+            conn.execute(
+                "INSERT INTO user_credits (user_id, credit_micro_usd) VALUES (%s, %s)"
+                " ON CONFLICT (user_id) DO UPDATE SET credit_micro_usd = EXCLUDED.credit_micro_usd,"
+                " updated_at = now()",
+                (user_id, credit_micro_usd),
+            )
+
+    def balance(self, user_id: str) -> int | None:
+        """Credit minus spend, or None when the user has no credit line (unlimited)."""
+        with transaction(self._pool) as conn:
+            row = conn.execute(
+                "SELECT c.credit_micro_usd - coalesce((SELECT sum(cost_micro_usd)"
+                " FROM credit_ledger l WHERE l.user_id = c.user_id), 0)"
+                " FROM user_credits c WHERE c.user_id = %s",
+                (user_id,),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    # -- statements -----------------------------------------------------------------------
+
+    @staticmethod
+    def _consume(conn: psycopg.Connection[Any], run: RunRecord) -> None:
+        ids = list(run.input_event_ids)
+        rows = conn.execute(
+            "INSERT INTO consolidated_events (event_id, run_id, user_id)"
+            " SELECT unnest(%s::uuid[]), %s, %s"
+            " ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+            (ids, run.run_id, run.user_id),
+        ).fetchall()
+        if len(rows) != len(ids):
+            taken = frozenset(ids) - {r[0] for r in rows}
+            raise EventsAlreadyConsolidated(frozenset(taken))
+
+    @staticmethod
+    def _insert_run(conn: psycopg.Connection[Any], run: RunRecord) -> None:
+        conn.execute(
+            "INSERT INTO consolidation_runs (run_id, user_id, organization_id, input_event_ids,"
+            " backend, model, prompt_version, status, attempt, base_version, output,"
+            " raw_response, gate, prompt_tokens, completion_tokens, cost_micro_usd, duration_ms,"
+            " started_at, error)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (run_id) DO NOTHING",
+            (
+                run.run_id,
+                run.user_id,
+                run.organization_id,
+                list(run.input_event_ids),
+                run.backend,
+                run.model,
+                run.prompt_version,
+                run.status.value,
+                run.attempt,
+                run.base_version,
+                None if run.output is None else Jsonb(dict(run.output)),
+                _text(run.raw_response),
+                Jsonb(asdict(run.gate)),
+                run.usage.prompt_tokens,
+                run.usage.completion_tokens,
+                run.cost_micro_usd,
+                run.duration_ms,
+                run.started_at,
+                _text(run.error),
+            ),
+        )
+
+    @staticmethod
+    def _append_connections(
+        conn: psycopg.Connection[Any], state: MemoryState, update: MemoryUpdate
+    ) -> None:
+        for connection_id, additions in update.connection_additions.items():
+            conn.execute(
+                "INSERT INTO connections"
+                " (user_id, connection_id, organization_id, persistent_learned_info)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (user_id, connection_id) DO UPDATE SET"
+                " persistent_learned_info = connections.persistent_learned_info"
+                " || EXCLUDED.persistent_learned_info, updated_at = now()",
+                (state.user_id, connection_id, state.organization_id, Jsonb(list(additions))),
+            )
+
+    @staticmethod
+    def _insert_ledger(conn: psycopg.Connection[Any], entries: Sequence[LedgerEntry]) -> None:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO credit_ledger (entry_id, user_id, organization_id, run_id, operation,"
+                " model, units, cost_micro_usd, occurred_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (entry_id) DO NOTHING",
+                [
+                    (
+                        e.entry_id,
+                        e.user_id,
+                        e.organization_id,
+                        e.run_id,
+                        e.operation,
+                        e.model,
+                        e.units,
+                        e.cost_micro_usd,
+                        e.occurred_at,
+                    )
+                    for e in entries
+                ],
+            )
+
+
+def _text(value: str | None) -> str | None:
+    """Postgres text cannot hold NUL. A model's raw answer can; a failed run that cannot be
+    recorded would hold its batch back, so the NUL is kept visibly escaped instead."""
+    return None if value is None else value.replace("\x00", "\\u0000")

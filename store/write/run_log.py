@@ -1,0 +1,160 @@
+"""Read-only queries over the derived logs, for replay, history and export.
+
+The processor writes `consolidation_runs`, `fact_history` and `credit_ledger`; nothing here
+writes anything. Analyst tools connect with `read_only_dsn`, so Postgres itself refuses a
+write that a bug might attempt.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool
+
+from domain.model import (
+    ConnectionContext,
+    GateCounts,
+    LedgerEntry,
+    LoggedRun,
+    RunRecord,
+    RunStatus,
+    TokenUsage,
+)
+from store.postgres import transaction
+
+_READ_ONLY = "-c default_transaction_read_only=on"
+
+_GATE_FIELDS = frozenset(f.name for f in fields(GateCounts))
+_RUN_COLUMNS = (
+    "seq, finished_at, run_id, user_id, organization_id, input_event_ids, backend, model,"
+    " prompt_version, status, attempt, base_version, output, raw_response, gate,"
+    " prompt_tokens, completion_tokens, cost_micro_usd, duration_ms, started_at, error"
+)
+
+
+def read_only_dsn(dsn: str) -> str:
+    """The same database, but every transaction on it is READ ONLY."""
+    params = conninfo_to_dict(dsn)
+    options = str(params.get("options") or "")
+    params["options"] = f"{options} {_READ_ONLY}".strip()
+    return make_conninfo("", **params)
+
+
+@dataclass(frozen=True)
+class FactHistoryEntry:
+    id: int
+    fact_id: uuid.UUID
+    run_id: uuid.UUID
+    operation: str
+    before: dict[str, Any] | None
+    after: dict[str, Any]
+    changed_at: datetime
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    seq: int
+    entry: LedgerEntry
+
+
+def _run_from_row(row: Sequence[Any]) -> LoggedRun:
+    (
+        seq,
+        finished_at,
+        run_id,
+        user_id,
+        org,
+        input_event_ids,
+        backend,
+        model,
+        prompt_version,
+        status,
+        attempt,
+        base_version,
+        output,
+        raw_response,
+        gate,
+        prompt_tokens,
+        completion_tokens,
+        cost,
+        duration_ms,
+        started_at,
+        error,
+    ) = row
+    run = RunRecord(
+        run_id=run_id,
+        user_id=user_id,
+        organization_id=org,
+        input_event_ids=tuple(input_event_ids),
+        backend=backend,
+        model=model,
+        prompt_version=prompt_version,
+        status=RunStatus(status),
+        started_at=started_at,
+        duration_ms=duration_ms,
+        base_version=base_version,
+        output=output,
+        raw_response=raw_response,
+        gate=GateCounts(**{k: int(v) for k, v in gate.items() if k in _GATE_FIELDS}),
+        usage=TokenUsage(prompt_tokens, completion_tokens),
+        cost_micro_usd=cost,
+        error=error,
+        attempt=attempt,
+    )
+    return LoggedRun(seq=seq, finished_at=finished_at, run=run)
+
+
+class PostgresRunLog:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+
+    def runs(self, user_id: str) -> list[LoggedRun]:
+        """Every run of the user (all statuses), in log order."""
+        return [
+            _run_from_row(r)
+            for r in self._fetch(
+                f"SELECT {_RUN_COLUMNS} FROM consolidation_runs WHERE user_id = %s ORDER BY seq",
+                (user_id,),
+            )
+        ]
+
+    def fact_history(self, user_id: str) -> list[FactHistoryEntry]:
+        # fact_history has no user column; its facts do.
+        rows = self._fetch(
+            "SELECT h.id, h.fact_id, h.run_id, h.operation, h.before, h.after, h.changed_at"
+            " FROM fact_history h JOIN memory_facts f USING (fact_id)"
+            " WHERE f.user_id = %s ORDER BY h.id",
+            (user_id,),
+        )
+        return [FactHistoryEntry(*r) for r in rows]
+
+    def ledger(self, user_id: str) -> list[LedgerRow]:
+        rows = self._fetch(
+            "SELECT seq, entry_id, user_id, organization_id, run_id, operation, model, units,"
+            " cost_micro_usd, occurred_at FROM credit_ledger WHERE user_id = %s ORDER BY seq",
+            (user_id,),
+        )
+        return [LedgerRow(r[0], LedgerEntry(*r[1:])) for r in rows]
+
+    def connections(self, user_id: str) -> list[ConnectionContext]:
+        rows = self._fetch(
+            "SELECT connection_id, persistent_learned_info FROM connections"
+            " WHERE user_id = %s ORDER BY connection_id",
+            (user_id,),
+        )
+        return [ConnectionContext(r[0], tuple(r[1])) for r in rows]
+
+    def indexed_at(self, user_id: str) -> dict[uuid.UUID, datetime | None]:
+        rows = self._fetch(
+            "SELECT fact_id, indexed_at FROM memory_facts WHERE user_id = %s", (user_id,)
+        )
+        return {r[0]: r[1] for r in rows}
+
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with transaction(self._pool, "run log query") as conn:
+            return conn.execute(sql, params).fetchall()

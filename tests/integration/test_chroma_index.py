@@ -1,0 +1,337 @@
+"""What only the Chroma adapter does: its filter, batching, persistence and outages.
+
+The server variant uses the session's shared `chroma_url` (a fresh collection per test). The
+outage tests need a server they may stop or freeze, so they start their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+from chromadb.api import ClientAPI
+from chromadb.errors import ChromaError
+
+from domain.ids import NO_CONNECTION
+from domain.model import FactStatus
+from domain.ports import VectorHit, VectorIndex
+from store.chroma import ChromaVectorIndex, close_client, embedded_client, http_client
+from store.chroma.filters import build_where
+from store.embeddings import MiniLmEmbedder
+from store.errors import VectorIndexUnavailable
+from tests.support.builders import make_fact
+from tests.support.fakes import LetterCountEmbedder
+
+integration = pytest.mark.integration
+
+OUTAGE_BOUND_S = 5.0
+
+
+def contents(hits: Sequence[VectorHit]) -> set[str]:
+    return {h.content for h in hits}
+
+
+# --- the where clause (pure, no Chroma) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("connections", "statuses", "context_types", "expected"),
+    [
+        (
+            [],
+            [FactStatus.ACTIVE],
+            [],
+            {
+                "$and": [
+                    {"user_id": "u"},
+                    {"connection_id": {"$in": [NO_CONNECTION]}},
+                    {"status": {"$in": ["active"]}},
+                ]
+            },
+        ),
+        (
+            ["c2", "c1", "c1"],
+            [FactStatus.CONTRADICTED, FactStatus.ACTIVE],
+            ["email", "chat", "email"],
+            {
+                "$and": [
+                    {"user_id": "u"},
+                    {"connection_id": {"$in": [NO_CONNECTION, "c1", "c2"]}},
+                    {"status": {"$in": ["active", "contradicted"]}},
+                    {"context_type": {"$in": ["chat", "email"]}},
+                ]
+            },
+        ),
+        (
+            [NO_CONNECTION],
+            [FactStatus.HELD],
+            ["chat"],
+            {
+                "$and": [
+                    {"user_id": "u"},
+                    {"connection_id": {"$in": [NO_CONNECTION]}},
+                    {"status": {"$in": ["held"]}},
+                    {"context_type": {"$in": ["chat"]}},
+                ]
+            },
+        ),
+    ],
+)
+def test_build_where(
+    connections: list[str],
+    statuses: list[FactStatus],
+    context_types: list[str],
+    expected: object,
+) -> None:
+    where = build_where(
+        user_id="u", connection_ids=connections, statuses=statuses, context_types=context_types
+    )
+    assert where == expected
+
+
+def test_build_where_refuses_empty_statuses() -> None:
+    with pytest.raises(ValueError, match="statuses"):
+        build_where(user_id="u", connection_ids=[], statuses=[])
+
+
+# --- Chroma ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedder() -> MiniLmEmbedder:
+    e = MiniLmEmbedder()
+    e.load()
+    return e
+
+
+@pytest.fixture(params=["embedded", "server"])
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ClientAPI]:
+    if request.param == "embedded":
+        c = embedded_client(tmp_path / "chroma")
+    else:
+        c = http_client(request.getfixturevalue("chroma_url"))
+    try:
+        yield c
+    finally:
+        close_client(c)
+
+
+@pytest.fixture
+def collection_name(client: ClientAPI) -> Iterator[str]:
+    # Unique per test: the server is shared by the whole session.
+    name = f"facts-{uuid.uuid4().hex[:12]}"
+    yield name
+    if name in {c.name for c in client.list_collections()}:
+        client.delete_collection(name)
+
+
+def _query(index: VectorIndex, user_id: str, text: str, **kwargs: object) -> list[VectorHit]:
+    params: dict[str, object] = {"connection_ids": [], "n": 10, **kwargs}
+    return index.query(user_id=user_id, text=text, **params)  # type: ignore[arg-type]
+
+
+@integration
+@integration
+@integration
+@integration
+def test_upsert_respects_the_batch_size(
+    client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
+) -> None:
+    index = ChromaVectorIndex(client, embedder, collection_name, max_batch_size=2)
+    facts = [make_fact("u1", f"fact number {i}") for i in range(5)]
+    assert index.upsert(facts) == 5
+    assert index.count("u1") == 5
+    index.update_status({f.fact_id: FactStatus.ARCHIVED for f in facts})
+    assert _query(index, "u1", "fact number") == []
+    index.delete([f.fact_id for f in facts])
+    assert index.count() == 0
+
+
+@integration
+@integration
+@integration
+@integration
+@integration
+@integration
+@integration
+@integration
+@integration
+@integration
+def test_a_second_index_reads_the_same_collection(
+    client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
+) -> None:
+    ChromaVectorIndex(client, embedder, collection_name).upsert(
+        [make_fact("u1", "lives in Berlin")]
+    )
+    # A new index object reads the stored collection config back (our function, by name).
+    again = ChromaVectorIndex(client, embedder, collection_name)
+    assert again.count() == 1
+    assert contents(_query(again, "u1", "Berlin")) == {"lives in Berlin"}
+
+
+@integration
+def test_embedded_index_survives_reopening(tmp_path: Path, embedder: MiniLmEmbedder) -> None:
+    first = embedded_client(tmp_path / "chroma")
+    ChromaVectorIndex(first, embedder).upsert([make_fact("u1", "lives in Berlin")])
+    close_client(first)
+    second = embedded_client(tmp_path / "chroma")
+    try:
+        assert ChromaVectorIndex(second, embedder).count("u1") == 1
+    finally:
+        close_client(second)
+
+
+@integration
+def test_any_embedder_can_back_the_index(client: ClientAPI, collection_name: str) -> None:
+    index = ChromaVectorIndex(client, LetterCountEmbedder(), collection_name)
+    index.upsert([make_fact("u1", "aaaa"), make_fact("u1", "zzzz")])
+    (best, _) = _query(index, "u1", "aaab")
+    assert best.content == "aaaa"
+    assert ChromaVectorIndex(client, LetterCountEmbedder(), collection_name).count() == 2
+
+
+# --- outages: a server of our own that the test may stop or freeze --------------------------------
+
+
+class DisposableChroma:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        exe = Path(sys.executable).parent / "chroma"
+        env = {**os.environ, "ANONYMIZED_TELEMETRY": "False", "NO_COLOR": "1"}
+        with (self.home / "chroma.log").open("ab") as log:
+            self._proc = subprocess.Popen(
+                [
+                    str(exe),
+                    "run",
+                    "--path",
+                    str(self.home / "data"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        deadline = time.monotonic() + timeout
+        while not self._answers():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                log_text = (self.home / "chroma.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"chroma run did not start:\n{log_text}")
+            time.sleep(0.1)
+
+    def freeze(self) -> None:
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=20)
+
+    def _answers(self) -> bool:
+        try:
+            resp = httpx.get(f"{self.url}/api/v2/heartbeat", timeout=1.0, trust_env=False)
+        except httpx.HTTPError:
+            return False
+        return resp.is_success
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def own_chroma(tmp_path: Path) -> Iterator[DisposableChroma]:
+    server = DisposableChroma(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _raises_unavailable_quickly(call: Callable[[], object]) -> None:
+    started = time.monotonic()
+    with pytest.raises(VectorIndexUnavailable) as caught:
+        call()
+    assert time.monotonic() - started < OUTAGE_BOUND_S
+    assert isinstance(caught.value.__cause__, httpx.HTTPError | ChromaError | OSError)
+
+
+@integration
+def test_a_stopped_server_makes_every_call_unavailable(
+    own_chroma: DisposableChroma, embedder: MiniLmEmbedder
+) -> None:
+    client = http_client(own_chroma.url, timeout_s=1.0)
+    try:
+        index = ChromaVectorIndex(client, embedder)
+        index.upsert([make_fact("u1", "lives in Berlin")])
+        own_chroma.stop()
+        more = [make_fact("u1", "likes green tea")]
+        _raises_unavailable_quickly(lambda: _query(index, "u1", "Berlin"))
+        _raises_unavailable_quickly(lambda: index.upsert(more))
+        _raises_unavailable_quickly(lambda: index.update_status({uuid.uuid4(): FactStatus.HELD}))
+        _raises_unavailable_quickly(lambda: index.delete([uuid.uuid4()]))
+        _raises_unavailable_quickly(index.count)
+        # An index built while Chroma is down constructs fine and fails per call.
+        late = ChromaVectorIndex(client, embedder, "other-facts")
+        _raises_unavailable_quickly(lambda: _query(late, "u1", "Berlin"))
+        # Back on the same port and data: the same index object recovers, nothing lost.
+        own_chroma.start()
+        assert contents(_query(index, "u1", "Berlin")) == {"lives in Berlin"}
+        assert index.upsert(more) == 1
+    finally:
+        close_client(client)
+
+
+@integration
+def test_a_frozen_server_times_out_as_unavailable(
+    own_chroma: DisposableChroma, embedder: MiniLmEmbedder
+) -> None:
+    client = http_client(own_chroma.url, timeout_s=1.0)
+    try:
+        index = ChromaVectorIndex(client, embedder)
+        index.upsert([make_fact("u1", "lives in Berlin")])
+        own_chroma.freeze()
+        _raises_unavailable_quickly(lambda: _query(index, "u1", "Berlin"))
+        _raises_unavailable_quickly(lambda: index.upsert([make_fact("u1", "likes green tea")]))
+    finally:
+        own_chroma.stop()
+        close_client(client)
+
+
+@integration
+def test_connecting_to_no_server_is_unavailable() -> None:
+    _raises_unavailable_quickly(lambda: http_client(f"http://127.0.0.1:{_free_port()}"))
+
+
+def test_http_client_rejects_a_malformed_url() -> None:
+    with pytest.raises(ValueError, match="chroma url"):
+        http_client("localhost:8000")
