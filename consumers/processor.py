@@ -245,7 +245,8 @@ class MemoryProcessor:
             self._offsets.done(item.tp, item.offset)
         if result.kind is FlushKind.CONSOLIDATED:
             self._metrics.flushes.labels("split").inc()
-        summary = f"{len(batch.items)} event(s) the backend cannot answer usably"
+        summary = f"{len(batch.items)} event(s) the backend cannot answer usably, as in: "
+        summary += result.rejected[0].reason
         self._reject(batch, Rejection("consolidate", summary, recorded=True, reasons=reasons))
 
     def _retry_or_give_up(self, batch: Batch, error: TransientBackendError) -> None:
