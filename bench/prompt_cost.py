@@ -9,7 +9,7 @@ loaded with `PostgresMemoryStore.insert_facts` and indexed by the index drain, p
 about 300 words and a scaffold of about 18 items. Each user then publishes `--batches`
 batches of `--batch` observations drawn from the same templates, and the real processor
 consolidates them with the Gemini backend (the real google-genai SDK) against the fake Gemini
-server of the tests, which counts the prompt it receives (`tests.fake_gemini.count_tokens`,
+server of the tests, which counts the prompt it receives (`tests.support.fake_gemini.count_tokens`,
 words and punctuation marks: an approximation of a subword tokenizer) and answers with the W
 and S it was shown and no fact changes, so memory keeps its size while it is measured.
 
