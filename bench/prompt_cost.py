@@ -39,6 +39,7 @@ import psycopg
 from bench import services
 from bench.processor import settings_for, wait_for
 from bench.synthetic_memory import ORGANIZATION, TEMPLATES, fill, load_users, make_facts, text_pool
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from memoryd import wiring
 from memoryd.settings import Settings
@@ -106,8 +107,9 @@ def old_selection(facts: Sequence[Fact]) -> tuple[Fact, ...]:
 
 
 def old_prompt_tokens(c: wiring.Core, user: str, events: Sequence[ContextEvent]) -> int:
-    state = c.memory.load_state(user)
-    facts = c.memory.facts(user, (FactStatus.ACTIVE, FactStatus.HELD))
+    key = MemoryKey(ORGANIZATION, user)
+    state = c.memory.load_state(key)
+    facts = c.memory.facts(key, (FactStatus.ACTIVE, FactStatus.HELD))
     request = ConsolidationRequest.build(
         state, old_selection(facts), list(events), datetime.now(UTC), known_facts=len(facts)
     )
@@ -161,8 +163,8 @@ def measured(dsn: str, users: Sequence[str]) -> list[tuple[int, int, int]]:
         rows = conn.execute(
             "SELECT cardinality(input_event_ids), prompt_tokens,"
             " jsonb_array_length(output->'candidates'->'shown') FROM consolidation_runs"
-            " WHERE user_id = ANY(%s) AND status = 'succeeded'",
-            (list(users),),
+            " WHERE organization_id = %s AND user_id = ANY(%s) AND status = 'succeeded'",
+            (ORGANIZATION, list(users)),
         ).fetchall()
     return [(int(a), int(b), int(c)) for a, b, c in rows]
 

@@ -1,10 +1,11 @@
-"""One user's flush: from buffered events to committed memory, then to the vector index.
+"""One memory's flush: from buffered events to committed memory, then to the vector index.
 
-Runs in a worker thread. Under the user's advisory lock it drops events already consumed,
-reads the current memory and the facts the batch is about (`processors.candidates`), asks the
-backend, plans the update with the write gate and applies it in one transaction. Indexing
-happens after the commit, in the background (`IndexQueue`); if it fails the facts stay
-pending in Postgres and the scheduled drain picks them up.
+Runs in a worker thread. Under the memory's advisory lock it drops events an erasure forgot
+and events already consumed, reads the current memory and the facts the batch is about
+(`processors.candidates`), asks the backend, plans the update with the write gate and
+applies it in one transaction. Indexing happens after the commit, in the background
+(`IndexQueue`); if it fails the facts stay pending in Postgres and the scheduled drain picks
+them up.
 
 An answer the model got wrong for this input (`UnusableAnswer`) does not sink the batch: it
 is bisected (`consumers.splitting`) to the events the model fails on alone, the others are
@@ -29,11 +30,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from consumers.batching import Rejection
+from consumers.batching import BufferedEvent, Rejection
+from consumers.forgetting import ForgottenEvents
 from consumers.indexer import IndexQueue
 from consumers.observers import FlushObserver
 from consumers.splitting import isolate
-from domain.ids import run_id_for
+from domain.ids import MemoryKey, run_id_for
 from domain.model import MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage
 from domain.ports import Clock, FactSearch, MemoryStore
 from processors.candidates import CandidatePolicy, select_candidates
@@ -57,6 +59,7 @@ class FlushKind(StrEnum):
     NOTHING_NEW = "nothing_new"
     DEFERRED = "deferred"
     REJECTED = "rejected"  # the backend could answer none of the events usably
+    FORGOTTEN = "forgotten"  # every event was of an erased memory, before its tombstone
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,19 @@ class FlushResult:
     skip_embeddings: bool = False
     rejected: tuple[RejectedEvents, ...] = ()
     deferred_run: uuid.UUID | None = None
+    forgotten: int = 0  # events left out because an erasure forgot them
+
+    @property
+    def rejected_reasons(self) -> dict[uuid.UUID, str]:
+        """Per event split off, why the backend could not answer it."""
+        return {i: r.reason for r in self.rejected for i in r.event_ids}
+
+    def split_rejection(self, count: int) -> Rejection:
+        """The dead letter of the `count` events split off: each carries its own failure, and
+        their failed runs are recorded already."""
+        summary = f"{count} event(s) the backend cannot answer usably, as in: "
+        summary += self.rejected[0].reason
+        return Rejection("consolidate", summary, recorded=True, reasons=self.rejected_reasons)
 
     @property
     def run_ids(self) -> tuple[uuid.UUID, ...]:
@@ -94,12 +110,14 @@ class UserFlusher:
         observer: FlushObserver,
         clock: Clock,
         search: FactSearch,
+        forgotten: ForgottenEvents,
         budget_policy: BudgetPolicy = BudgetPolicy.DEFER,
         *,
         candidate_policy: CandidatePolicy | None = None,
         max_split_calls: int = MAX_SPLIT_CALLS,
     ) -> None:
         self._store = store
+        self._forgotten = forgotten
         self._backend = backend
         self._consolidator = consolidator
         self._index_queue = index_queue
@@ -118,11 +136,16 @@ class UserFlusher:
         """Index what finished runs changed, then stop the index thread."""
         self._index_queue.close()
 
-    def flush(self, user_id: str, events: Sequence[ContextEvent], attempt: int) -> FlushResult:
+    def flush(self, key: MemoryKey, items: Sequence[BufferedEvent], attempt: int) -> FlushResult:
         """Raises the backend's and the store's errors; the runtime decides retry or dead letter."""
         started = time.monotonic()
-        with self._store.user_lock(user_id):
-            result = self._consolidate(user_id, events, attempt)
+        with self._store.memory_lock(key):
+            kept = self._forgotten.remembered(key, items)
+            if kept:
+                result = self._consolidate(key, [i.event for i in kept], attempt)
+            else:
+                result = FlushResult(FlushKind.FORGOTTEN, 0)
+            result = replace(result, forgotten=len(items) - len(kept))
         if not result.skip_embeddings:
             for update in result.updates:
                 self._index_queue.submit(update)
@@ -130,11 +153,11 @@ class UserFlusher:
         return result
 
     def record_failure(
-        self, user_id: str, events: Sequence[ContextEvent], attempt: int, rejection: Rejection
+        self, key: MemoryKey, events: Sequence[ContextEvent], attempt: int, rejection: Rejection
     ) -> uuid.UUID:
         """Write the failed run record (and what its calls cost) for events about to be
         dead-lettered; idempotent on the rejection's run id, so it may be retried."""
-        state = self._store.load_state(user_id, events[0].organization_id)
+        state = self._store.load_state(key)
         request = ConsolidationRequest.build(state, (), list(events), self._clock())
         run = self._unapplied(
             request,
@@ -151,16 +174,16 @@ class UserFlusher:
     # -- one flush ------------------------------------------------------------------------
 
     def _consolidate(
-        self, user_id: str, events: Sequence[ContextEvent], attempt: int
+        self, key: MemoryKey, events: Sequence[ContextEvent], attempt: int
     ) -> FlushResult:
         unique = list({e.event_id: e for e in events}.values())
-        done = self._store.already_consolidated(e.event_id for e in unique)
+        done = self._store.already_consolidated(key, (e.event_id for e in unique))
         fresh = [e for e in unique if e.event_id not in done]
         if not fresh:
             return FlushResult(FlushKind.NOTHING_NEW, 0)
-        state = self._store.load_state(user_id, fresh[0].organization_id)
+        state = self._store.load_state(key)
         now = self._clock()
-        balance = self._store.balance(user_id)
+        balance = self._store.balance(key)
         exhausted = balance is not None and balance <= 0
         if exhausted:
             self._observer.budget_applied(self._budget_policy.value)
@@ -187,7 +210,7 @@ class UserFlusher:
         update = self._consolidator.plan(
             request,
             response,
-            run_id=run_id_for(request.user_id, request.event_ids),
+            run_id=run_id_for(request.key, request.event_ids),
             backend=self._backend.name,
             prompt_version=self._backend.prompt_version,
             started_at=now,
@@ -205,10 +228,7 @@ class UserFlusher:
     def _request(
         self, state: MemoryState, events: Sequence[ContextEvent], now: datetime
     ) -> tuple[ConsolidationRequest, str | None]:
-        organization_id = events[0].organization_id
-        candidates = select_candidates(
-            state.user_id, organization_id, events, self._search, self._candidate_policy
-        )
+        candidates = select_candidates(state.key, events, self._search, self._candidate_policy)
         request = ConsolidationRequest.build(
             state, candidates.facts, list(events), now, known_facts=candidates.known
         )
@@ -267,7 +287,7 @@ class UserFlusher:
             except UnusableAnswer:
                 # Each group was answered alone, not all together: one run per group.
                 for group in found.clean:
-                    current = self._store.load_state(state.user_id, group[0].organization_id)
+                    current = self._store.load_state(state.key)
                     try:
                         updates.append(self._attempt(current, group, now, attempt, exhausted))
                     except UnusableAnswer as e:

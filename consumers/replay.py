@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
-from domain.ids import run_id_for
+from domain.ids import MemoryKey, run_id_for
 from domain.model import Fact, LoggedRun, RunRecord, RunStatus
 from domain.ports import Embedder
 from domain.retry import Backoff
@@ -128,13 +128,12 @@ def shown_facts(
         by_id = {f.fact_id: f for f in image}
         return tuple(by_id[i] for i in batch.shown if i in by_id), len(image)
     search = InMemoryFactSearch.over(image, embedder)
-    org = batch.events[0].organization_id
-    chosen = select_candidates(memory.user_id, org, batch.events, search, policy)
+    chosen = select_candidates(memory.state().key, batch.events, search, policy)
     return chosen.facts, chosen.known
 
 
 def shadow_consolidate(
-    user_id: str,
+    key: MemoryKey,
     batches: Sequence[ShadowBatch],
     backend: ConsolidationBackend,
     consolidator: Consolidator,
@@ -150,12 +149,10 @@ def shadow_consolidate(
     and skipped, as the processor would dead-letter it; a transient error is retried a few
     times with backoff first.
     """
-    memory = FoldedMemory(user_id=user_id)
+    memory = FoldedMemory(user_id=key.user_id, organization_id=key.organization_id)
     runs: list[RunRecord] = []
     failed: list[FailedBatch] = []
     for batch in batches:
-        if not memory.organization_id:
-            memory = replace(memory, organization_id=batch.events[0].organization_id)
         facts, known = shown_facts(memory, batch, embedder, policy)
         request = ConsolidationRequest.build(
             memory.state(), facts, list(batch.events), batch.now, known_facts=known
@@ -190,7 +187,7 @@ def _plan(
     update = consolidator.plan(
         request,
         response,
-        run_id=run_id_for(request.user_id, request.event_ids),
+        run_id=run_id_for(request.key, request.event_ids),
         backend=backend.name,
         prompt_version=backend.prompt_version,
         started_at=request.now,

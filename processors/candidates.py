@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from domain.ids import MemoryKey
 from domain.model import Fact
 from domain.ports import FactQuery, FactSearch
 from processors.heuristics import approx_tokens
@@ -71,8 +72,7 @@ def _query_text(event: ContextEvent) -> str:
 
 
 def select_candidates(
-    user_id: str,
-    organization_id: str,
+    key: MemoryKey,
     events: Sequence[ContextEvent],
     search: FactSearch,
     policy: CandidatePolicy | None = None,
@@ -80,14 +80,10 @@ def select_candidates(
     policy = policy or CandidatePolicy()
     queries = queries_for(events, policy)
     scopes = {q.connection_id for q in queries} | {None}
-    related = search.related(user_id, organization_id, queries, policy.per_observation)
+    related = search.related(key, queries, policy.per_observation)
     found = {f.fact_id for r in related.ranked for f in r}
     pinned = sorted(
-        (
-            f
-            for f in search.pinned(user_id, organization_id)
-            if f.provenance.connection_id in scopes
-        ),
+        (f for f in search.pinned(key) if f.provenance.connection_id in scopes),
         key=lambda f: (f.fact_id not in found, -f.updated_at.timestamp(), str(f.fact_id)),
     )
     chosen = _within_budget([pinned], policy.pinned_tokens)
@@ -96,9 +92,9 @@ def select_candidates(
     )
     named = _retraction_targets(events)
     shown = {f.fact_id for f in chosen}
-    retracted = search.by_ids(user_id, organization_id, [i for i in named if i not in shown])
+    retracted = search.by_ids(key, [i for i in named if i not in shown])
     facts = (*chosen, *sorted(retracted, key=lambda f: str(f.fact_id)))
-    return Candidates(facts, search.count(user_id, organization_id), related.degraded)
+    return Candidates(facts, search.count(key), related.degraded)
 
 
 def _rounds(ranked: Sequence[Sequence[Fact]]) -> list[list[Fact]]:

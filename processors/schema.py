@@ -16,6 +16,7 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus, FactType, MemoryState, SurfacePolicy, TokenUsage
 from producers.contract import ContextEvent
 
@@ -121,6 +122,18 @@ class ConsolidationRequest:
         now: datetime,
         known_facts: int | None = None,
     ) -> ConsolidationRequest:
+        strangers = [
+            e.event_id
+            for e in events
+            if (e.organization_id, e.user_id) != (state.organization_id, state.user_id)
+        ]
+        if strangers:
+            # A batch is one memory's: an event of another organization (or user) reaching
+            # this memory is the leak tenancy exists to prevent, so it fails loudly here.
+            raise ValueError(
+                f"{len(strangers)} event(s) are not of {state.organization_id}/{state.user_id}:"
+                f" {strangers[:3]}"
+            )
         ordered = in_request_order(events)
         return cls(
             user_id=state.user_id,
@@ -134,8 +147,12 @@ class ConsolidationRequest:
 
     @property
     def fact_count(self) -> int:
-        """The user's facts, shown or not (at least those shown)."""
+        """The memory's facts, shown or not (at least those shown)."""
         return max(self.known_facts or 0, len(self.active_facts))
+
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.organization_id, self.user_id)
 
     @property
     def event_ids(self) -> frozenset[uuid.UUID]:

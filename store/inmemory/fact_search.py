@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from domain.ids import MemoryKey
 from domain.model import Fact
 from domain.ports import Embedder, FactQuery, RelatedFacts, Vector
 from store.candidate_ranking import CONSOLIDATION_STATUSES, fuse, nearest_ids
@@ -62,19 +63,13 @@ class InMemoryFactSearch:
 
         return cls(current, embedder)
 
-    def _owned(self, user_id: str, organization_id: str) -> list[Fact]:
+    def _owned(self, key: MemoryKey) -> list[Fact]:
         wanted = frozenset(CONSOLIDATION_STATUSES)
-        owned = [
-            f
-            for f in self._facts()
-            if f.user_id == user_id and f.organization_id == organization_id and f.status in wanted
-        ]
+        owned = [f for f in self._facts() if f.key == key and f.status in wanted]
         return sorted(owned, key=lambda f: str(f.fact_id))
 
-    def related(
-        self, user_id: str, organization_id: str, queries: Sequence[FactQuery], limit: int
-    ) -> RelatedFacts:
-        owned = self._owned(user_id, organization_id)
+    def related(self, key: MemoryKey, queries: Sequence[FactQuery], limit: int) -> RelatedFacts:
+        owned = self._owned(key)
         vectors = self._vectors(owned, queries)
         ranked = []
         for n, query in enumerate(queries):
@@ -113,15 +108,13 @@ class InMemoryFactSearch:
         by_id = {owned[i].fact_id: owned[i] for i in scoped}
         return [by_id[i] for i in fuse(dense, keyword[:limit], limit)]
 
-    def pinned(self, user_id: str, organization_id: str) -> list[Fact]:
-        pinned = [f for f in self._owned(user_id, organization_id) if f.pinned]
+    def pinned(self, key: MemoryKey) -> list[Fact]:
+        pinned = [f for f in self._owned(key) if f.pinned]
         return sorted(pinned, key=lambda f: (f.created_at, str(f.fact_id)))
 
-    def by_ids(
-        self, user_id: str, organization_id: str, fact_ids: Sequence[uuid.UUID]
-    ) -> list[Fact]:
+    def by_ids(self, key: MemoryKey, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
         wanted = set(fact_ids)
-        return [f for f in self._owned(user_id, organization_id) if f.fact_id in wanted]
+        return [f for f in self._owned(key) if f.fact_id in wanted]
 
-    def count(self, user_id: str, organization_id: str) -> int:
-        return len(self._owned(user_id, organization_id))
+    def count(self, key: MemoryKey) -> int:
+        return len(self._owned(key))

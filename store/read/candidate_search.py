@@ -19,6 +19,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
+from domain.ids import MemoryKey
 from domain.model import Fact
 from domain.ports import Embedder, FactQuery, RelatedFacts, VectorIndex
 from domain.reads import Scope
@@ -30,12 +31,11 @@ from store.read.context_service import EXACT_SEARCH_MAX_FACTS
 from store.read.fact_queries import PostgresReadModel
 
 
-def _scope(user_id: str, organization_id: str, connection_id: str | None) -> Scope:
+def _scope(key: MemoryKey, connection_id: str | None) -> Scope:
     return Scope(
-        user_id=user_id,
+        key=key,
         connection_ids=(connection_id,) if connection_id else (),
         statuses=CONSOLIDATION_STATUSES,
-        organization_id=organization_id,
     )
 
 
@@ -52,17 +52,13 @@ class HybridFactSearch:
         self._index = index
         self._embedder = embedder
 
-    def related(
-        self, user_id: str, organization_id: str, queries: Sequence[FactQuery], limit: int
-    ) -> RelatedFacts:
+    def related(self, key: MemoryKey, queries: Sequence[FactQuery], limit: int) -> RelatedFacts:
         if not queries or limit <= 0:
             return RelatedFacts(tuple(() for _ in queries))
-        scopes = {
-            q.connection_id: _scope(user_id, organization_id, q.connection_id) for q in queries
-        }
+        scopes = {q.connection_id: _scope(key, q.connection_id) for q in queries}
         degraded = None
         try:
-            dense = self._dense(user_id, scopes, queries, limit)
+            dense = self._dense(scopes, queries, limit)
         except VectorIndexUnavailable as e:
             dense, degraded = [[] for _ in queries], f"vector index unavailable: {e}"
         keyword = [
@@ -80,7 +76,6 @@ class HybridFactSearch:
 
     def _dense(
         self,
-        user_id: str,
         scopes: Mapping[str | None, Scope],
         queries: Sequence[FactQuery],
         limit: int,
@@ -94,7 +89,7 @@ class HybridFactSearch:
             if len(ids) > EXACT_SEARCH_MAX_FACTS:
                 for i in members:
                     hits = self._index.query(
-                        user_id=user_id,
+                        key=scope.key,
                         text=queries[i].text,
                         connection_ids=scope.connection_ids,
                         n=limit,
@@ -131,35 +126,35 @@ class HybridFactSearch:
 
     # -- plain lookups --------------------------------------------------------------------
 
-    def pinned(self, user_id: str, organization_id: str) -> list[Fact]:
-        return self._facts(" AND pinned ORDER BY created_at, fact_id", user_id, organization_id)
+    def pinned(self, key: MemoryKey) -> list[Fact]:
+        return self._facts(" AND pinned ORDER BY created_at, fact_id", key)
 
-    def by_ids(
-        self, user_id: str, organization_id: str, fact_ids: Sequence[uuid.UUID]
-    ) -> list[Fact]:
+    def by_ids(self, key: MemoryKey, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
         if not fact_ids:
             return []
-        return self._facts(
-            " AND fact_id = ANY(%s) ORDER BY fact_id", user_id, organization_id, list(fact_ids)
-        )
+        return self._facts(" AND fact_id = ANY(%s) ORDER BY fact_id", key, list(fact_ids))
 
-    def count(self, user_id: str, organization_id: str) -> int:
+    def count(self, key: MemoryKey) -> int:
         sql = (
             "SELECT count(*) FROM memory_facts"
-            " WHERE user_id = %s AND organization_id = %s AND status = ANY(%s)"
+            " WHERE organization_id = %s AND user_id = %s AND status = ANY(%s)"
         )
         with transaction(self._pool, "counting facts") as conn:
-            row = conn.execute(sql, (user_id, organization_id, _statuses())).fetchone()
+            row = conn.execute(sql, (*_key_params(key), _statuses())).fetchone()
         return int(row[0]) if row else 0
 
-    def _facts(self, tail: str, user_id: str, organization_id: str, *extra: Any) -> list[Fact]:
+    def _facts(self, tail: str, key: MemoryKey, *extra: Any) -> list[Fact]:
         sql = (
             f"SELECT {fact_rows.COLUMNS} FROM memory_facts"
-            f" WHERE user_id = %s AND organization_id = %s AND status = ANY(%s){tail}"
+            f" WHERE organization_id = %s AND user_id = %s AND status = ANY(%s){tail}"
         )
         with transaction(self._pool, "candidate search") as conn:
-            rows = conn.execute(sql, (user_id, organization_id, _statuses(), *extra)).fetchall()
+            rows = conn.execute(sql, (*_key_params(key), _statuses(), *extra)).fetchall()
         return [fact_rows.from_row(r) for r in rows]
+
+
+def _key_params(key: MemoryKey) -> tuple[str, str]:
+    return (key.organization_id, key.user_id)
 
 
 def _statuses() -> list[str]:

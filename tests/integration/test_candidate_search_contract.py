@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from domain.ports import FactQuery, FactSearch, Vector, VectorHit
 from memoryd import wiring
@@ -25,6 +25,7 @@ pytestmark = pytest.mark.integration
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 USER, ORG = "ada", "org-a"
+KEY = MemoryKey(ORG, USER)
 
 
 def fact(
@@ -39,7 +40,7 @@ def fact(
 ) -> Fact:
     at = T0 - timedelta(days=days)
     return Fact(
-        fact_id=fact_id_for(f"{org}/{user}", content, connection),
+        fact_id=fact_id_for(MemoryKey(org, user), content, connection),
         user_id=user,
         organization_id=org,
         content=content,
@@ -97,7 +98,7 @@ def test_the_fact_a_correction_is_about_comes_first(search: FactSearch) -> None:
         FactQuery("Correction: my dentist is Dr. Okafor now"),
         FactQuery("I started a third beehive"),
     ]
-    dentist, bees = search.related(USER, ORG, queries, limit=3).ranked
+    dentist, bees = search.related(KEY, queries, limit=3).ranked
     assert dentist[0].fact_id == DENTIST.fact_id
     assert bees[0].fact_id == BEES.fact_id
     assert len(dentist) <= 3
@@ -107,7 +108,7 @@ def test_only_the_tenants_current_facts_in_the_querys_scope(search: FactSearch) 
     everything = [
         FactQuery("dentist invoices Acme mail Oslo vegetarian", c) for c in (None, "mail")
     ]
-    plain, in_mail = (set(ids(r)) for r in search.related(USER, ORG, everything, limit=20).ranked)
+    plain, in_mail = (set(ids(r)) for r in search.related(KEY, everything, limit=20).ranked)
     allowed = set(ids([DENTIST, BEES, HELD, PINNED, *FILLER]))
     assert plain <= allowed
     assert in_mail <= allowed | {MAIL.fact_id}
@@ -117,12 +118,12 @@ def test_only_the_tenants_current_facts_in_the_querys_scope(search: FactSearch) 
 
 
 def test_lookups_are_scoped_by_organization_and_user(search: FactSearch) -> None:
-    assert ids(search.pinned(USER, ORG)) == [PINNED.fact_id]
-    assert search.count(USER, ORG) == len(FACTS) - 3  # not contradicted, not another tenant's
-    assert search.count(USER, "org-b") == 1
+    assert ids(search.pinned(KEY)) == [PINNED.fact_id]
+    assert search.count(KEY) == len(FACTS) - 3  # not contradicted, not another tenant's
+    assert search.count(MemoryKey("org-b", USER)) == 1
     wanted = [DENTIST.fact_id, OTHER_ORG.fact_id, GONE.fact_id, MAIL.fact_id]
-    assert ids(search.by_ids(USER, ORG, wanted)) == sorted([DENTIST.fact_id, MAIL.fact_id], key=str)
-    assert search.related(USER, ORG, [], limit=3).ranked == ()
+    assert ids(search.by_ids(KEY, wanted)) == sorted([DENTIST.fact_id, MAIL.fact_id], key=str)
+    assert search.related(KEY, [], limit=3).ranked == ()
 
 
 class DownIndex:
@@ -138,7 +139,7 @@ def test_with_chroma_down_the_keyword_side_still_answers(deployment: Deployment)
         c.memory.insert_facts(FACTS)
         wiring.indexer(c).drain_pending()
         search = HybridFactSearch(c.pool, PostgresReadModel(c.pool), DownIndex(), c.embedder)
-        found = search.related(USER, ORG, [FactQuery("my dentist Dr. Alvarez")], limit=3)
+        found = search.related(KEY, [FactQuery("my dentist Dr. Alvarez")], limit=3)
         assert found.degraded is not None
         assert "chroma is down" in found.degraded
         assert found.ranked[0][0].fact_id == DENTIST.fact_id
@@ -152,7 +153,7 @@ def test_exact_and_ann_dense_paths_agree(
     def top(c: wiring.Core) -> Callable[[], list[uuid.UUID]]:
         search = wiring.candidate_search(c)
         query = [FactQuery("beekeeping and honey"), FactQuery("tea or coffee")]
-        return lambda: [r[0].fact_id for r in search.related(USER, ORG, query, limit=2).ranked]
+        return lambda: [r[0].fact_id for r in search.related(KEY, query, limit=2).ranked]
 
     with wiring.core(deployment.settings) as c:
         c.memory.insert_facts(FACTS)
@@ -170,9 +171,7 @@ def test_an_unindexed_fact_is_found_by_keyword(deployment: Deployment) -> None:
         c.memory.insert_facts(FACTS)
         wiring.indexer(c).drain_pending()
         c.memory.insert_facts([late])  # written by a run, not indexed yet
-        found = wiring.candidate_search(c).related(
-            USER, ORG, [FactQuery("renew my passport")], limit=3
-        )
+        found = wiring.candidate_search(c).related(KEY, [FactQuery("renew my passport")], limit=3)
         # Keyword-only, it ties with the dense side's best; found either way.
         assert late.fact_id in ids(found.ranked[0])
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from consumers.batching import Rejection
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import (
     Fact,
     FactStatus,
@@ -65,7 +65,7 @@ def fake() -> Iterator[FakeGemini]:
 def seeded_fact(user: str, content: str, *, days_ago: float, salience: float, pinned: bool) -> Fact:
     at = BASE_TIME - timedelta(days=days_ago)
     return Fact(
-        fact_id=fact_id_for(user, content, None),
+        fact_id=fact_id_for(MemoryKey(ORG, user), content, None),
         user_id=user,
         organization_id=ORG,
         content=content,
@@ -132,7 +132,7 @@ def test_a_correction_meets_the_old_dull_fact_it_corrects_among_5000(
     deployment: Deployment, fake: FakeGemini
 ) -> None:
     facts = a_year_of_memory("ada", 5_000)
-    target_id = fact_id_for("ada", TARGET, None)
+    target_id = fact_id_for(MemoryKey(ORG, "ada"), TARGET, None)
 
     def seed(c: wiring.Core) -> int:
         assert c.memory.insert_facts(facts) == 5_000
@@ -265,7 +265,7 @@ def test_an_unusable_answer_is_booked_in_its_failed_run_and_the_ledger_once(
         flusher = wiring.flusher(c, *wiring.consolidation(c))
         try:
             for _ in range(2):
-                flusher.record_failure("bo", events, 3, rejection)
+                flusher.record_failure(MemoryKey(ORG, "bo"), events, 3, rejection)
         finally:
             flusher.close()
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from domain.ports import FactQuery, RelatedFacts
 from processors.candidates import CandidatePolicy, queries_for, select_candidates, shown_cost
@@ -20,6 +20,7 @@ from tests.support.fakes import BagOfWordsEmbedder
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 USER, ORG = "ada", "org-a"
+KEY = MemoryKey(ORG, USER)
 
 
 def fact(
@@ -27,7 +28,7 @@ def fact(
 ) -> Fact:
     at = T0 - timedelta(days=days)
     return Fact(
-        fact_id=fact_id_for(USER, content, connection),
+        fact_id=fact_id_for(KEY, content, connection),
         user_id=USER,
         organization_id=ORG,
         content=content,
@@ -54,22 +55,18 @@ class ScriptedSearch:
     degraded: str | None = None
     asked: list[FactQuery] = field(default_factory=list)
 
-    def related(
-        self, user_id: str, organization_id: str, queries: Sequence[FactQuery], limit: int
-    ) -> RelatedFacts:
+    def related(self, key: MemoryKey, queries: Sequence[FactQuery], limit: int) -> RelatedFacts:
         self.asked += queries
         ranked = tuple(tuple(self.ranked.get(q.text, [])[:limit]) for q in queries)
         return RelatedFacts(ranked, self.degraded)
 
-    def pinned(self, user_id: str, organization_id: str) -> list[Fact]:
+    def pinned(self, key: MemoryKey) -> list[Fact]:
         return list(self.pins)
 
-    def by_ids(
-        self, user_id: str, organization_id: str, fact_ids: Sequence[uuid.UUID]
-    ) -> list[Fact]:
+    def by_ids(self, key: MemoryKey, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
         return [f for f in self.stored if f.fact_id in set(fact_ids)]
 
-    def count(self, user_id: str, organization_id: str) -> int:
+    def count(self, key: MemoryKey) -> int:
         return 5_000
 
 
@@ -84,7 +81,7 @@ B = [fact(f"The user owns bikes, model {i}.") for i in range(4)]
 def test_related_facts_come_in_rounds_each_once() -> None:
     shared = A[0]
     search = ScriptedSearch(ranked={"apples": [*A[:3]], "bikes": [B[0], shared, B[1]]})
-    chosen = select_candidates(USER, ORG, events("apples", "bikes"), search)
+    chosen = select_candidates(KEY, events("apples", "bikes"), search)
     # Round one: each observation's best; round two: each one's second (A[0] already shown).
     assert chosen.facts == (A[0], B[0], A[1], A[2], B[1])
     assert chosen.known == 5_000
@@ -96,7 +93,7 @@ def test_the_budget_cuts_the_last_rounds_first(budget_facts: int) -> None:
     order = [A[0], B[0], A[1], B[1], A[2], B[2]]
     budget = sum(shown_cost(f) for f in order[:budget_facts])
     policy = CandidatePolicy(per_observation=3, max_tokens=budget)
-    chosen = select_candidates(USER, ORG, events("apples", "bikes"), search, policy)
+    chosen = select_candidates(KEY, events("apples", "bikes"), search, policy)
     assert chosen.facts == tuple(order[:budget_facts])
 
 
@@ -104,7 +101,7 @@ def test_a_fact_too_long_for_what_is_left_gives_way_to_shorter_ones() -> None:
     long = fact("The user keeps a very long note about apples " + "and pears " * 30)
     search = ScriptedSearch(ranked={"apples": [A[0], long, A[1]]})
     policy = CandidatePolicy(max_tokens=shown_cost(A[0]) * 2 + 1)
-    assert select_candidates(USER, ORG, events("apples"), search, policy).facts == (A[0], A[1])
+    assert select_candidates(KEY, events("apples"), search, policy).facts == (A[0], A[1])
 
 
 def test_pinned_facts_have_their_own_budget_related_and_newest_first() -> None:
@@ -117,7 +114,7 @@ def test_pinned_facts_have_their_own_budget_related_and_newest_first() -> None:
     search = ScriptedSearch(ranked={"apples": [related, A[0]]}, pins=[old, new, related, elsewhere])
     room = shown_cost(related) + shown_cost(new)
     policy = CandidatePolicy(pinned_tokens=room, max_tokens=shown_cost(A[0]))
-    chosen = select_candidates(USER, ORG, events("apples"), search, policy)
+    chosen = select_candidates(KEY, events("apples"), search, policy)
     # The pinned fact the search found first, then the newest; one of another connection's
     # scope never (the batch has no observation in it); related facts keep their own budget.
     assert chosen.facts == (related, new, A[0])
@@ -127,7 +124,7 @@ def test_each_observation_searches_its_own_scope() -> None:
     search = ScriptedSearch()
     mail = make_event(USER, "Acme pays in EUR", minutes=5, connection_id="mail")
     batch = [mail, *events("I like apples")]
-    select_candidates(USER, ORG, batch, search)
+    select_candidates(KEY, batch, search)
     assert search.asked == [FactQuery("I like apples", None), FactQuery("Acme pays in EUR", "mail")]
 
 
@@ -155,15 +152,13 @@ def test_a_retracted_fact_is_always_in_even_beyond_the_budget() -> None:
     )
     search = ScriptedSearch(ranked={"apples": A}, stored=[B[3]])
     policy = CandidatePolicy(max_tokens=0, pinned_tokens=0)
-    chosen = select_candidates(USER, ORG, [*events("apples"), retraction], search, policy)
+    chosen = select_candidates(KEY, [*events("apples"), retraction], search, policy)
     assert chosen.facts == (B[3],)
 
 
 def test_a_degraded_search_is_reported() -> None:
     search = ScriptedSearch(ranked={"apples": A}, degraded="vector index unavailable")
-    assert select_candidates(USER, ORG, events("apples"), search).degraded == (
-        "vector index unavailable"
-    )
+    assert select_candidates(KEY, events("apples"), search).degraded == ("vector index unavailable")
 
 
 def test_in_memory_search_scopes_by_tenant_connection_and_status() -> None:
@@ -174,17 +169,17 @@ def test_in_memory_search_scopes_by_tenant_connection_and_status() -> None:
     search = InMemoryFactSearch.over([mine, scoped, other_org, gone], BagOfWordsEmbedder())
 
     plain, in_mail = search.related(
-        USER, ORG, [FactQuery("bike", None), FactQuery("bike", "mail")], limit=5
+        KEY, [FactQuery("bike", None), FactQuery("bike", "mail")], limit=5
     ).ranked
     assert plain == (mine,)
     assert set(in_mail) == {mine, scoped}
-    assert search.count(USER, ORG) == 2
-    assert search.count(USER, "org-b") == 1
+    assert search.count(KEY) == 2
+    assert search.count(MemoryKey("org-b", USER)) == 1
 
 
 def test_selection_is_deterministic() -> None:
     facts = [*A, *B, fact("The user bikes to the apple market.")]
     batch = events("apples and bikes", "the market")
     search = InMemoryFactSearch.over(facts, BagOfWordsEmbedder())
-    picks = {select_candidates(USER, ORG, batch, search).facts for _ in range(3)}
+    picks = {select_candidates(KEY, batch, search).facts for _ in range(3)}
     assert len(picks) == 1

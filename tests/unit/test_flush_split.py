@@ -10,12 +10,13 @@ from domain.model import RunStatus, TokenUsage
 from processors.errors import TransientBackendError, UnusableAnswer
 from processors.schema import ConsolidationRequest
 from producers.contract import ContextEvent
-from tests.support.builders import make_event
+from tests.support.builders import buffered, key_of, make_event
 from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
 from tests.support.inmemory import TOPIC, InMemoryMemoryd, step_until
 
 POISON = "POISON"
 USAGE = TokenUsage(prompt_tokens=300, completion_tokens=40)
+ADA = key_of("ada")
 
 
 class ChokesOn(FlakyBackend):
@@ -45,7 +46,7 @@ def notes(n: int, poison_at: int | None = None) -> list[ContextEvent]:
 def runs_by_status(m: InMemoryMemoryd) -> dict[RunStatus, list[int]]:
     """Status → the sizes of its runs, in log order."""
     out: dict[RunStatus, list[int]] = {}
-    for logged in m.runs.runs("ada"):
+    for logged in m.runs.runs(ADA):
         out.setdefault(logged.run.status, []).append(len(logged.run.input_event_ids))
     return out
 
@@ -56,7 +57,7 @@ def test_one_poison_event_is_split_off_and_the_rest_is_one_run(poison_at: int) -
     events = notes(8, poison_at)
     backend = ChokesOn()
     flusher = m.flusher(backend)
-    result = flusher.flush("ada", events, attempt=0)
+    result = flusher.flush(ADA, buffered(events), attempt=0)
     flusher.close()
 
     assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 7)
@@ -69,7 +70,7 @@ def test_one_poison_event_is_split_off_and_the_rest_is_one_run(poison_at: int) -
     assert statuses[RunStatus.FAILED][0] == 8  # the whole batch, first
     assert statuses[RunStatus.FAILED][-1] == 1  # the poison alone, last
     assert RunStatus.DISCARDED in statuses  # usable probes, recorded, not applied
-    assert m.memory.load_state("ada").version == 1
+    assert m.memory.load_state(ADA).version == 1
     assert m.observer.probes.count(False) >= 1
     assert m.observer.probes.count(True) >= 1
 
@@ -78,10 +79,10 @@ def test_every_call_is_booked_once_against_its_own_run() -> None:
     m = InMemoryMemoryd()
     backend = ChokesOn()
     flusher = m.flusher(backend)
-    flusher.flush("ada", notes(8, poison_at=2), attempt=0)
+    flusher.flush(ADA, buffered(notes(8, poison_at=2)), attempt=0)
     flusher.close()
 
-    runs = [logged.run for logged in m.runs.runs("ada")]
+    runs = [logged.run for logged in m.runs.runs(ADA)]
     assert len(runs) == backend.calls
     booked = {e.run_id: e.units for e in m.db.ledger.values() if e.operation == "llm"}
     assert booked == {r.run_id: r.usage.total for r in runs}
@@ -95,7 +96,7 @@ def test_a_lone_event_the_model_cannot_answer_is_rejected_with_its_failed_run() 
     m = InMemoryMemoryd()
     [event] = notes(1, poison_at=0)
     flusher = m.flusher(ChokesOn())
-    result = flusher.flush("ada", [event], attempt=0)
+    result = flusher.flush(ADA, buffered([event]), attempt=0)
     flusher.close()
 
     assert (result.kind, result.events, result.updates) == (FlushKind.REJECTED, 0, ())
@@ -107,13 +108,13 @@ def test_events_that_fail_only_together_are_consolidated_apart() -> None:
     m = InMemoryMemoryd()
     events = notes(8)
     flusher = m.flusher(ChokesOn(max_size=4))
-    result = flusher.flush("ada", events, attempt=0)
+    result = flusher.flush(ADA, buffered(events), attempt=0)
     flusher.close()
 
     assert (result.kind, result.events, result.rejected) == (FlushKind.CONSOLIDATED, 8, ())
     assert sum(len(u.run.input_event_ids) for u in result.updates) == 8
     assert len(result.updates) > 1  # all together failed again: one run per clean group
-    assert m.memory.load_state("ada").version == len(result.updates)
+    assert m.memory.load_state(ADA).version == len(result.updates)
 
 
 def test_a_transient_error_while_bisecting_keeps_the_whole_batch() -> None:
@@ -121,10 +122,10 @@ def test_a_transient_error_while_bisecting_keeps_the_whole_batch() -> None:
     events = notes(8, poison_at=6)
     flusher = m.flusher(ChokesOn(transient_after=2))
     with pytest.raises(TransientBackendError):
-        flusher.flush("ada", events, attempt=0)
+        flusher.flush(ADA, buffered(events), attempt=0)
     flusher.close()
 
-    assert m.memory.already_consolidated(e.event_id for e in events) == frozenset()
+    assert m.memory.already_consolidated(ADA, (e.event_id for e in events)) == frozenset()
     assert RunStatus.SUCCEEDED not in runs_by_status(m)
 
 
@@ -142,5 +143,5 @@ def test_the_runtime_dead_letters_only_the_split_off_event() -> None:
     (letter,) = letters.letters
     assert (letter.stage, letter.offset) == ("consolidate", 4)
     assert "bisected out of a batch of 5" in letter.reason  # the in-memory app's max_batch
-    done = m.memory.already_consolidated(e.event_id for e in events)
+    done = m.memory.already_consolidated(ADA, (e.event_id for e in events))
     assert done == {e.event_id for i, e in enumerate(events) if i != 4}

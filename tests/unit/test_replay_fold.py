@@ -35,7 +35,7 @@ from processors.fold import FoldedMemory, FoldError, fold_runs, runs_until
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from producers.contract import ContextEvent, EventType
-from tests.support.builders import make_event, make_fact, make_run
+from tests.support.builders import key_of, make_event, make_fact, make_run
 from tests.support.fakes import BagOfWordsEmbedder, FlakyBackend
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
@@ -170,7 +170,9 @@ def test_a_later_upsert_keeps_the_row_identity_origin_and_read_counters() -> Non
     [
         ([run(2, version=1), run(1, version=2)], "seq 1 after seq 2"),
         ([run(1, version=1), run(2, version=3, base=2)], "a run is missing"),
-        ([run(1, version=1), run(2, version=2, user="bob")], "of user bob"),
+        ([run(1, version=1), run(2, version=2, user="bob")], "of org-a/bob"),
+        # The same user id in another organization is another memory: never folded in.
+        ([run(1, version=1), run(2, version=2, org="org-b")], "of org-b/ada"),
         ([replace(run(1, version=1), run=replace(run(1, version=1).run, output={}))], "no applied"),
         (
             [
@@ -304,8 +306,8 @@ def test_shadow_consolidation_folds_like_the_log_and_is_reproducible() -> None:
     embedder = BagOfWordsEmbedder()
     backend = OfflineBackend(embedder)
     batches = batches_by_size(log, 2)
-    first = shadow_consolidate(USER, batches, backend, consolidator(), embedder=embedder)
-    again = shadow_consolidate(USER, batches, backend, consolidator(), embedder=embedder)
+    first = shadow_consolidate(key_of(USER), batches, backend, consolidator(), embedder=embedder)
+    again = shadow_consolidate(key_of(USER), batches, backend, consolidator(), embedder=embedder)
 
     assert first.memory == again.memory
     assert len(first.runs) == 2
@@ -337,9 +339,11 @@ def test_a_batch_of_a_live_run_is_shown_the_facts_that_run_recorded() -> None:
     ]
     recorded_none = [searched[0], ShadowBatch((correction,), correction.occurred_at, shown=())]
 
-    with_search = shadow_consolidate(USER, searched, backend, consolidator(), embedder=embedder)
+    with_search = shadow_consolidate(
+        key_of(USER), searched, backend, consolidator(), embedder=embedder
+    )
     as_recorded = shadow_consolidate(
-        USER, recorded_none, backend, consolidator(), embedder=embedder
+        key_of(USER), recorded_none, backend, consolidator(), embedder=embedder
     )
 
     def statuses(result: ShadowResult) -> list[FactStatus]:
@@ -365,7 +369,7 @@ def test_shadow_retries_transient_errors_and_skips_batches_the_backend_cannot_do
         ]
     )
     slept: list[float] = []
-    result = shadow_consolidate(USER, batches, backend, consolidator(), sleep=slept.append)
+    result = shadow_consolidate(key_of(USER), batches, backend, consolidator(), sleep=slept.append)
 
     assert backend.calls == 6
     assert slept == [1.0, 1.0, 2.0]
