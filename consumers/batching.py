@@ -11,12 +11,15 @@ at most the records that were in flight, and `consolidated_events` makes that re
 from __future__ import annotations
 
 import heapq
+import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from domain.ids import MemoryKey
+from domain.model import TokenUsage
+from processors.errors import BackendError
 from producers.contract import ContextEvent
 
 if TYPE_CHECKING:  # only for the annotation: flush imports the store, batching stays plain
@@ -55,6 +58,17 @@ class Rejection:
     reason: str
     raw_response: str | None = None
     recorded: bool = False  # the failed run record is written (or not needed)
+    # What the failed call used (frozen, so one shared default is safe): booked with the run.
+    usage: TokenUsage = TokenUsage()  # noqa: RUF009
+    # The failed run's id, fixed once, so a retried record of it is written (and booked) once.
+    run_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    # Per event, when the events failed for different reasons (a bisected batch).
+    reasons: dict[uuid.UUID, str] = field(default_factory=dict)
+
+    @classmethod
+    def of_backend(cls, reason: str, error: BackendError) -> Rejection:
+        """A batch given up on the backend's error: its answer and its tokens go with it."""
+        return cls("consolidate", reason, error.raw_response, usage=error.usage)
 
 
 @dataclass
@@ -72,6 +86,13 @@ class Batch:
     @property
     def events(self) -> list[ContextEvent]:
         return [i.event for i in self.items]
+
+    def keep_only(self, event_ids: Iterable[uuid.UUID]) -> list[BufferedEvent]:
+        """Narrow the batch to these events; returns the items taken out."""
+        kept = set(event_ids)
+        out = [i for i in self.items if i.event.event_id not in kept]
+        self.items = [i for i in self.items if i.event.event_id in kept]
+        return out
 
 
 class UserBuffers:

@@ -6,7 +6,8 @@ exactly as it was once the cause is fixed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,14 +46,21 @@ class DeadLetter:
         ]
 
 
-def event_letters(items: Sequence[BufferedEvent], stage: str, reason: str) -> list[DeadLetter]:
-    """Dead letters for valid events a consumer gives up on, each at its source offset."""
+def event_letters(
+    items: Sequence[BufferedEvent],
+    stage: str,
+    reason: str,
+    reasons: Mapping[uuid.UUID, str] | None = None,
+) -> list[DeadLetter]:
+    """Dead letters for valid events a consumer gives up on, each at its source offset;
+    `reasons` gives some events a reason of their own (a bisected batch's)."""
+    own = reasons or {}
     return [
         DeadLetter(
             i.event.kafka_key,
             i.event.to_bytes(),
             stage,
-            reason,
+            own.get(i.event.event_id, reason),
             i.tp.topic,
             i.tp.partition,
             i.offset,

@@ -1,10 +1,17 @@
 """One memory's flush: from buffered events to committed memory, then to the vector index.
 
 Runs in a worker thread. Under the memory's advisory lock it drops events an erasure forgot
-and events already consumed, reads the current memory, asks the backend, plans the update
-with the write gate and applies it in one transaction. Indexing happens after the commit, in
-the background (`IndexQueue`); if it fails the facts stay pending in Postgres and the
-scheduled drain picks them up.
+and events already consumed, reads the current memory and the facts the batch is about
+(`processors.candidates`), asks the backend, plans the update with the write gate and
+applies it in one transaction. Indexing happens after the commit, in the background
+(`IndexQueue`); if it fails the facts stay pending in Postgres and the scheduled drain picks
+them up.
+
+An answer the model got wrong for this input (`UnusableAnswer`) does not sink the batch: it
+is bisected (`consumers.splitting`) to the events the model fails on alone, the others are
+consolidated together in one run, and the flush returns the failing ones for the dead-letter
+topic. Every call that did not become a succeeded run is recorded as a failed or discarded
+run with its tokens, booked in the ledger in the same transaction.
 
 Budget: a user with a credit line whose balance is spent (<= 0) before a flush gets the
 configured policy, decided under the lock and written down: DEFER records a deferred run and
@@ -21,17 +28,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from consumers.batching import BufferedEvent
+from consumers.batching import BufferedEvent, Rejection
 from consumers.forgetting import ForgottenEvents
 from consumers.indexer import IndexQueue
 from consumers.observers import FlushObserver
+from consumers.splitting import isolate
 from domain.ids import MemoryKey, run_id_for
-from domain.model import MemoryState, MemoryUpdate, RunStatus
-from domain.ports import Clock, MemoryStore
-from processors.consolidate import Consolidator, failed_run
-from processors.schema import REQUEST_STATUSES, ConsolidationBackend, ConsolidationRequest
+from domain.model import MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage
+from domain.ports import Clock, FactSearch, MemoryStore
+from processors.candidates import CandidatePolicy, select_candidates
+from processors.consolidate import Consolidator, failed_run, shown_facts, unapplied_ledger
+from processors.errors import UnusableAnswer
+from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
+
+# Enough probes to isolate one failing event in a batch of up to 64.
+MAX_SPLIT_CALLS = 12
+_PROBE_NOTE = "usable answer to a probe while bisecting a batch; its events were consolidated later"
 
 
 class BudgetPolicy(StrEnum):
@@ -43,18 +58,46 @@ class FlushKind(StrEnum):
     CONSOLIDATED = "consolidated"
     NOTHING_NEW = "nothing_new"
     DEFERRED = "deferred"
+    REJECTED = "rejected"  # the backend could answer none of the events usably
     FORGOTTEN = "forgotten"  # every event was of an erased memory, before its tombstone
+
+
+@dataclass(frozen=True)
+class RejectedEvents:
+    """Events to dead-letter after a split; their failed runs are recorded already."""
+
+    event_ids: tuple[uuid.UUID, ...]
+    reason: str
 
 
 @dataclass(frozen=True)
 class FlushResult:
     kind: FlushKind
-    events: int
-    run_id: uuid.UUID | None = None
-    update: MemoryUpdate | None = None
+    events: int  # consolidated (or deferred) by this flush
+    updates: tuple[MemoryUpdate, ...] = ()
     reason: str = ""
     skip_embeddings: bool = False
+    rejected: tuple[RejectedEvents, ...] = ()
+    deferred_run: uuid.UUID | None = None
     forgotten: int = 0  # events left out because an erasure forgot them
+
+    @property
+    def rejected_reasons(self) -> dict[uuid.UUID, str]:
+        """Per event split off, why the backend could not answer it."""
+        return {i: r.reason for r in self.rejected for i in r.event_ids}
+
+    def split_rejection(self, count: int) -> Rejection:
+        """The dead letter of the `count` events split off: each carries its own failure, and
+        their failed runs are recorded already."""
+        summary = f"{count} event(s) the backend cannot answer usably, as in: "
+        summary += self.rejected[0].reason
+        return Rejection("consolidate", summary, recorded=True, reasons=self.rejected_reasons)
+
+    @property
+    def run_ids(self) -> tuple[uuid.UUID, ...]:
+        """The runs this flush wrote: the applied ones, or the deferred one."""
+        applied = tuple(u.run.run_id for u in self.updates)
+        return applied if self.deferred_run is None else (*applied, self.deferred_run)
 
 
 class UserFlusher:
@@ -66,8 +109,12 @@ class UserFlusher:
         index_queue: IndexQueue,
         observer: FlushObserver,
         clock: Clock,
+        search: FactSearch,
         forgotten: ForgottenEvents,
         budget_policy: BudgetPolicy = BudgetPolicy.DEFER,
+        *,
+        candidate_policy: CandidatePolicy | None = None,
+        max_split_calls: int = MAX_SPLIT_CALLS,
     ) -> None:
         self._store = store
         self._forgotten = forgotten
@@ -76,7 +123,10 @@ class UserFlusher:
         self._index_queue = index_queue
         self._observer = observer
         self._clock = clock
+        self._search = search
         self._budget_policy = budget_policy
+        self._candidate_policy = candidate_policy or CandidatePolicy()
+        self._max_split_calls = max_split_calls
 
     @property
     def backend_name(self) -> str:
@@ -96,54 +146,32 @@ class UserFlusher:
             else:
                 result = FlushResult(FlushKind.FORGOTTEN, 0)
             result = replace(result, forgotten=len(items) - len(kept))
-        if result.update is not None and not result.skip_embeddings:
-            self._index_queue.submit(result.update)
+        if not result.skip_embeddings:
+            for update in result.updates:
+                self._index_queue.submit(update)
         self._observer.flushed(self._backend.name, time.monotonic() - started)
         return result
 
     def record_failure(
-        self,
-        key: MemoryKey,
-        events: Sequence[ContextEvent],
-        attempt: int,
-        error: str,
-        raw: str | None,
+        self, key: MemoryKey, events: Sequence[ContextEvent], attempt: int, rejection: Rejection
     ) -> uuid.UUID:
-        """Write the failed run record for events about to be dead-lettered."""
+        """Write the failed run record (and what its calls cost) for events about to be
+        dead-lettered; idempotent on the rejection's run id, so it may be retried."""
         state = self._store.load_state(key)
-        return self._record_unapplied(
-            state, events, self._clock(), attempt, error, raw, RunStatus.FAILED
+        request = ConsolidationRequest.build(state, (), list(events), self._clock())
+        run = self._unapplied(
+            request,
+            attempt,
+            request.now,
+            RunStatus.FAILED,
+            run_id=rejection.run_id,
+            usage=rejection.usage,
+            error=rejection.reason,
+            raw=rejection.raw_response,
         )
+        return run.run_id
 
-    def _record_unapplied(
-        self,
-        state: MemoryState,
-        events: Sequence[ContextEvent],
-        now: datetime,
-        attempt: int,
-        error: str,
-        raw: str | None,
-        status: RunStatus,
-    ) -> uuid.UUID:
-        """The record of a run that changed nothing (failed or deferred), one per occurrence."""
-        request = ConsolidationRequest.build(state, (), list(events), now)
-        run_id = occurrence_run_id()
-        self._store.record_run(
-            failed_run(
-                request,
-                run_id=run_id,
-                backend=self._backend.name,
-                model=self._backend.model,
-                prompt_version=self._backend.prompt_version,
-                started_at=now,
-                duration_ms=0,
-                error=error,
-                raw_response=raw,
-                attempt=attempt,
-                status=status,
-            )
-        )
-        return run_id
+    # -- one flush ------------------------------------------------------------------------
 
     def _consolidate(
         self, key: MemoryKey, events: Sequence[ContextEvent], attempt: int
@@ -161,16 +189,28 @@ class UserFlusher:
             self._observer.budget_applied(self._budget_policy.value)
             if self._budget_policy is BudgetPolicy.DEFER:
                 return self._defer(state, fresh, now, attempt, f"balance {balance} micro-USD")
-        active = tuple(self._store.facts(key, REQUEST_STATUSES))
-        request = ConsolidationRequest.build(state, active, fresh, now)
-        run_id = run_id_for(key, request.event_ids)
-        started = time.monotonic()
-        response = self._backend.consolidate(request)
-        duration_ms = int((time.monotonic() - started) * 1000)
+        try:
+            update = self._attempt(state, fresh, now, attempt, exhausted)
+        except UnusableAnswer as e:
+            return self._split(state, fresh, now, attempt, exhausted, e)
+        return FlushResult(FlushKind.CONSOLIDATED, len(fresh), (update,), skip_embeddings=exhausted)
+
+    def _attempt(
+        self,
+        state: MemoryState,
+        events: Sequence[ContextEvent],
+        now: datetime,
+        attempt: int,
+        exhausted: bool,
+    ) -> MemoryUpdate:
+        """Consolidate `events` in one run and apply it; an unusable answer is recorded as a
+        failed run and raised."""
+        request, degraded = self._request(state, events, now)
+        response, duration_ms = self._call(request, attempt)
         update = self._consolidator.plan(
             request,
             response,
-            run_id=run_id,
+            run_id=run_id_for(request.key, request.event_ids),
             backend=self._backend.name,
             prompt_version=self._backend.prompt_version,
             started_at=now,
@@ -178,12 +218,152 @@ class UserFlusher:
             attempt=attempt,
         )
         if exhausted:
-            update = _with_budget_action(update, self._budget_policy)
+            update = _with_output(update, budget_action=self._budget_policy.value)
+        if degraded is not None:
+            update = _with_output(update, candidates_degraded=degraded)
         self._store.apply(update)
         self._observer.consolidated(update.run)
-        return FlushResult(
-            FlushKind.CONSOLIDATED, len(fresh), run_id, update, skip_embeddings=exhausted
+        return update
+
+    def _request(
+        self, state: MemoryState, events: Sequence[ContextEvent], now: datetime
+    ) -> tuple[ConsolidationRequest, str | None]:
+        candidates = select_candidates(state.key, events, self._search, self._candidate_policy)
+        request = ConsolidationRequest.build(
+            state, candidates.facts, list(events), now, known_facts=candidates.known
         )
+        return request, candidates.degraded
+
+    def _call(self, request: ConsolidationRequest, attempt: int) -> tuple[BackendResponse, int]:
+        started = time.monotonic()
+        try:
+            response = self._backend.consolidate(request)
+        except UnusableAnswer as e:
+            self._unapplied(
+                request,
+                attempt,
+                request.now,
+                RunStatus.FAILED,
+                usage=e.usage,
+                error=str(e),
+                raw=e.raw_response,
+                duration_ms=_ms_since(started),
+            )
+            raise
+        return response, _ms_since(started)
+
+    # -- bisecting ------------------------------------------------------------------------
+
+    def _split(
+        self,
+        state: MemoryState,
+        fresh: Sequence[ContextEvent],
+        now: datetime,
+        attempt: int,
+        exhausted: bool,
+        error: UnusableAnswer,
+    ) -> FlushResult:
+        if len(fresh) == 1:
+            alone = RejectedEvents((fresh[0].event_id,), f"backend error: {error}")
+            return FlushResult(FlushKind.REJECTED, 0, rejected=(alone,))
+        found = isolate(
+            fresh,
+            str(error),
+            lambda group: self._probe(state, group, now, attempt),
+            self._max_split_calls,
+        )
+        rejected = [
+            RejectedEvents(
+                tuple(e.event_id for e in group),
+                f"backend error: {why} (bisected out of a batch of {len(fresh)})",
+            )
+            for group, why in found.failing
+        ]
+        updates: list[MemoryUpdate] = []
+        good = [e for group in found.clean for e in group]
+        if good:
+            try:
+                updates.append(self._attempt(state, good, now, attempt, exhausted))
+            except UnusableAnswer:
+                # Each group was answered alone, not all together: one run per group.
+                for group in found.clean:
+                    current = self._store.load_state(state.key)
+                    try:
+                        updates.append(self._attempt(current, group, now, attempt, exhausted))
+                    except UnusableAnswer as e:
+                        ids = tuple(x.event_id for x in group)
+                        rejected.append(RejectedEvents(ids, f"backend error: {e}"))
+        consolidated = sum(len(u.run.input_event_ids) for u in updates)
+        return FlushResult(
+            FlushKind.CONSOLIDATED if updates else FlushKind.REJECTED,
+            consolidated,
+            tuple(updates),
+            skip_embeddings=exhausted,
+            rejected=tuple(rejected),
+        )
+
+    def _probe(
+        self, state: MemoryState, events: Sequence[ContextEvent], now: datetime, attempt: int
+    ) -> str | None:
+        """Try `events` alone: None if the answer is usable (recorded, not applied), else why."""
+        request, _ = self._request(state, events, now)
+        try:
+            response, duration_ms = self._call(request, attempt)
+        except UnusableAnswer as e:
+            self._observer.probed(usable=False)
+            return str(e)
+        self._observer.probed(usable=True)
+        self._unapplied(
+            request,
+            attempt,
+            now,
+            RunStatus.DISCARDED,
+            usage=response.usage,
+            raw=response.raw_response,
+            model=response.model,
+            duration_ms=duration_ms,
+            output={"discarded": _PROBE_NOTE, "candidates": shown_facts(request)},
+        )
+        return None
+
+    # -- runs that change nothing ---------------------------------------------------------
+
+    def _unapplied(
+        self,
+        request: ConsolidationRequest,
+        attempt: int,
+        started_at: datetime,
+        status: RunStatus,
+        *,
+        run_id: uuid.UUID | None = None,
+        usage: TokenUsage | None = None,
+        error: str | None = None,
+        raw: str | None = None,
+        model: str | None = None,
+        duration_ms: int = 0,
+        output: dict[str, Any] | None = None,
+    ) -> RunRecord:
+        """Record a run that changed nothing, with what its call cost, in one transaction."""
+        prices = self._consolidator.prices
+        run = failed_run(
+            request,
+            run_id=run_id or occurrence_run_id(),
+            backend=self._backend.name,
+            model=model or self._backend.model,
+            prompt_version=self._backend.prompt_version,
+            started_at=started_at,
+            duration_ms=duration_ms,
+            error=error,
+            raw_response=raw,
+            attempt=attempt,
+            status=status,
+            usage=usage,
+            prices=prices,
+            output=output,
+        )
+        self._store.record_run(run, unapplied_ledger(prices, run))
+        self._observer.charged(run)
+        return run
 
     def _defer(
         self,
@@ -193,21 +373,24 @@ class UserFlusher:
         attempt: int,
         balance: str,
     ) -> FlushResult:
+        request = ConsolidationRequest.build(state, (), fresh, now)
         reason = f"credit exhausted ({balance}): consolidation deferred"
-        run_id = self._record_unapplied(
-            state, fresh, now, attempt, reason, None, RunStatus.DEFERRED
-        )
-        return FlushResult(FlushKind.DEFERRED, len(fresh), run_id, reason=reason)
+        run = self._unapplied(request, attempt, now, RunStatus.DEFERRED, error=reason)
+        return FlushResult(FlushKind.DEFERRED, len(fresh), reason=reason, deferred_run=run.run_id)
 
 
-def _with_budget_action(update: MemoryUpdate, policy: BudgetPolicy) -> MemoryUpdate:
-    """The run's output says which budget policy shaped it, for the audit trail."""
-    output = {**(update.run.output or {}), "budget_action": policy.value}
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def _with_output(update: MemoryUpdate, **notes: str) -> MemoryUpdate:
+    """The run's output says what shaped it (a budget policy, a degraded search), for audit."""
+    output = {**(update.run.output or {}), **notes}
     return replace(update, run=replace(update.run, output=output))
 
 
 def occurrence_run_id() -> uuid.UUID:
-    """The id of a failed or deferred run: one occurrence, not a function of its events.
+    """The id of a failed, deferred or discarded run: one occurrence, not a function of its events.
 
     The same events can fail again after a redrive, or succeed; each occurrence needs its own
     record. An id derived from the events would collide with the succeeded run's id

@@ -67,6 +67,12 @@ class PipelineMetrics:
             ["backend"],
             registry=registry,
         )
+        self.split_probes = Counter(
+            "memoryd_split_probes_total",
+            "Backend calls bisecting a batch the model could not answer, by their answer",
+            ["outcome"],
+            registry=registry,
+        )
         self.gate_verdicts = Counter(
             "memoryd_gate_verdicts_total", "Write-gate verdicts", ["verdict"], registry=registry
         )
@@ -126,9 +132,7 @@ class PipelineMetrics:
 
     def consolidated(self, run: RunRecord) -> None:
         self.events_consolidated.inc(len(run.input_event_ids))
-        self.tokens.labels(run.backend, "prompt").inc(run.usage.prompt_tokens)
-        self.tokens.labels(run.backend, "completion").inc(run.usage.completion_tokens)
-        self.cost.labels("llm").inc(run.cost_micro_usd)
+        self.charged(run)
         for verdict, count in (
             ("allow", run.gate.allowed),
             ("hold", run.gate.held),
@@ -139,6 +143,14 @@ class PipelineMetrics:
 
     def budget_applied(self, policy: str) -> None:
         self.budget_actions.labels(policy).inc()
+
+    def charged(self, run: RunRecord) -> None:
+        self.tokens.labels(run.backend, "prompt").inc(run.usage.prompt_tokens)
+        self.tokens.labels(run.backend, "completion").inc(run.usage.completion_tokens)
+        self.cost.labels("llm").inc(run.cost_micro_usd)
+
+    def probed(self, *, usable: bool) -> None:
+        self.split_probes.labels("usable" if usable else "unusable").inc()
 
     # -- consumers.observers.IndexObserver ------------------------------------------------
 

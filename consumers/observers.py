@@ -18,6 +18,13 @@ class FlushObserver(Protocol):
     def budget_applied(self, policy: str) -> None:
         """A user out of credit was flushed under this budget policy."""
 
+    def charged(self, run: RunRecord) -> None:
+        """A run that changed nothing (failed, deferred, discarded) was recorded: its tokens
+        and cost, booked all the same."""
+
+    def probed(self, *, usable: bool) -> None:
+        """A backend call bisecting a batch the model could not answer was answered."""
+
 
 class IndexObserver(Protocol):
     def indexed(self, embedded: int, cost_micro_usd: int) -> None:

@@ -233,7 +233,7 @@ class MemoryProcessor:
             self._retry_or_give_up(batch, e)
             return
         except BackendError as e:
-            self._reject(batch, Rejection("consolidate", f"backend error: {e}", e.raw_response))
+            self._reject(batch, Rejection.of_backend(f"backend error: {e}", e))
             return
         except DatabaseUnavailable as e:  # also MemoryBeingErased: asked again once it is done
             self._retry_later(batch, f"{type(e).__name__}: {e}", count_attempt=False)
@@ -249,13 +249,24 @@ class MemoryProcessor:
             # The flusher recorded the deferred run itself, under the user's lock.
             self._reject(batch, Rejection("budget", result.reason, recorded=True))
             return
+        if result.rejected:
+            self._split_off(batch, result)
+            return
         self._finish(batch, result.kind.value)
+
+    def _split_off(self, batch: Batch, result: FlushResult) -> None:
+        """A bisected batch: what was consolidated is done, the rest is dead-lettered."""
+        for item in batch.keep_only(result.rejected_reasons):
+            self._offsets.done(item.tp, item.offset)
+        if result.kind is FlushKind.CONSOLIDATED:
+            self._metrics.flushes.labels("split").inc()
+        self._reject(batch, result.split_rejection(len(batch.items)))
 
     def _retry_or_give_up(self, batch: Batch, error: TransientBackendError) -> None:
         self._metrics.backend_retries.labels(self._flusher.backend_name).inc()
         if batch.attempt + 1 >= self._settings.max_attempts:
             reason = f"gave up after {batch.attempt + 1} attempts: {error}"
-            self._reject(batch, Rejection("consolidate", reason, error.raw_response))
+            self._reject(batch, Rejection.of_backend(reason, error))
         else:
             self._retry_later(batch, str(error), count_attempt=True)
 
@@ -278,13 +289,7 @@ class MemoryProcessor:
         assert rejection is not None
         if not rejection.recorded:
             try:
-                self._flusher.record_failure(
-                    batch.key,
-                    batch.events,
-                    batch.attempt,
-                    rejection.reason,
-                    rejection.raw_response,
-                )
+                self._flusher.record_failure(batch.key, batch.events, batch.attempt, rejection)
             except DatabaseUnavailable as e:
                 self._retry_later(batch, f"cannot record the failed run: {e}", count_attempt=False)
                 return
@@ -294,20 +299,15 @@ class MemoryProcessor:
                 log.error("failed run of %s not recorded: %s", batch.key, e)
                 rejection.reason = f"{rejection.reason} (failed run not recorded: {e})"
             rejection.recorded = True
-        letters = event_letters(batch.items, rejection.stage, rejection.reason)
+        letters = event_letters(batch.items, rejection.stage, rejection.reason, rejection.reasons)
         try:
             self._dead_letters.send(letters)
         except DeadLetterError as e:
             self._retry_later(batch, str(e), count_attempt=False)
             return
         self._metrics.dead_letters.labels(CONSUMER_NAME, rejection.stage).inc(len(letters))
-        log.error(
-            "dead-lettered %d event(s) of %s (%s): %s",
-            len(letters),
-            batch.key,
-            rejection.stage,
-            rejection.reason,
-        )
+        where = f"{batch.key} ({rejection.stage})"
+        log.error("dead-lettered %d event(s) of %s: %s", len(letters), where, rejection.reason)
         self._finish(batch, f"dead_lettered_{rejection.stage}")
 
     def _finish(self, batch: Batch, outcome: str) -> None:

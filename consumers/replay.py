@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from domain.ids import MemoryKey, run_id_for
-from domain.model import LoggedRun, RunRecord, RunStatus
+from domain.model import Fact, LoggedRun, RunRecord, RunStatus
+from domain.ports import Embedder
 from domain.retry import Backoff
+from processors.candidates import CandidatePolicy, select_candidates
 from processors.consolidate import Consolidator
 from processors.errors import BackendError, TransientBackendError
 from processors.fold import FoldedMemory, fold_run
 from processors.schema import REQUEST_STATUSES, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
+from store.inmemory import InMemoryFactSearch
 
 SHADOW_ATTEMPTS = 3
 # A replay is one analyst's sequential command, not a service: a short wait, then the batch is
@@ -35,6 +38,8 @@ SHADOW_BACKOFF = Backoff(base_s=1.0, max_s=8.0, jitter=0.0)
 class ShadowBatch:
     events: tuple[ContextEvent, ...]
     now: datetime
+    # The facts the live run showed its backend, in order (None: select them as live does).
+    shown: tuple[uuid.UUID, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,9 +102,34 @@ def batches_like_live(
         chunk = tuple(by_id[i] for i in run.input_event_ids if i in by_id)
         taken.update(e.event_id for e in chunk)
         if chunk:
-            out.append(ShadowBatch(chunk, run.started_at))
+            out.append(ShadowBatch(chunk, run.started_at, _shown(run)))
     rest = [e for e in events if e.event_id not in taken]
     return out + batches_by_size(rest, max_batch)
+
+
+def _shown(run: RunRecord) -> tuple[uuid.UUID, ...] | None:
+    """The candidates a run recorded; None for runs from before candidates were recorded."""
+    candidates = (run.output or {}).get("candidates")
+    if not isinstance(candidates, Mapping):
+        return None
+    return tuple(uuid.UUID(str(i)) for i in candidates.get("shown", ()))
+
+
+def shown_facts(
+    memory: FoldedMemory,
+    batch: ShadowBatch,
+    embedder: Embedder | None,
+    policy: CandidatePolicy | None,
+) -> tuple[tuple[Fact, ...], int]:
+    """(the facts the batch's backend sees, how many the user has), as a live flush picks
+    them; a batch of a live run sees the very facts that run saw."""
+    image = memory.facts_in(REQUEST_STATUSES)
+    if batch.shown is not None:
+        by_id = {f.fact_id: f for f in image}
+        return tuple(by_id[i] for i in batch.shown if i in by_id), len(image)
+    search = InMemoryFactSearch.over(image, embedder)
+    chosen = select_candidates(memory.state().key, batch.events, search, policy)
+    return chosen.facts, chosen.known
 
 
 def shadow_consolidate(
@@ -108,19 +138,24 @@ def shadow_consolidate(
     backend: ConsolidationBackend,
     consolidator: Consolidator,
     *,
+    embedder: Embedder | None = None,
+    policy: CandidatePolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ShadowResult:
     """Consolidate the batches into an in-memory image; nothing is written anywhere.
 
-    A batch the backend cannot handle is recorded as failed and skipped, as the processor
-    would dead-letter it; a transient error is retried a few times with backoff first.
+    Each batch is shown the facts a live flush would show it (`shown_facts`; `embedder` for
+    the dense side of the search). A batch the backend cannot handle is recorded as failed
+    and skipped, as the processor would dead-letter it; a transient error is retried a few
+    times with backoff first.
     """
     memory = FoldedMemory(user_id=key.user_id, organization_id=key.organization_id)
     runs: list[RunRecord] = []
     failed: list[FailedBatch] = []
     for batch in batches:
+        facts, known = shown_facts(memory, batch, embedder, policy)
         request = ConsolidationRequest.build(
-            memory.state(), memory.facts_in(REQUEST_STATUSES), list(batch.events), batch.now
+            memory.state(), facts, list(batch.events), batch.now, known_facts=known
         )
         try:
             run = _plan(request, backend, consolidator, sleep)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from consumers.flush import BudgetPolicy
+from consumers.flush import MAX_SPLIT_CALLS, BudgetPolicy
 from domain.retry import Backoff
+from processors.candidates import CandidatePolicy
 
 
 class ProcessorSettings(BaseModel):
@@ -18,6 +19,13 @@ class ProcessorSettings(BaseModel):
     backoff_max_s: float = Field(default=30.0, gt=0)
     max_buffered: int = Field(default=5_000, ge=1)
     budget_policy: BudgetPolicy = BudgetPolicy.DEFER
+    # Existing facts shown to the backend: per observation (its most related), and prompt-
+    # token budgets for them and for the pinned facts (processors.candidates).
+    candidates_per_observation: int = Field(default=CandidatePolicy.per_observation, ge=0)
+    candidate_tokens: int = Field(default=CandidatePolicy.max_tokens, ge=0)
+    candidate_pinned_tokens: int = Field(default=CandidatePolicy.pinned_tokens, ge=0)
+    # Probes to bisect a batch the model cannot answer usably (consumers.splitting).
+    max_split_calls: int = Field(default=MAX_SPLIT_CALLS, ge=0)
     poll_timeout_ms: int = Field(default=200, ge=0)
     # How long a revocation waits for running flushes. It blocks kafka-python's IO thread (and
     # so heartbeats): keep it well below the session timeout.
@@ -27,3 +35,12 @@ class ProcessorSettings(BaseModel):
     def backoff(self) -> Backoff:
         """The wait before a batch's next attempt (`domain.retry`)."""
         return Backoff(self.backoff_base_s, self.backoff_max_s)
+
+    @property
+    def candidates(self) -> CandidatePolicy:
+        """Which existing facts a flush shows its backend (`processors.candidates`)."""
+        return CandidatePolicy(
+            per_observation=self.candidates_per_observation,
+            max_tokens=self.candidate_tokens,
+            pinned_tokens=self.candidate_pinned_tokens,
+        )

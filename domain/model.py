@@ -48,6 +48,8 @@ class RunStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     DEFERRED = "deferred"
+    # A usable answer not applied: a probe while bisecting a batch to find the event at fault.
+    DISCARDED = "discarded"
 
 
 @dataclass(frozen=True)

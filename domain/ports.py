@@ -37,12 +37,15 @@ __all__ = [
     "Clock",
     "Embedder",
     "EventLog",
+    "FactQuery",
+    "FactSearch",
     "IndexOutbox",
     "InjectionReads",
     "MemoryStore",
     "MetadataValue",
     "Pricing",
     "ReadModel",
+    "RelatedFacts",
     "RunLog",
     "Vector",
     "VectorHit",
@@ -175,9 +178,45 @@ class MemoryStore(Protocol):
 
     def apply(self, update: MemoryUpdate) -> None: ...
 
-    def record_run(self, run: RunRecord) -> None:
-        """Record a run that changed nothing (failed or deferred); idempotent on run_id."""
+    def record_run(self, run: RunRecord, ledger: Sequence[LedgerEntry] = ()) -> None:
+        """Record a run that changed nothing (failed, deferred, discarded) and what its call
+        cost, in one transaction; idempotent on run_id and entry ids."""
         ...
+
+
+@dataclass(frozen=True)
+class FactQuery:
+    """Facts related to `text`, among those of `connection_id` or of no connection."""
+
+    text: str
+    connection_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RelatedFacts:
+    """Per query, the facts most related to it, best first."""
+
+    ranked: tuple[tuple[Fact, ...], ...]
+    # Why a retriever was left out (the vector index was down): the rankings are keyword-only.
+    degraded: str | None = None
+
+
+class FactSearch(Protocol):
+    """What consolidation may look up among one memory's active and held facts.
+
+    Every method is scoped by the memory's key (organization, user): user ids are chosen by
+    customers and collide across organizations.
+    """
+
+    def related(self, key: MemoryKey, queries: Sequence[FactQuery], limit: int) -> RelatedFacts:
+        """At most `limit` facts per query (dense + keyword, fused), in query order."""
+        ...
+
+    def pinned(self, key: MemoryKey) -> list[Fact]: ...
+
+    def by_ids(self, key: MemoryKey, fact_ids: Sequence[uuid.UUID]) -> list[Fact]: ...
+
+    def count(self, key: MemoryKey) -> int: ...
 
 
 class IndexOutbox(Protocol):

@@ -40,6 +40,7 @@ from store.chroma import ReconnectingIndex, embedded_client, http_client
 from store.embeddings import CachingEmbedder, MiniLmEmbedder
 from store.postgres import make_pool
 from store.read.background import BatchWriter
+from store.read.candidate_search import HybridFactSearch
 from store.read.context_service import ContextService
 from store.read.fact_queries import PostgresReadModel
 from store.read.injection import InjectionCache
@@ -212,10 +213,16 @@ def consolidation(
     )
 
 
+def candidate_search(c: Core) -> HybridFactSearch:
+    """What a flush searches for the facts its batch is about: the read path's retrievers."""
+    return HybridFactSearch(c.pool, read_model(c), c.index, c.embedder)
+
+
 def flusher(
     c: Core, consolidation_backend: ConsolidationBackend, consolidator: Consolidator
 ) -> UserFlusher:
     """One memory's flush, indexing what it committed in the background."""
+    p = c.settings.processor
     return UserFlusher(
         c.memory,
         consolidation_backend,
@@ -223,8 +230,11 @@ def flusher(
         IndexQueue(indexer(c), c.metrics),
         c.metrics,
         c.clock,
+        candidate_search(c),
         forgotten_events(c),
-        c.settings.processor.budget_policy,
+        p.budget_policy,
+        candidate_policy=p.candidates,
+        max_split_calls=p.max_split_calls,
     )
 
 

@@ -16,7 +16,15 @@ from datetime import datetime
 from typing import Any
 
 from domain.codec import fact_to_json
-from domain.model import FactChange, MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage
+from domain.model import (
+    FactChange,
+    LedgerEntry,
+    MemoryState,
+    MemoryUpdate,
+    RunRecord,
+    RunStatus,
+    TokenUsage,
+)
 from processors.cost import PriceTable, llm_entry
 from processors.gate import WriteGate
 from processors.lifecycle import FactLedger
@@ -58,6 +66,10 @@ class Consolidator:
     def __init__(self, gate: WriteGate, prices: PriceTable) -> None:
         self._gate = gate
         self._prices = prices
+
+    @property
+    def prices(self) -> PriceTable:
+        return self._prices
 
     def plan(
         self,
@@ -111,6 +123,7 @@ class Consolidator:
                 "validated": output.model_dump(mode="json"),
                 "gate_decisions": [asdict(d) for d in ledger.decisions],
                 "applied": applied_effect(state, changes, connection_additions),
+                "candidates": shown_facts(request),
             },
             raw_response=response.raw_response,
             gate=ledger.counts(),
@@ -185,6 +198,15 @@ def applied_effect(
     }
 
 
+def shown_facts(request: ConsolidationRequest) -> dict[str, Any]:
+    """Which existing facts the backend was shown, in order, out of how many: a shadow replay
+    of this run shows the same ones (see consumers.replay)."""
+    return {
+        "shown": [str(f.fact_id) for f in request.active_facts],
+        "known": request.fact_count,
+    }
+
+
 def failed_run(
     request: ConsolidationRequest,
     *,
@@ -194,11 +216,17 @@ def failed_run(
     prompt_version: str,
     started_at: datetime,
     duration_ms: int,
-    error: str,
+    error: str | None,
     raw_response: str | None,
     attempt: int,
     status: RunStatus = RunStatus.FAILED,
+    usage: TokenUsage | None = None,
+    prices: PriceTable | None = None,
+    output: Mapping[str, Any] | None = None,
 ) -> RunRecord:
+    """A run that changed nothing: failed, deferred, or a discarded answer. A call that was
+    answered still used tokens: `usage` priced by `prices` (see `unapplied_ledger`)."""
+    usage = usage or TokenUsage()
     return RunRecord(
         run_id=run_id,
         user_id=request.user_id,
@@ -211,8 +239,27 @@ def failed_run(
         started_at=started_at,
         duration_ms=duration_ms,
         base_version=request.state.version,
+        output=output,
         raw_response=raw_response,
-        usage=TokenUsage(),
+        usage=usage,
+        cost_micro_usd=prices.llm_cost_micro_usd(model, usage) if prices else 0,
         error=error,
         attempt=attempt,
     )
+
+
+def unapplied_ledger(prices: PriceTable, run: RunRecord) -> tuple[LedgerEntry, ...]:
+    """What a run that changed nothing owes: its tokens, if the backend used any. The entry's
+    id derives from the run's, so recording the run again books nothing twice."""
+    if run.usage.total == 0:
+        return ()
+    entry = llm_entry(
+        prices,
+        run_id=run.run_id,
+        user_id=run.user_id,
+        organization_id=run.organization_id,
+        model=run.model,
+        usage=run.usage,
+        at=run.started_at,
+    )
+    return (entry,)

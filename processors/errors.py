@@ -1,8 +1,14 @@
 """Errors of the consolidation logic and its backends.
 
-The split matters to the consumer: a `TransientBackendError` is retried with backoff, any
-other `BackendError` goes straight to the dead-letter path with its reason.
+The split matters to the consumer: a `TransientBackendError` is retried with backoff, an
+`UnusableAnswer` makes it split the batch to find the event at fault, any other
+`BackendError` goes straight to the dead-letter path with its reason.
+
+An error carries the tokens the failed call used: a model that answered, even with nothing
+usable, was paid for, and the run record and the credit ledger book it.
 """
+
+from domain.model import TokenUsage
 
 
 class ProcessorError(Exception):
@@ -12,9 +18,18 @@ class ProcessorError(Exception):
 class BackendError(ProcessorError):
     """The backend answered, but not with something memoryd can use. Not retried."""
 
-    def __init__(self, message: str, raw_response: str | None = None) -> None:
+    def __init__(
+        self, message: str, raw_response: str | None = None, usage: TokenUsage | None = None
+    ) -> None:
         super().__init__(message)
         self.raw_response = raw_response
+        self.usage = usage or TokenUsage()
+
+
+class UnusableAnswer(BackendError):
+    """The model answered this input with no usable memory: unparseable, off-schema, blocked,
+    empty or truncated. Another input may fare better: the consumer bisects the batch, so one
+    bad event does not take the rest of its batch to the dead-letter topic."""
 
 
 class TransientBackendError(BackendError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import StrEnum
@@ -96,14 +96,27 @@ class Observation:
     event: ContextEvent
 
 
+def in_request_order(events: Sequence[ContextEvent]) -> list[ContextEvent]:
+    """The order observations are labelled in (E1, E2, ...): when they happened."""
+    return sorted(events, key=lambda e: (e.occurred_at, str(e.event_id)))
+
+
 @dataclass(frozen=True)
 class ConsolidationRequest:
+    """One batch and the memory it is consolidated into.
+
+    `active_facts` are the existing facts the backend and the write gate work with: for a
+    live run the candidates the batch is about (`processors.candidates`), not every fact the
+    user has; `known_facts` counts those (active and held), shown or not.
+    """
+
     user_id: str
     organization_id: str
     state: MemoryState
     active_facts: tuple[Fact, ...]
     observations: tuple[Observation, ...]
     now: datetime
+    known_facts: int | None = None
 
     @classmethod
     def build(
@@ -112,6 +125,7 @@ class ConsolidationRequest:
         active_facts: tuple[Fact, ...],
         events: list[ContextEvent],
         now: datetime,
+        known_facts: int | None = None,
     ) -> ConsolidationRequest:
         strangers = [
             e.event_id
@@ -125,7 +139,7 @@ class ConsolidationRequest:
                 f"{len(strangers)} event(s) are not of {state.organization_id}/{state.user_id}:"
                 f" {strangers[:3]}"
             )
-        ordered = sorted(events, key=lambda e: (e.occurred_at, str(e.event_id)))
+        ordered = in_request_order(events)
         return cls(
             user_id=state.user_id,
             organization_id=state.organization_id,
@@ -133,7 +147,13 @@ class ConsolidationRequest:
             active_facts=active_facts,
             observations=tuple(Observation(f"E{i + 1}", e) for i, e in enumerate(ordered)),
             now=now,
+            known_facts=known_facts,
         )
+
+    @property
+    def fact_count(self) -> int:
+        """The memory's facts, shown or not (at least those shown)."""
+        return max(self.known_facts or 0, len(self.active_facts))
 
     @property
     def key(self) -> MemoryKey:

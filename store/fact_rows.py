@@ -174,6 +174,25 @@ def _params(fact: Fact, run_id: uuid.UUID) -> tuple[Any, ...]:
     )
 
 
+def insert_new(conn: psycopg.Connection[Any], facts: Sequence[Fact]) -> int:
+    """Insert facts whose id is not stored yet, as they are (pending indexing); returns how
+    many were inserted. One COPY into a temporary table, then one INSERT ... SELECT."""
+    if not facts:
+        return 0
+    conn.execute(
+        "CREATE TEMPORARY TABLE fact_import (LIKE memory_facts INCLUDING DEFAULTS) ON COMMIT DROP"
+    )
+    with conn.cursor().copy(f"COPY fact_import ({COLUMNS}, updated_by_run) FROM STDIN") as copy:
+        for fact in facts:
+            copy.write_row(_params(fact, fact.created_by_run))
+    rows = conn.execute(
+        f"INSERT INTO memory_facts ({COLUMNS}, updated_by_run)"
+        f" SELECT {COLUMNS}, updated_by_run FROM fact_import ON CONFLICT (fact_id) DO NOTHING"
+        " RETURNING fact_id"
+    ).fetchall()
+    return len(rows)
+
+
 def write_changes(
     conn: psycopg.Connection[Any], run_id: uuid.UUID, changes: Sequence[FactChange]
 ) -> None:

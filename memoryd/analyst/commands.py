@@ -112,7 +112,14 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
         else:
             batches = batches_by_size(events, args.max_batch)
         backend, consolidator = wiring.consolidation(c)
-        shadow = shadow_consolidate(key, batches, backend, consolidator)
+        shadow = shadow_consolidate(
+            key,
+            batches,
+            backend,
+            consolidator,
+            embedder=c.embedder,
+            policy=c.settings.processor.candidates,
+        )
         live = live_memory(c, run_log, key)
     diff = diff_memory(live, shadow.memory)
     identity = {

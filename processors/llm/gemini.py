@@ -5,7 +5,8 @@ in here would multiply its attempts and stall the other users' flushes. SDK and 
 errors are translated here, once, into `TransientBackendError` (retry) or `BackendError`
 (dead letter). `response.parsed` is not trusted: the SDK leaves it `None`, without an error,
 for truncated, fenced, wrongly typed or blocked output, so the text is parsed here and a
-failure always raises, never yields an empty result.
+failure always raises `UnusableAnswer` (the consumer bisects the batch), never yields an empty
+result. The response's usage goes with the error: an unusable answer is still billed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from domain.model import TokenUsage
-from processors.errors import BackendError, TransientBackendError
+from processors.errors import BackendError, TransientBackendError, UnusableAnswer
 from processors.normalize import normalize_json, strip_fences, truncate_text
 from processors.prompt import PROMPT_VERSION, build_prompt, output_json_schema
 from processors.schema import (
@@ -97,11 +98,14 @@ class GeminiBackend:
             max_output_tokens=self._max_output_tokens,
         )
         response = self._generate(prompt.user_content, config)
-        text = _response_text(response)
-        output = parse_output(text, finish_reason=_finish_reason(response))
-        return BackendResponse(
-            output=output, raw_response=text, usage=_usage(response), model=self.model
-        )
+        usage = _usage(response)
+        try:
+            text = _response_text(response)
+            output = parse_output(text, finish_reason=_finish_reason(response))
+        except UnusableAnswer as e:
+            e.usage = usage
+            raise
+        return BackendResponse(output=output, raw_response=text, usage=usage, model=self.model)
 
     def _generate(
         self, contents: str, config: types.GenerateContentConfig
@@ -123,8 +127,9 @@ class GeminiBackend:
         except (ValueError, RecursionError) as e:
             # With a dict schema the SDK json.loads the answer for `.parsed` and catches only
             # JSONDecodeError: a too-long integer (ValueError) or absurd nesting escapes it.
-            # Permanent either way, like the SDK's own ValueErrors for a request it refuses.
-            raise BackendError(f"gemini answer not decodable: {type(e).__name__}: {e}") from e
+            # Permanent for this input; the SDK raised before its usage could be read.
+            reason = f"gemini answer not decodable: {type(e).__name__}: {e}"
+            raise UnusableAnswer(reason) from e
         except _TRANSIENT_TRANSPORT_ERRORS as e:
             raise TransientBackendError(f"gemini transport: {type(e).__name__}: {e}") from e
         except _TRANSPORT_ERRORS as e:
@@ -147,13 +152,13 @@ def _response_text(response: types.GenerateContentResponse) -> str:
     if feedback is not None and feedback.block_reason is not None:
         detail = f" ({feedback.block_reason_message})" if feedback.block_reason_message else ""
         reason = f"gemini blocked the prompt: {feedback.block_reason.value}{detail}"
-        raise BackendError(reason, raw_response=_dump(response))
+        raise UnusableAnswer(reason, raw_response=_dump(response))
     if not response.candidates:
-        raise BackendError("gemini returned no candidates", raw_response=_dump(response))
+        raise UnusableAnswer("gemini returned no candidates", raw_response=_dump(response))
     text = response.text
     if not text:
         reason = f"gemini returned no text (finish_reason={_finish_reason(response)})"
-        raise BackendError(reason, raw_response=_dump(response))
+        raise UnusableAnswer(reason, raw_response=_dump(response))
     return text
 
 
@@ -173,7 +178,7 @@ def _usage(response: types.GenerateContentResponse) -> TokenUsage:
 def parse_output(text: str, finish_reason: str | None = None) -> ConsolidationOutput:
     """Fences stripped, JSON decoded, nested JSON strings normalized, caps fitted, validated.
 
-    Raises `BackendError` carrying `text`; the message names the finish reason when the model
+    Raises `UnusableAnswer` carrying `text`; the message names the finish reason when the model
     stopped for anything but STOP, since that (MAX_TOKENS, SAFETY) is usually why.
     """
     stopped = "" if finish_reason in (None, "STOP") else f" (finish_reason={finish_reason})"
@@ -182,17 +187,18 @@ def parse_output(text: str, finish_reason: str | None = None) -> ConsolidationOu
     # ValueError, not only JSONDecodeError: an integer literal too long to convert raises the
     # former. RecursionError: absurdly nested arrays, which a runaway model can emit.
     except (ValueError, RecursionError) as e:
-        raise BackendError(f"output is not JSON{stopped}: {e}", raw_response=text) from e
+        raise UnusableAnswer(f"output is not JSON{stopped}: {e}", raw_response=text) from e
     if not isinstance(document, dict):
         kind = type(document).__name__
-        raise BackendError(f"output is a JSON {kind}, not an object{stopped}", raw_response=text)
+        reason = f"output is a JSON {kind}, not an object{stopped}"
+        raise UnusableAnswer(reason, raw_response=text)
     for note in fit_caps(document):
         log.warning("gemini output trimmed to fit caps: %s", note)
     try:
         return ConsolidationOutput.model_validate(document)
     except pydantic.ValidationError as e:
         reason = f"output does not match the schema{stopped}: {e}"[:_MAX_REASON_CHARS]
-        raise BackendError(reason, raw_response=text) from e
+        raise UnusableAnswer(reason, raw_response=text) from e
 
 
 def fit_caps(document: dict[str, Any]) -> list[str]:

@@ -7,6 +7,7 @@ it see each other's writes, as the Postgres adapters over one pool do.
 """
 
 from store.inmemory.database import InMemoryDatabase
+from store.inmemory.fact_search import InMemoryFactSearch
 from store.inmemory.logs import InMemoryEventLog, InMemoryRunLog
 from store.inmemory.memory_store import InMemoryMemoryStore
 from store.inmemory.read_model import InMemoryReadModel
@@ -15,6 +16,7 @@ from store.inmemory.vector_index import InMemoryVectorIndex
 __all__ = [
     "InMemoryDatabase",
     "InMemoryEventLog",
+    "InMemoryFactSearch",
     "InMemoryMemoryStore",
     "InMemoryReadModel",
     "InMemoryRunLog",

@@ -124,9 +124,10 @@ class InMemoryMemoryStore:
                 self._db.connections[row] = (*self._db.connections.get(row, ()), *additions)
             self._insert_ledger(update.ledger)
 
-    def record_run(self, run: RunRecord) -> None:
+    def record_run(self, run: RunRecord, ledger: Sequence[LedgerEntry] = ()) -> None:
         with self._db.lock:
             self._insert_run(run)
+            self._insert_ledger(ledger)
 
     def record_ledger(self, entries: Sequence[LedgerEntry]) -> None:
         with self._db.lock:

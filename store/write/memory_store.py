@@ -214,10 +214,18 @@ class PostgresMemoryStore:
             self._append_connections(conn, state, update)
             self._insert_ledger(conn, update.ledger)
 
-    def record_run(self, run: RunRecord) -> None:
-        """Record a run that changed nothing (failed or deferred); idempotent on run_id."""
+    def record_run(self, run: RunRecord, ledger: Sequence[LedgerEntry] = ()) -> None:
+        """Record a run that changed nothing (failed, deferred, discarded) and what its call
+        cost, in one transaction; idempotent on run_id and entry ids."""
         with transaction(self._pool, f"recording run {run.run_id}") as conn:
             self._insert_run(conn, run)
+            self._insert_ledger(conn, ledger)
+
+    def insert_facts(self, facts: Sequence[Fact]) -> int:
+        """Bulk-load facts made elsewhere (an import, a bench); an id already stored is left
+        as it is. Returns how many were new. They are pending: the index drain embeds them."""
+        with transaction(self._pool, f"inserting {len(facts)} fact(s)") as conn:
+            return fact_rows.insert_new(conn, facts)
 
     def record_ledger(self, entries: Sequence[LedgerEntry]) -> None:
         with transaction(self._pool) as conn:

@@ -160,14 +160,20 @@ def test_an_erasures_cut_offs_are_found_by_the_memorys_digest(stores: Stores) ->
     assert stores.memory.memory_erasure_open(ADA) is False
 
 
-def test_a_failed_run_is_recorded_once(stores: Stores) -> None:
+def test_a_failed_run_is_recorded_and_booked_once(stores: Stores) -> None:
     update = seed_update(stores.memory, "ada", [])
-    failed = replace(update.run, status=RunStatus.FAILED, error="backend down")
-    stores.memory.record_run(failed)
-    stores.memory.record_run(failed)
+    failed = replace(update.run, status=RunStatus.FAILED, error="unparseable answer")
+    entry = LedgerEntry(
+        ledger_entry_id_for(failed.run_id, "llm"), "ada", failed.organization_id,
+        failed.run_id, "llm", "gemini-2.5-flash", 1_290, 7, failed.started_at,
+    )  # fmt: skip
+    stores.memory.set_credit(ADA, 1_000)
+    stores.memory.record_run(failed, [entry])
+    stores.memory.record_run(failed, [entry])
     (logged,) = stores.runs.runs(ADA)
-    assert (logged.run.status, logged.run.error) == (RunStatus.FAILED, "backend down")
+    assert (logged.run.status, logged.run.error) == (RunStatus.FAILED, "unparseable answer")
     assert stores.memory.load_state(ADA).version == 0  # a failed run changes no memory
+    assert stores.memory.balance(ADA) == 993  # its call's cost, booked once
 
 
 def _rewrite(stores: Stores, fact: Fact, kind: FactChangeKind, **changes: object) -> Fact:

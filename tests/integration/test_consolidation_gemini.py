@@ -175,22 +175,38 @@ def test_server_errors_dead_letter_then_redrive_consolidates_once(
     assert len(runs(fast)) == 2
 
 
-def test_truncated_json_is_dead_lettered_with_the_raw_answer(
+def test_truncated_answers_are_bisected_and_every_call_is_booked(
     fast: Deployment, fake: FakeGemini
 ) -> None:
     ids = publish_ada(fast)
     truncated = json.dumps(GOOD)[:70]
-    fake.reply(FakeReply.text(truncated, finish_reason="MAX_TOKENS"))
+    fake.default = FakeReply.text(
+        truncated, finish_reason="MAX_TOKENS", prompt_tokens=300, completion_tokens=8192
+    )
     run_gemini(fast, fake)
 
-    assert len(fake.requests) == 1  # not worth a retry: the same prompt truncates again
+    # Not retried (the same prompt truncates again) but bisected: each event alone, once.
+    assert [len(r.observations) for r in fake.requests] == [2, 1, 1]
     k = fast.settings.kafka
     letters = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=2)
-    assert {headers_of(x)["dlq.stage"] for x in letters} == {"consolidate"}
-    assert all("MAX_TOKENS" in headers_of(x)["dlq.reason"] for x in letters)
-    [(status, inputs, error, raw, *_)] = runs(fast)
-    assert (status, set(inputs), raw) == ("failed", ids, truncated)
-    assert "not JSON" in error
+    assert len(letters) == 2
+    for letter in letters:
+        headers = headers_of(letter)
+        assert headers["dlq.stage"] == "consolidate"
+        assert "MAX_TOKENS" in headers["dlq.reason"]
+        assert "bisected out of a batch of 2" in headers["dlq.reason"]
+    failed = runs(fast)
+    assert [len(r[1]) for r in failed] == [2, 1, 1]
+    assert set(failed[0][1]) == ids == {failed[1][1][0], failed[2][1][0]}
+    for status, _, error, raw, prompt, completion in failed:
+        assert (status, raw, prompt, completion) == ("failed", truncated, 300, 8192)
+        assert "not JSON" in error
+    # Each call's tokens are booked once, against its own run.
+    booked = fast.query(
+        "SELECT l.units, l.cost_micro_usd = r.cost_micro_usd FROM credit_ledger l"
+        " JOIN consolidation_runs r USING (run_id) WHERE l.operation = 'llm'"
+    )
+    assert booked == [(300 + 8192, True)] * 3
     assert consumed(fast) == []
 
 

@@ -1,8 +1,13 @@
 """A local fake of the Gemini API's `generateContent`, for the real google-genai SDK.
 
 Point a client at it with `HttpOptions(base_url=fake.url, api_version="v1beta")`. It answers
-from a script of `FakeReply`s (then from a default reply), with bodies shaped like the real
-API's, and records every request so tests can assert what the SDK sent.
+from a script of `FakeReply`s, then from `responder` (a function of the request) if set, then
+from a default reply, with bodies shaped like the real API's, and records every request so
+tests can assert what the SDK sent.
+
+Like the real API it reports usage with every answer the model gave, usable or not (the SDK
+hands it over even when `parsed` is None). A reply made with `prompt_tokens=None` counts the
+prompt it answers (`count_tokens`), so benches see the prompt's real size.
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ import json
 import re
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from html import unescape
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -21,6 +27,15 @@ from typing import Any
 import pytest
 
 _PATH = re.compile(r"^/v1beta/models/(?P<model>[^/:]+):generateContent$")
+# Words, numbers and single punctuation marks: roughly how a subword tokenizer splits prose
+# and markup, deterministic, and with no vocabulary to download.
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """An approximate token count of `text` (see `_TOKEN`)."""
+    return len(_TOKEN.findall(text))
+
 
 # google.rpc status names the real API puts in its error bodies.
 _RPC_STATUS = {
@@ -49,17 +64,21 @@ class FakeReply:
         cls,
         raw_text: str,
         finish_reason: str = "STOP",
-        prompt_tokens: int = 100,
+        prompt_tokens: int | None = 100,
         completion_tokens: int = 50,
         thoughts_tokens: int | None = None,
         model_version: str = "gemini-2.5-flash",
     ) -> FakeReply:
-        """A candidate whose only part is `raw_text`, as the model wrote it."""
+        """A candidate whose only part is `raw_text`, as the model wrote it.
+
+        `prompt_tokens=None`: counted from the request when it is answered.
+        """
+        prompt = _COUNT_PROMPT if prompt_tokens is None else prompt_tokens
         usage: dict[str, Any] = {
-            "promptTokenCount": prompt_tokens,
+            "promptTokenCount": prompt,
             "candidatesTokenCount": completion_tokens,
-            "totalTokenCount": prompt_tokens + completion_tokens + (thoughts_tokens or 0),
-            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt_tokens}],
+            "totalTokenCount": prompt + completion_tokens + (thoughts_tokens or 0),
+            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}],
         }
         if thoughts_tokens is not None:
             usage["thoughtsTokenCount"] = thoughts_tokens
@@ -74,7 +93,7 @@ class FakeReply:
     def json(
         cls,
         payload: Any,
-        prompt_tokens: int = 100,
+        prompt_tokens: int | None = 100,
         completion_tokens: int = 50,
         thoughts_tokens: int | None = None,
     ) -> FakeReply:
@@ -123,6 +142,22 @@ class FakeReply:
         return replace(then or cls.text("{}"), delay_seconds=seconds)
 
 
+# Stands for "count the prompt" in a reply's usage until the request is known. Negative, so it
+# can never be mistaken for a real count.
+_COUNT_PROMPT = -1
+
+
+def _with_prompt_counted(body: dict[str, Any], request: RecordedRequest) -> dict[str, Any]:
+    usage = body.get("usageMetadata")
+    if not usage or usage.get("promptTokenCount") != _COUNT_PROMPT:
+        return body
+    prompt = count_tokens(request.system_text) + count_tokens(request.user_text)
+    total = usage["totalTokenCount"] - _COUNT_PROMPT + prompt
+    details = [{"modality": "TEXT", "tokenCount": prompt}]
+    counted = {**usage, "promptTokenCount": prompt, "totalTokenCount": total}
+    return {**body, "usageMetadata": {**counted, "promptTokensDetails": details}}
+
+
 def _response_body(
     candidates: list[dict[str, Any]] | None, usage: dict[str, Any], model_version: str
 ) -> dict[str, Any]:
@@ -156,12 +191,28 @@ class RecordedRequest:
             p.get("text", "") for c in self.body.get("contents", []) for p in c.get("parts", [])
         )
 
+    @property
+    def observations(self) -> list[tuple[str, str]]:
+        """(label, text) of every observation in the prompt, as memoryd's prompt renders them."""
+        return [(label, unescape(text)) for label, text in _OBSERVATION.findall(self.user_text)]
+
+    @property
+    def facts(self) -> list[tuple[str, str]]:
+        """(id, text) of every existing fact the prompt shows."""
+        return [(fact_id, unescape(text)) for fact_id, text in _FACT.findall(self.user_text)]
+
+
+_OBSERVATION = re.compile(r'<observation label="([^"]+)"[^>]*>(.*?)</observation>', re.DOTALL)
+_FACT = re.compile(r'<fact id="([^"]+)"[^>]*>(.*?)</fact>', re.DOTALL)
+
 
 @dataclass
 class FakeGemini:
     """The fake server; use as a context manager (or through the `fake_gemini` fixture)."""
 
     default: FakeReply = field(default_factory=lambda: FakeReply.status(500, "no reply scripted"))
+    # Answers what the script does not, from the request (a stand-in model): see `reply_from`.
+    responder: Callable[[RecordedRequest], FakeReply] | None = None
     requests: list[RecordedRequest] = field(default_factory=list, init=False)
     _script: deque[FakeReply] = field(default_factory=deque, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -218,7 +269,13 @@ class FakeGemini:
     def _next(self, request: RecordedRequest) -> FakeReply:
         with self._lock:
             self.requests.append(request)
-            return self._script.popleft() if self._script else self.default
+            if self._script:
+                reply = self._script.popleft()
+            elif self.responder is not None:
+                reply = self.responder(request)
+            else:
+                reply = self.default
+        return replace(reply, body=_with_prompt_counted(reply.body, request))
 
 
 def _handler_for(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:

@@ -328,6 +328,8 @@ class RecordingObserver:
     flushes: list[tuple[str, float]] = field(default_factory=list)
     runs: list[RunRecord] = field(default_factory=list)
     budget: list[str] = field(default_factory=list)
+    charged_runs: list[RunRecord] = field(default_factory=list)
+    probes: list[bool] = field(default_factory=list)
     indexed_facts: int = 0
     index_failures: int = 0
     pending_facts: int | None = None
@@ -340,6 +342,12 @@ class RecordingObserver:
 
     def budget_applied(self, policy: str) -> None:
         self.budget.append(policy)
+
+    def charged(self, run: RunRecord) -> None:
+        self.charged_runs.append(run)
+
+    def probed(self, *, usable: bool) -> None:
+        self.probes.append(usable)
 
     def indexed(self, embedded: int, cost_micro_usd: int) -> None:
         self.indexed_facts += embedded

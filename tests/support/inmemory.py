@@ -26,6 +26,7 @@ from processors.gate import WriteGate
 from processors.schema import ConsolidationBackend
 from store.inmemory import (
     InMemoryDatabase,
+    InMemoryFactSearch,
     InMemoryMemoryStore,
     InMemoryReadModel,
     InMemoryRunLog,
@@ -92,6 +93,7 @@ class InMemoryMemoryd:
             IndexQueue(self.indexer(index), self.observer),
             self.observer,
             self.clock,
+            InMemoryFactSearch.of(self.db),
             ForgottenEvents(self.memory, SUBJECTS),
             budget_policy,
         )

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from consumers.batching import Rejection
 from consumers.flush import BudgetPolicy, FlushKind
 from domain.ids import ledger_entry_id_for
 from domain.model import Fact, LedgerEntry, RunStatus
@@ -64,7 +65,7 @@ def test_a_flush_consolidates_then_indexes_in_the_background() -> None:
     assert {f.content for f in facts} >= {"The user lives in Lisbon"}
     assert m.memory.pending_count() == 0
     assert m.index.count(key_of("ada")) == len(facts)
-    assert [r.run_id for r in m.observer.runs] == [result.run_id]
+    assert [r.run_id for r in m.observer.runs] == list(result.run_ids)
     assert [backend_name for backend_name, _ in m.observer.flushes] == [backend.name]
     assert m.observer.budget == []
 
@@ -94,7 +95,7 @@ def test_out_of_credit_defers_without_calling_the_backend() -> None:
     assert m.memory.load_state(key_of("ada")).version == 0
     assert m.memory.already_consolidated(key_of("ada"), (e.event_id for e in EVENTS)) == frozenset()
     (run,) = m.runs.runs(key_of("ada"))
-    assert (run.run.status, run.run.run_id) == (RunStatus.DEFERRED, result.run_id)
+    assert (run.run.status, (run.run.run_id,)) == (RunStatus.DEFERRED, result.run_ids)
     assert m.observer.budget == ["defer"]
 
 
@@ -142,8 +143,10 @@ def test_an_index_outage_leaves_the_facts_pending() -> None:
 def test_a_failure_is_recorded_as_its_own_run(raw: str | None) -> None:
     m = InMemoryMemoryd()
     flusher = m.flusher(FlakyBackend())
-    first = flusher.record_failure(key_of("ada"), EVENTS, 3, "gave up", raw)
-    second = flusher.record_failure(key_of("ada"), EVENTS, 3, "gave up", raw)
+    once, again = (Rejection("consolidate", "gave up", raw) for _ in range(2))
+    first = flusher.record_failure(key_of("ada"), EVENTS, 3, once)
+    assert flusher.record_failure(key_of("ada"), EVENTS, 3, once) == first  # a retried record
+    second = flusher.record_failure(key_of("ada"), EVENTS, 3, again)
     flusher.close()
     runs = [r.run for r in m.runs.runs(key_of("ada"))]
     assert [r.run_id for r in runs] == [first, second]  # one record per occurrence

@@ -6,6 +6,7 @@ import json
 import uuid
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ with warnings.catch_warnings():
     from google import genai
 
 from domain.model import FactType, MemoryState, SurfacePolicy, TokenUsage
-from processors.errors import BackendError, TransientBackendError
+from processors.errors import BackendError, TransientBackendError, UnusableAnswer
 from processors.llm.gemini import GeminiBackend, make_gemini_client, parse_output
 from processors.prompt import PROMPT_VERSION, output_json_schema
 from processors.schema import (
@@ -32,7 +33,12 @@ from processors.schema import (
     FactOp,
 )
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
-from tests.support.fake_gemini import FakeGemini, FakeReply, fake_gemini  # noqa: F401
+from tests.support.fake_gemini import (  # noqa: F401
+    FakeGemini,
+    FakeReply,
+    count_tokens,
+    fake_gemini,
+)
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -215,11 +221,58 @@ def test_unusable_answers_fail_never_empty(
     message: str,
 ) -> None:
     fake_gemini.reply(reply)
-    with pytest.raises(BackendError, match=message) as raised:
+    with pytest.raises(UnusableAnswer, match=message) as raised:
         backend.consolidate(consolidation_request())
-    assert not isinstance(raised.value, TransientBackendError)
-    # The run record keeps what came back, even when it holds no text.
+    # The run record keeps what came back, even when it holds no text, and what it cost.
     assert raised.value.raw_response
+    meta = reply.body["usageMetadata"]
+    thoughts = meta.get("thoughtsTokenCount", 0)
+    assert raised.value.usage == TokenUsage(
+        meta["promptTokenCount"], meta.get("candidatesTokenCount", 0) + thoughts
+    )
+    assert raised.value.usage.total > 0
+
+
+def test_a_truncated_answer_carries_its_usage(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    fake_gemini.reply(FakeReply.text("{", "MAX_TOKENS", 321, 8000, thoughts_tokens=192))
+    with pytest.raises(UnusableAnswer) as raised:
+        backend.consolidate(consolidation_request())
+    assert raised.value.usage == TokenUsage(prompt_tokens=321, completion_tokens=8192)
+
+
+@pytest.mark.parametrize("code", [400, 403, 404])
+def test_api_errors_are_not_unusable_answers(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+    code: int,
+) -> None:
+    """A refused request is not about one event of the batch: no bisecting, nothing billed."""
+    fake_gemini.reply(FakeReply.status(code))
+    with pytest.raises(BackendError) as raised:
+        backend.consolidate(consolidation_request())
+    assert not isinstance(raised.value, UnusableAnswer | TransientBackendError)
+    assert raised.value.usage == TokenUsage()
+
+
+def test_the_fake_counts_the_prompt_it_answers(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    fake_gemini.reply(FakeReply.json(GOOD, prompt_tokens=None), FakeReply.json(GOOD, None))
+    short = backend.consolidate(consolidation_request())
+    request = consolidation_request()
+    longer = replace(request, state=replace(request.state, working_memory="word " * 1_000))
+    long = backend.consolidate(longer)
+    first, second = fake_gemini.requests
+    assert short.usage.prompt_tokens == count_tokens(first.system_text) + count_tokens(
+        first.user_text
+    )
+    grown = count_tokens("word " * 1_000) - count_tokens(request.state.working_memory)
+    assert long.usage.prompt_tokens - short.usage.prompt_tokens == grown
+    assert second.observations == [("E1", "I like dark mode in every app.")]
 
 
 @pytest.mark.parametrize(
@@ -235,9 +288,8 @@ def test_answers_the_sdk_cannot_decode_fail_permanently(
     text: str,
 ) -> None:
     fake_gemini.reply(FakeReply.text(text))
-    with pytest.raises(BackendError, match="not decodable") as raised:
+    with pytest.raises(UnusableAnswer, match="not decodable"):
         backend.consolidate(consolidation_request())
-    assert not isinstance(raised.value, TransientBackendError)
 
 
 def test_fenced_json_is_accepted(

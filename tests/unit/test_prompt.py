@@ -125,20 +125,42 @@ def test_fact_ids_types_and_state_are_present() -> None:
     assert NOW.isoformat() in content
 
 
-def test_facts_capped_most_salient_and_recent_first() -> None:
-    pinned = fact("Pinned fact.", salience=0.0, pinned=True)
-    salient = fact("Salient fact.", salience=0.99)
-    recent = [
-        fact(f"Ordinary fact {i}.", salience=0.5, age_days=i) for i in range(MAX_PROMPT_FACTS)
+def test_facts_keep_the_request_order_and_say_how_many_exist() -> None:
+    """The request carries the candidates, most related first: the prompt keeps that order
+    (no re-ranking by salience or age), flags pinned and scoped facts, and says how many
+    facts the user has beyond those shown."""
+    dull = fact("The user's dentist is Dr. Alvarez in Porto.", salience=0.1, age_days=400)
+    pinned = fact("The user is vegetarian.", pinned=True)
+    scoped = make_fact(
+        "u1", "Acme invoices go to finance.", org="o1", connection_id="mail",
+        fact_type=FactType.PREFERENCE,
+    )  # fmt: skip
+    state = MemoryState(user_id="u1", organization_id="o1")
+    req = ConsolidationRequest.build(
+        state,
+        (pinned, dull, scoped),
+        [event("My dentist is now Dr. Okafor")],
+        NOW,
+        known_facts=5_000,
+    )
+    content = build_prompt(req).user_content
+    assert re.findall(r'<fact id="([^"]+)"', content) == [
+        str(pinned.fact_id),
+        str(dull.fact_id),
+        str(scoped.fact_id),
     ]
-    dull = fact("Dull old fact.", salience=0.1, age_days=400)
-    facts = (dull, *recent, salient, pinned)
+    assert f'<fact id="{pinned.fact_id}" type="preference" pinned="true">' in content
+    assert f'<fact id="{scoped.fact_id}" type="preference" connection="mail">' in content
+    assert "(3 shown of 5000)" in content
+    assert "The user has 5000 facts; only those most related" in content
+
+
+def test_facts_beyond_the_safety_cap_are_not_shown() -> None:
+    facts = tuple(fact(f"Ordinary fact {i}.") for i in range(MAX_PROMPT_FACTS + 5))
     content = build_prompt(request([event("x")], facts)).user_content
     ids = re.findall(r'<fact id="([^"]+)"', content)
-    assert len(ids) == MAX_PROMPT_FACTS
-    assert ids[:3] == [str(pinned.fact_id), str(salient.fact_id), str(recent[0].fact_id)]
-    assert str(dull.fact_id) not in ids
-    assert f"({MAX_PROMPT_FACTS} of {len(facts)})" in content
+    assert ids == [str(f.fact_id) for f in facts[:MAX_PROMPT_FACTS]]
+    assert f"({MAX_PROMPT_FACTS} shown of {len(facts)})" in content
 
 
 def test_huge_working_memory_and_scaffold_are_truncated() -> None:

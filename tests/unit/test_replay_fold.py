@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from consumers.replay import ShadowBatch, batches_by_size, batches_like_live, shadow_consolidate
+from consumers.replay import (
+    ShadowBatch,
+    ShadowResult,
+    batches_by_size,
+    batches_like_live,
+    shadow_consolidate,
+)
 from domain.model import (
     Fact,
     FactChangeKind,
@@ -238,10 +244,13 @@ def test_batches_like_live_follow_the_succeeded_runs_then_the_rest() -> None:
         base = run(seq, version=seq, status=status)
         return replace(base, run=replace(base.run, input_event_ids=tuple(taken)))
 
+    shown = [uuid.uuid4(), uuid.uuid4()]
+    third = logged(3, [ids[2], uuid.uuid4()], RunStatus.SUCCEEDED)  # one id the log lacks
+    output = {**(third.run.output or {}), "candidates": {"shown": [str(i) for i in shown]}}
     runs = [
         logged(1, [ids[1], ids[0]], RunStatus.SUCCEEDED),
         logged(2, [ids[2]], RunStatus.FAILED),
-        logged(3, [ids[2], uuid.uuid4()], RunStatus.SUCCEEDED),  # one id the log lacks
+        replace(third, run=replace(third.run, output=output)),
     ]
     batches = batches_like_live(log, runs, max_batch=10)
     assert [[e.event_id for e in b.events] for b in batches] == [
@@ -250,6 +259,9 @@ def test_batches_like_live_follow_the_succeeded_runs_then_the_rest() -> None:
         [ids[3], ids[4]],
     ]
     assert batches[0].now == runs[0].run.started_at
+    # A run that recorded its candidates is replayed with them, in order; an older run that
+    # did not, and events no run took, get a search like a live flush.
+    assert [b.shown for b in batches] == [None, tuple(shown), None]
 
 
 def test_diff_reports_facts_on_each_side_changed_fields_and_tiers() -> None:
@@ -291,9 +303,11 @@ def test_shadow_consolidation_folds_like_the_log_and_is_reproducible() -> None:
         make_event(USER, "Actually I moved to design", EventType.CORRECTION, minutes=2),
         make_event(USER, "I prefer short answers", EventType.PREFERENCE, minutes=3),
     ]
-    backend = OfflineBackend(BagOfWordsEmbedder())
-    first = shadow_consolidate(key_of(USER), batches_by_size(log, 2), backend, consolidator())
-    again = shadow_consolidate(key_of(USER), batches_by_size(log, 2), backend, consolidator())
+    embedder = BagOfWordsEmbedder()
+    backend = OfflineBackend(embedder)
+    batches = batches_by_size(log, 2)
+    first = shadow_consolidate(key_of(USER), batches, backend, consolidator(), embedder=embedder)
+    again = shadow_consolidate(key_of(USER), batches, backend, consolidator(), embedder=embedder)
 
     assert first.memory == again.memory
     assert len(first.runs) == 2
@@ -305,6 +319,40 @@ def test_shadow_consolidation_folds_like_the_log_and_is_reproducible() -> None:
     assert fold_runs(logged) == first.memory
     statuses = {f.content: f.status for f in first.memory.facts.values()}
     assert FactStatus.CONTRADICTED in statuses.values(), statuses
+    # The second batch was shown the facts the first made (the search found them), and its
+    # run says so, so a replay of it can show the same ones.
+    shown = (first.runs[1].output or {})["candidates"]
+    assert shown["known"] == 2
+    assert len(shown["shown"]) == 2
+
+
+def test_a_batch_of_a_live_run_is_shown_the_facts_that_run_recorded() -> None:
+    """Shadow replay of live batches reproduces live memory only if each batch sees what its
+    live run saw: the recorded candidates, not a new search."""
+    embedder = BagOfWordsEmbedder()
+    backend = OfflineBackend(embedder)
+    first = make_event(USER, "I work in engineering at Initech", minutes=0)
+    correction = make_event(USER, "Actually I moved to design", EventType.CORRECTION, minutes=2)
+    searched = [
+        ShadowBatch((first,), first.occurred_at),
+        ShadowBatch((correction,), correction.occurred_at),
+    ]
+    recorded_none = [searched[0], ShadowBatch((correction,), correction.occurred_at, shown=())]
+
+    with_search = shadow_consolidate(
+        key_of(USER), searched, backend, consolidator(), embedder=embedder
+    )
+    as_recorded = shadow_consolidate(
+        key_of(USER), recorded_none, backend, consolidator(), embedder=embedder
+    )
+
+    def statuses(result: ShadowResult) -> list[FactStatus]:
+        return sorted(f.status for f in result.memory.facts.values())
+
+    assert statuses(with_search) == [FactStatus.ACTIVE, FactStatus.CONTRADICTED]
+    # Shown nothing, the correction could only add: as the live run that recorded it did.
+    assert statuses(as_recorded) == [FactStatus.ACTIVE, FactStatus.ACTIVE]
+    assert (as_recorded.runs[1].output or {})["candidates"] == {"shown": [], "known": 1}
 
 
 def test_shadow_retries_transient_errors_and_skips_batches_the_backend_cannot_do() -> None:

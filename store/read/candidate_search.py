@@ -1,0 +1,161 @@
+"""`FactSearch`: the facts a consolidation batch is about, found the way the read path finds them.
+
+`HybridFactSearch` is the live one: per observation, the dense search of the read path (an
+exact scoring of the user's vectors while they are few, Chroma's filtered ANN query beyond)
+and its Postgres keyword search, fused by reciprocal rank. Unlike a chat turn it does not
+weigh recency or salience: a correction is about the fact it corrects, however old or dull.
+Postgres decides what is current and in scope, as on the read path. With Chroma down the
+rankings are keyword-only and say so, and consolidation goes on.
+
+`store.inmemory.InMemoryFactSearch` does the same over facts held in memory (a shadow
+replay's image).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from domain.ids import MemoryKey
+from domain.model import Fact
+from domain.ports import Embedder, FactQuery, RelatedFacts, VectorIndex
+from domain.reads import Scope
+from store import fact_rows
+from store.candidate_ranking import CONSOLIDATION_STATUSES, fuse, nearest_ids
+from store.errors import VectorIndexUnavailable
+from store.postgres import transaction
+from store.read.context_service import EXACT_SEARCH_MAX_FACTS
+from store.read.fact_queries import PostgresReadModel
+
+
+def _scope(key: MemoryKey, connection_id: str | None) -> Scope:
+    return Scope(
+        key=key,
+        connection_ids=(connection_id,) if connection_id else (),
+        statuses=CONSOLIDATION_STATUSES,
+    )
+
+
+class HybridFactSearch:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        reads: PostgresReadModel,
+        index: VectorIndex,
+        embedder: Embedder,
+    ) -> None:
+        self._pool = pool
+        self._reads = reads
+        self._index = index
+        self._embedder = embedder
+
+    def related(self, key: MemoryKey, queries: Sequence[FactQuery], limit: int) -> RelatedFacts:
+        if not queries or limit <= 0:
+            return RelatedFacts(tuple(() for _ in queries))
+        scopes = {q.connection_id: _scope(key, q.connection_id) for q in queries}
+        degraded = None
+        try:
+            dense = self._dense(scopes, queries, limit)
+        except VectorIndexUnavailable as e:
+            dense, degraded = [[] for _ in queries], f"vector index unavailable: {e}"
+        keyword = [
+            self._reads.keyword_search(scopes[q.connection_id], q.text, limit) for q in queries
+        ]
+        truth = self._current(scopes, queries, dense, keyword)
+        ranked = []
+        for query, dense_ids, keyword_facts in zip(queries, dense, keyword, strict=True):
+            rows = truth[query.connection_id]
+            order = fuse(
+                [i for i in dense_ids if i in rows], [f.fact_id for f in keyword_facts], limit
+            )
+            ranked.append(tuple(rows[i] for i in order))
+        return RelatedFacts(tuple(ranked), degraded)
+
+    def _dense(
+        self,
+        scopes: Mapping[str | None, Scope],
+        queries: Sequence[FactQuery],
+        limit: int,
+    ) -> list[list[uuid.UUID]]:
+        """Per query, its nearest facts: all queries of a scope scored in one matrix product
+        while the scope holds few facts, else one filtered ANN query each."""
+        out: list[list[uuid.UUID]] = [[] for _ in queries]
+        for connection, scope in scopes.items():
+            members = [i for i, q in enumerate(queries) if q.connection_id == connection]
+            ids = self._reads.indexed_ids(scope, EXACT_SEARCH_MAX_FACTS + 1)
+            if len(ids) > EXACT_SEARCH_MAX_FACTS:
+                for i in members:
+                    hits = self._index.query(
+                        key=scope.key,
+                        text=queries[i].text,
+                        connection_ids=scope.connection_ids,
+                        n=limit,
+                        statuses=CONSOLIDATION_STATUSES,
+                    )
+                    out[i] = [h.fact_id for h in hits]
+                continue
+            stored = self._index.embeddings(ids) if ids else {}
+            if not stored:
+                continue
+            vectors = self._embedder.embed([queries[i].text for i in members])
+            for i, vector in zip(members, vectors, strict=True):
+                out[i] = nearest_ids(stored, vector, limit)
+        return out
+
+    def _current(
+        self,
+        scopes: Mapping[str | None, Scope],
+        queries: Sequence[FactQuery],
+        dense: Sequence[Sequence[uuid.UUID]],
+        keyword: Sequence[Sequence[Fact]],
+    ) -> dict[str | None, dict[uuid.UUID, Fact]]:
+        """Per scope, the current rows of every fact found (Chroma may lag behind Postgres)."""
+        truth: dict[str | None, dict[uuid.UUID, Fact]] = {c: {} for c in scopes}
+        wanted: dict[str | None, set[uuid.UUID]] = {c: set() for c in scopes}
+        for query, dense_ids, keyword_facts in zip(queries, dense, keyword, strict=True):
+            truth[query.connection_id].update((f.fact_id, f) for f in keyword_facts)
+            wanted[query.connection_id].update(dense_ids)
+        for connection, ids in wanted.items():
+            missing = sorted(ids - truth[connection].keys(), key=str)
+            for fact in self._reads.facts_in_scope(scopes[connection], missing):
+                truth[connection][fact.fact_id] = fact
+        return truth
+
+    # -- plain lookups --------------------------------------------------------------------
+
+    def pinned(self, key: MemoryKey) -> list[Fact]:
+        return self._facts(" AND pinned ORDER BY created_at, fact_id", key)
+
+    def by_ids(self, key: MemoryKey, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
+        if not fact_ids:
+            return []
+        return self._facts(" AND fact_id = ANY(%s) ORDER BY fact_id", key, list(fact_ids))
+
+    def count(self, key: MemoryKey) -> int:
+        sql = (
+            "SELECT count(*) FROM memory_facts"
+            " WHERE organization_id = %s AND user_id = %s AND status = ANY(%s)"
+        )
+        with transaction(self._pool, "counting facts") as conn:
+            row = conn.execute(sql, (*_key_params(key), _statuses())).fetchone()
+        return int(row[0]) if row else 0
+
+    def _facts(self, tail: str, key: MemoryKey, *extra: Any) -> list[Fact]:
+        sql = (
+            f"SELECT {fact_rows.COLUMNS} FROM memory_facts"
+            f" WHERE organization_id = %s AND user_id = %s AND status = ANY(%s){tail}"
+        )
+        with transaction(self._pool, "candidate search") as conn:
+            rows = conn.execute(sql, (*_key_params(key), _statuses(), *extra)).fetchall()
+        return [fact_rows.from_row(r) for r in rows]
+
+
+def _key_params(key: MemoryKey) -> tuple[str, str]:
+    return (key.organization_id, key.user_id)
+
+
+def _statuses() -> list[str]:
+    return [s.value for s in CONSOLIDATION_STATUSES]
