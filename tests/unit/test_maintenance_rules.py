@@ -250,12 +250,14 @@ def test_the_run_of_a_maintenance_job_folds_like_a_consolidation_run() -> None:
     assert update is not None
     run = update.run
     assert (run.base_version, update.state.version) == (7, 8)
-    assert run.status is RunStatus.SUCCEEDED and run.input_event_ids == ()
+    assert run.status is RunStatus.SUCCEEDED
+    assert run.input_event_ids == ()
     assert run.output is not None
     assert run.output["applied"]["version"] == 8
     assert run.output["applied"]["working_memory"] == "W"
     assert run.output["maintenance"]["rules"][0]["rule"] == "never_recalled"
     again = maintenance_update("lifecycle", state, changes, NOW, {})
-    assert again is not None and again.run.run_id == run.run_id  # a retry is the same run
+    assert again is not None
+    assert again.run.run_id == run.run_id  # a retry is the same run
     assert maintenance_update("lifecycle", state, [], NOW, {}) is None
     assert replace(state, version=8) == replace(update.state, updated_at=None)
