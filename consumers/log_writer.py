@@ -14,7 +14,8 @@ from typing import Any
 
 from consumers.dead_letter import DeadLetter, DeadLetterSink
 from consumers.decoding import Rejected, decode_event
-from consumers.kafka_client import commit, from_kafka, subscribe
+from consumers.kafka_client import RevocationListener, commit, from_kafka, subscribe
+from consumers.liveness import ConsumerLiveness
 from consumers.metrics import PipelineMetrics
 from producers.contract import ContextEvent
 from store.errors import DatabaseUnavailable
@@ -34,6 +35,7 @@ class LogWriter:
         dead_letters: DeadLetterSink,
         metrics: PipelineMetrics,
         poll_timeout_ms: int = 500,
+        liveness: ConsumerLiveness | None = None,
     ) -> None:
         self._consumer = consumer
         self._topic = topic
@@ -41,9 +43,18 @@ class LogWriter:
         self._dead_letters = dead_letters
         self._metrics = metrics
         self._poll_timeout_ms = poll_timeout_ms
+        self._liveness = liveness or ConsumerLiveness()
+
+    @property
+    def liveness(self) -> ConsumerLiveness:
+        return self._liveness
+
+    def _subscribe(self) -> None:
+        live = self._liveness
+        subscribe(self._consumer, self._topic, RevocationListener(live.left, live.assigned))
 
     def run(self, stop: threading.Event) -> None:
-        subscribe(self._consumer, self._topic)
+        self._subscribe()
         backoff = 0.5
         try:
             while not stop.is_set():
@@ -64,6 +75,7 @@ class LogWriter:
     def step(self) -> int:
         """Poll one batch and make it durable; returns the number of records handled."""
         batches = self._consumer.poll(timeout_ms=self._poll_timeout_ms)
+        self._liveness.polled()
         if not batches:
             return 0
         good: list[tuple[ContextEvent, KafkaCoordinates]] = []
@@ -117,7 +129,7 @@ class LogWriter:
 
     def drain(self, idle_s: float = 2.0, deadline_s: float = 120.0) -> int:
         """Run until no record arrived for `idle_s` (used by the demo and tests)."""
-        subscribe(self._consumer, self._topic)
+        self._subscribe()
         total, quiet_since, start = 0, time.monotonic(), time.monotonic()
         try:
             while time.monotonic() - start < deadline_s:

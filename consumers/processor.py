@@ -44,6 +44,7 @@ from consumers.kafka_client import (
     subscribe,
     to_kafka,
 )
+from consumers.liveness import ConsumerLiveness
 from consumers.metrics import PipelineMetrics
 from processors.errors import BackendError, TransientBackendError
 from store.errors import (
@@ -82,8 +83,10 @@ class MemoryProcessor:
         metrics: PipelineMetrics,
         settings: ProcessorSettings,
         monotonic: Callable[[], float] = time.monotonic,
+        liveness: ConsumerLiveness | None = None,
     ) -> None:
         self._consumer = consumer
+        self.liveness = liveness or ConsumerLiveness(monotonic)
         self._topic = topic
         self._flusher = flusher
         self._dead_letters = dead_letters
@@ -146,6 +149,7 @@ class MemoryProcessor:
 
     def step(self) -> int:
         polled = self._poll()
+        self.liveness.polled(paused=self._paused)
         self._collect(wait_s=0.0)
         self._launch(force=False)
         self._commit()
@@ -346,6 +350,7 @@ class MemoryProcessor:
         blocking. Lost (we were evicted): commit nothing, we no longer own them. Either way
         the rest is forgotten and the new owner re-reads it.
         """
+        self.liveness.left(tps, lost=lost)
         gone = set(tps)
         mine = [b for b in self._batches.values() if b.items[0].tp in gone]
         if not lost:
