@@ -13,7 +13,7 @@ from chromadb.api import ClientAPI
 from fastapi import FastAPI
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 
 from consumers.dead_letter import KafkaDeadLetterSink
@@ -23,6 +23,8 @@ from consumers.kafka_client import ConsumerSettings, make_consumer
 from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor, ProcessorSettings
+from memoryd.ops.health import HealthMonitor
+from memoryd.ops.metrics import PriceMetrics
 from memoryd.settings import Settings
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
@@ -84,6 +86,7 @@ def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Itera
 
         index = ReconnectingIndex(connect, embedder, chroma.collection)
         registry = CollectorRegistry()
+        prices = price_table(settings, registry, embedder.model_name)
         try:
             yield Core(
                 settings=settings,
@@ -92,7 +95,7 @@ def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Itera
                 events=PostgresEventLog(pool),
                 embedder=embedder,
                 index=index,
-                prices=PriceTable(settings.prices),
+                prices=prices,
                 registry=registry,
                 metrics=PipelineMetrics(registry),
                 clock=clock,
@@ -103,10 +106,24 @@ def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Itera
         pool.close()
 
 
-def serve_metrics(settings: Settings, registry: CollectorRegistry, port: int) -> None:
-    if settings.metrics.enabled and port:
-        start_http_server(port, addr=settings.metrics.host, registry=registry)
-        log.info("metrics on http://%s:%d/metrics", settings.metrics.host, port)
+def models_in_use(settings: Settings, embedding_model: str) -> list[str]:
+    models = [embedding_model]
+    models.append(settings.llm.model if settings.llm.backend == "gemini" else OfflineBackend.model)
+    if settings.read_path.rewrite != "off":
+        models.append(settings.read_path.rewrite_model)
+    return models
+
+
+def price_table(
+    settings: Settings, registry: CollectorRegistry, embedding_model: str
+) -> PriceTable:
+    """Refuses to start with a model in use that has no price (unless a default is set)."""
+    unpriced = PriceMetrics(registry).unpriced
+    table = PriceTable(
+        settings.prices, settings.default_price, lambda model: unpriced.labels(model).inc()
+    )
+    table.require(models_in_use(settings, embedding_model))
+    return table
 
 
 def ensure_topics(settings: Settings) -> None:
@@ -276,7 +293,7 @@ def read_path(c: Core, metrics: ReadPathMetrics | None = None) -> Iterator[Conte
 
 
 @contextmanager
-def api_app(c: Core) -> Iterator[FastAPI]:
+def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
     """The HTTP API over this core, its read path and a Kafka publisher; closes them after."""
     from memoryd.api.app import ApiDependencies, create_app  # noqa: PLC0415 - api process only
     from memoryd.api.auth import TokenTable  # noqa: PLC0415
@@ -286,6 +303,6 @@ def api_app(c: Core) -> Iterator[FastAPI]:
     try:
         with read_path(c, ReadPathMetrics(c.registry)) as service:
             deps = ApiDependencies(service, read_model(c), pub, tokens)
-            yield create_app(deps, c.registry, on_shutdown=service.close)
+            yield create_app(deps, c.registry, on_shutdown=service.close, health=health)
     finally:
         pub.close()

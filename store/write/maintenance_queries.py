@@ -55,6 +55,20 @@ class MaintenanceQueries:
             ).fetchall()
         return [MemoryKey(*r) for r in rows]
 
+    def memories(self, organization_id: str | None = None) -> list[MemoryKey]:
+        """Every memory that has a state or a run, in one organization or all of them."""
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT organization_id, user_id FROM user_memory"
+                " UNION SELECT organization_id, user_id FROM consolidation_runs"
+                " EXCEPT SELECT organization_id, user_id FROM user_memory"
+                "   WHERE %(org)s::text IS NOT NULL AND organization_id <> %(org)s"
+                " ORDER BY 1, 2",
+                {"org": organization_id},
+            ).fetchall()
+        keys = [MemoryKey(*r) for r in rows]
+        return [k for k in keys if organization_id is None or k.organization_id == organization_id]
+
     def duplicate_candidates(self, changed_since: datetime | None) -> list[MemoryKey]:
         """Memories with two active facts or more, one of them changed since the last sweep."""
         with transaction(self._pool) as conn:
