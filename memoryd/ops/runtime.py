@@ -37,7 +37,8 @@ def kafka_admin(settings: Settings) -> KafkaAdmin:
             bootstrap_servers=settings.kafka.bootstrap_servers,
             client_id="memoryd-ops",
             request_timeout_ms=max(timeout_ms, 1000),
-            api_version_auto_timeout_ms=max(timeout_ms, 1000),
+            bootstrap_timeout_ms=max(timeout_ms, 1000),
+            reconnect_backoff_max_ms=2000,
         )
 
     return KafkaAdmin(make)
