@@ -388,6 +388,7 @@ class MemoryProcessor:
         that was revoked and assigned straight back, past the events revoke() dropped from
         the buffers: read those again from the first one not done, or they would be skipped
         and a later commit would pass them."""
+        self.liveness.assigned(tps)
         for tp in tps:
             if tp in self._resume:
                 self._consumer.seek(to_kafka(tp), self._resume[tp])
