@@ -42,7 +42,7 @@ def make_event(
 ) -> ContextEvent:
     meta = {
         k: extra.pop(k)
-        for k in ("tool_id", "attachment_id", "filename", "message_id")
+        for k in ("tool_id", "attachment_id", "filename", "message_id", "session_id")
         if k in extra
     }
     return ContextEvent(
