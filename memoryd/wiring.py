@@ -23,11 +23,12 @@ from consumers.kafka_client import ConsumerSettings, make_consumer
 from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor, ProcessorSettings
+from domain.model import LedgerEntry
 from memoryd.ops.health import HealthMonitor
 from memoryd.ops.metrics import PriceMetrics
 from memoryd.settings import Settings
 from processors.consolidate import Consolidator
-from processors.cost import PriceTable
+from processors.cost import PriceTable, read_entries
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.retraction import RetractingConsolidator, RetractionAwareBackend
@@ -42,6 +43,7 @@ from store.read.context_service import ContextService
 from store.read.fact_queries import PostgresReadModel
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import TimeBoundRewriter
+from store.read.read_ledger import ReadCharge, ReadLedger
 from store.read.read_metrics import ReadPathMetrics
 from store.write.event_log import PostgresEventLog
 from store.write.memory_store import PostgresMemoryStore
@@ -280,7 +282,30 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
         audit=BatchWriter("context-log", reads.write_context_logs, writer, **hooks),
         recalls=BatchWriter("recall-counts", reads.record_recalls, writer, **hooks),
         metrics=metrics,
+        charges=read_charges(c),
+        ledger=BatchWriter("read-costs", ReadLedger(c.pool).write, writer, **hooks),
     )
+
+
+def read_charges(c: Core) -> Callable[[ReadCharge], list[LedgerEntry]]:
+    """Prices a read: its query embedding, and its query rewrite when one answered."""
+    rewrite_model = (
+        None if c.settings.read_path.rewrite == "off" else c.settings.read_path.rewrite_model
+    )
+
+    def charges(charge: ReadCharge) -> list[LedgerEntry]:
+        return read_entries(
+            c.prices,
+            log_id=charge.log_id,
+            user_id=charge.user_id,
+            organization_id=charge.organization_id,
+            at=charge.at,
+            embedding_model=c.embedder.model_name if charge.embedded_query else None,
+            rewrite_model=rewrite_model,
+            rewrite_usage=charge.rewrite_usage,
+        )
+
+    return charges
 
 
 @contextmanager

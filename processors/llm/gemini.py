@@ -100,7 +100,7 @@ class GeminiBackend:
         text = _response_text(response)
         output = parse_output(text, finish_reason=_finish_reason(response))
         return BackendResponse(
-            output=output, raw_response=text, usage=_usage(response), model=self.model
+            output=output, raw_response=text, usage=token_usage(response), model=self.model
         )
 
     def _generate(
@@ -161,7 +161,7 @@ def _dump(response: types.GenerateContentResponse) -> str:
     return response.model_dump_json(exclude={"sdk_http_response"}, exclude_none=True)
 
 
-def _usage(response: types.GenerateContentResponse) -> TokenUsage:
+def token_usage(response: types.GenerateContentResponse) -> TokenUsage:
     meta = response.usage_metadata
     if meta is None:
         return TokenUsage()
