@@ -115,12 +115,14 @@ class LogWriter:
         for letter in bad:
             self._metrics.dead_letters.labels(CONSUMER_NAME, letter.stage).inc()
             log.warning(
-                "dead-lettered %s/%d@%d (%s): %s",
-                letter.topic,
-                letter.partition,
-                letter.offset,
-                letter.stage,
+                "dead-lettered a record: %s",
                 letter.reason,
+                extra={
+                    "consumer": CONSUMER_NAME,
+                    "stage": letter.stage,
+                    "partition": letter.partition,
+                    "offset": letter.offset,
+                },
             )
         self._metrics.events_logged.inc(inserted)
         self._metrics.events_duplicate.labels(CONSUMER_NAME).inc(len(good) - inserted)

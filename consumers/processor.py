@@ -181,8 +181,16 @@ class MemoryProcessor:
             for x in letters:
                 self._offsets.done(TopicPartition(x.topic, x.partition), x.offset)
                 self._metrics.dead_letters.labels(CONSUMER_NAME, x.stage).inc()
-                where = f"{x.topic}/{x.partition}@{x.offset}"
-                log.warning("dead-lettered %s (%s): %s", where, x.stage, x.reason)
+                log.warning(
+                    "dead-lettered a record: %s",
+                    x.reason,
+                    extra={
+                        "consumer": CONSUMER_NAME,
+                        "stage": x.stage,
+                        "partition": x.partition,
+                        "offset": x.offset,
+                    },
+                )
         return count
 
     def _launch(self, force: bool) -> None:
@@ -229,7 +237,7 @@ class MemoryProcessor:
             result = future.result()
         except (EventsAlreadyConsolidated, StaleMemoryVersion) as e:
             # Another run got there first; planning again on fresh state drops what it did.
-            log.info("re-planning %s: %s", batch.user_id, e)
+            log.info("re-planning after a concurrent run: %s", e, extra=_ids(batch))
             self._metrics.flushes.labels("replanned").inc()
             return
         except TransientBackendError as e:
@@ -244,7 +252,7 @@ class MemoryProcessor:
         except Exception as e:
             # A poison batch must not stall its partition: it goes to the dead-letter topic
             # with the error, and the traceback goes to the log for whoever fixes the bug.
-            log.exception("flush of %s failed unexpectedly", batch.user_id)
+            log.exception("flush failed unexpectedly", extra=_ids(batch))
             self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
             return
         if result.kind is FlushKind.DEFERRED:
@@ -267,7 +275,7 @@ class MemoryProcessor:
         batch.not_before = self._monotonic() + delay * random.uniform(0.8, 1.2)
         if count_attempt:
             batch.attempt += 1
-        log.warning("flush of %s failed (%s); retry in %.2fs", batch.user_id, reason, delay)
+        log.warning("flush failed (%s); retry in %.2fs", reason, delay, extra=_ids(batch))
 
     def _reject(self, batch: Batch, rejection: Rejection) -> None:
         batch.rejection = rejection
@@ -292,7 +300,7 @@ class MemoryProcessor:
             except StoreError as e:
                 # A record Postgres refuses for good must not hold the partition forever: the
                 # dead letter carries the reason, and says the run record is missing.
-                log.error("failed run of %s not recorded: %s", batch.user_id, e)
+                log.error("failed run not recorded: %s", e, extra=_ids(batch))
                 rejection.reason = f"{rejection.reason} (failed run not recorded: {e})"
             rejection.recorded = True
         letters = event_letters(batch.items, rejection.stage, rejection.reason)
@@ -303,11 +311,10 @@ class MemoryProcessor:
             return
         self._metrics.dead_letters.labels(CONSUMER_NAME, rejection.stage).inc(len(letters))
         log.error(
-            "dead-lettered %d event(s) of %s (%s): %s",
+            "dead-lettered %d event(s): %s",
             len(letters),
-            batch.user_id,
-            rejection.stage,
             rejection.reason,
+            extra={**_ids(batch), "stage": rejection.stage},
         )
         self._finish(batch, f"dead_lettered_{rejection.stage}")
 
@@ -400,4 +407,17 @@ class MemoryProcessor:
                 del self._orphans[user_id]
                 if future.exception() is not None:
                     # Not lost: the partition's owner re-reads these events and retries them.
-                    log.info("orphaned flush of %s failed: %r", user_id, future.exception())
+                    log.info(
+                        "orphaned flush failed: %r", future.exception(), extra={"user_id": user_id}
+                    )
+
+
+def _ids(batch: Batch) -> dict[str, object]:
+    """The ids a log line about a batch carries as fields (logs are JSON; see memoryd.ops.logs)."""
+    first = batch.items[0].event
+    return {
+        "user_id": batch.user_id,
+        "organization_id": first.organization_id,
+        "event_id": str(first.event_id),
+        "consumer": CONSUMER_NAME,
+    }
