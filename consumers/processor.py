@@ -14,13 +14,10 @@ and idempotent, the partition's new owner re-reads their records and finds them 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Any
 
 from kafka.errors import KafkaError
 
@@ -37,6 +34,7 @@ from consumers.decoding import Rejected, decode_event
 from consumers.errors import DeadLetterError
 from consumers.flush import FlushKind, FlushResult, UserFlusher
 from consumers.kafka_client import (
+    EventConsumer,
     RevocationListener,
     commit,
     commit_async,
@@ -45,7 +43,9 @@ from consumers.kafka_client import (
     to_kafka,
 )
 from consumers.liveness import ConsumerLiveness
+from consumers.log_fields import batch_fields, letter_fields
 from consumers.metrics import PipelineMetrics
+from consumers.settings import ProcessorSettings
 from processors.errors import BackendError, TransientBackendError
 from store.errors import (
     DatabaseUnavailable,
@@ -55,28 +55,13 @@ from store.errors import (
 )
 
 log = logging.getLogger(__name__)
-CONSUMER_NAME = "processor"
-
-
-@dataclass(frozen=True)
-class ProcessorSettings:
-    max_batch: int = 20
-    max_wait_s: float = 2.0
-    concurrency: int = 4
-    max_attempts: int = 4
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
-    max_buffered: int = 5_000
-    poll_timeout_ms: int = 200
-    # How long a revocation waits for running flushes. It blocks kafka-python's IO thread (and
-    # so heartbeats): keep it well below the session timeout.
-    revoke_wait_s: float = 2.0
+CONSUMER_NAME = "processor"  # the `consumer` label and log field
 
 
 class MemoryProcessor:
     def __init__(
         self,
-        consumer: Any,
+        consumer: EventConsumer,
         topic: str,
         flusher: UserFlusher,
         dead_letters: DeadLetterSink,
@@ -181,16 +166,7 @@ class MemoryProcessor:
             for x in letters:
                 self._offsets.done(TopicPartition(x.topic, x.partition), x.offset)
                 self._metrics.dead_letters.labels(CONSUMER_NAME, x.stage).inc()
-                log.warning(
-                    "dead-lettered a record: %s",
-                    x.reason,
-                    extra={
-                        "consumer": CONSUMER_NAME,
-                        "stage": x.stage,
-                        "partition": x.partition,
-                        "offset": x.offset,
-                    },
-                )
+                log.warning("dead-lettered a record: %s", x.reason, extra=letter_fields(x))
         return count
 
     def _launch(self, force: bool) -> None:
@@ -237,7 +213,7 @@ class MemoryProcessor:
             result = future.result()
         except (EventsAlreadyConsolidated, StaleMemoryVersion) as e:
             # Another run got there first; planning again on fresh state drops what it did.
-            log.info("re-planning after a concurrent run: %s", e, extra=_ids(batch))
+            log.info("re-planning after a concurrent run: %s", e, extra=batch_fields(batch))
             self._metrics.flushes.labels("replanned").inc()
             return
         except TransientBackendError as e:
@@ -252,7 +228,7 @@ class MemoryProcessor:
         except Exception as e:
             # A poison batch must not stall its partition: it goes to the dead-letter topic
             # with the error, and the traceback goes to the log for whoever fixes the bug.
-            log.exception("flush failed unexpectedly", extra=_ids(batch))
+            log.exception("flush failed unexpectedly", extra=batch_fields(batch))
             self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
             return
         if result.kind is FlushKind.DEFERRED:
@@ -270,12 +246,13 @@ class MemoryProcessor:
             self._retry_later(batch, str(error), count_attempt=True)
 
     def _retry_later(self, batch: Batch, reason: str, count_attempt: bool) -> None:
+        # An outage (not the batch's fault) waits, but at most as long as a fourth attempt.
         step = batch.attempt if count_attempt else min(batch.attempt, 3)
-        delay = min(self._settings.backoff_max_s, self._settings.backoff_base_s * 2**step)
-        batch.not_before = self._monotonic() + delay * random.uniform(0.8, 1.2)
+        delay = self._settings.backoff.delay(step)
+        batch.not_before = self._monotonic() + delay
         if count_attempt:
             batch.attempt += 1
-        log.warning("flush failed (%s); retry in %.2fs", reason, delay, extra=_ids(batch))
+        log.warning("flush failed (%s); retry in %.2fs", reason, delay, extra=batch_fields(batch))
 
     def _reject(self, batch: Batch, rejection: Rejection) -> None:
         batch.rejection = rejection
@@ -300,7 +277,7 @@ class MemoryProcessor:
             except StoreError as e:
                 # A record Postgres refuses for good must not hold the partition forever: the
                 # dead letter carries the reason, and says the run record is missing.
-                log.error("failed run not recorded: %s", e, extra=_ids(batch))
+                log.error("failed run not recorded: %s", e, extra=batch_fields(batch))
                 rejection.reason = f"{rejection.reason} (failed run not recorded: {e})"
             rejection.recorded = True
         letters = event_letters(batch.items, rejection.stage, rejection.reason)
@@ -314,7 +291,7 @@ class MemoryProcessor:
             "dead-lettered %d event(s): %s",
             len(letters),
             rejection.reason,
-            extra={**_ids(batch), "stage": rejection.stage},
+            extra={**batch_fields(batch), "stage": rejection.stage},
         )
         self._finish(batch, f"dead_lettered_{rejection.stage}")
 
@@ -410,14 +387,3 @@ class MemoryProcessor:
                     log.info(
                         "orphaned flush failed: %r", future.exception(), extra={"user_id": user_id}
                     )
-
-
-def _ids(batch: Batch) -> dict[str, object]:
-    """The ids a log line about a batch carries as fields (logs are JSON; see memoryd.ops.logs)."""
-    first = batch.items[0].event
-    return {
-        "user_id": batch.user_id,
-        "organization_id": first.organization_id,
-        "event_id": str(first.event_id),
-        "consumer": CONSUMER_NAME,
-    }

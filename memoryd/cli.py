@@ -10,7 +10,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from memoryd import analyst, wiring
+from memoryd import wiring
+from memoryd.analyst.commands import add_commands as add_analyst_commands
 from memoryd.ops import commands as ops_commands
 from memoryd.ops.logs import configure_logging
 from memoryd.settings import Settings, load_settings
@@ -88,7 +89,7 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_context(settings: Settings, args: argparse.Namespace) -> int:
-    from store.read.context_service import Budget  # noqa: PLC0415
+    from store.read.ranking import Budget  # noqa: PLC0415
 
     with wiring.core(settings) as c, wiring.read_path(c) as service:
         bundle = service.assemble(args.user, args.query, args.connection or [], Budget(args.budget))
@@ -199,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--hash-token", action="store_true", help="read a token on stdin, print its digest"
     )
     p.set_defaults(fn=cmd_api)
-    analyst.add_commands(sub)  # history, replay, export
+    add_analyst_commands(sub)  # history, replay, export
     ops_commands.add_commands(sub)  # explain, replay verify, maintenance
     return parser
 

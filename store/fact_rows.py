@@ -1,4 +1,5 @@
-"""Mapping between `Fact` and the `memory_facts` row, and the upsert a run makes."""
+"""Mapping between the memory values and their rows (`memory_facts`, `user_memory`), and the
+upsert a run makes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from domain.codec import fact_to_json
-from domain.model import Fact, FactChange, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.model import (
+    Fact,
+    FactChange,
+    FactStatus,
+    FactType,
+    MemoryState,
+    Provenance,
+    SurfacePolicy,
+)
+from domain.upsert import RUN_OVERWRITES
 
 COLUMNS = (
     "fact_id, user_id, organization_id, content, context_type, source, connection_id, tool_id,"
@@ -19,19 +29,36 @@ COLUMNS = (
     " superseded_by, created_by_run, created_at, updated_at, indexed_at, version"
 )
 
-# On conflict the row keeps when and by which run it was first created.
+# On conflict the row takes what a run overwrites (domain.upsert, the fold's rule too) and
+# keeps the rest, such as when and by which run it was first created.
 _UPSERT = (
     f"INSERT INTO memory_facts ({COLUMNS}, updated_by_run) VALUES ("
     + ", ".join(["%s"] * 29)
-    + ") ON CONFLICT (fact_id) DO UPDATE SET content = EXCLUDED.content,"
-    " source_event_ids = EXCLUDED.source_event_ids, fact_type = EXCLUDED.fact_type,"
-    " surface = EXCLUDED.surface, status = EXCLUDED.status, confidence = EXCLUDED.confidence,"
-    " salience = EXCLUDED.salience, reinforce_count = EXCLUDED.reinforce_count,"
-    " last_reinforced_at = EXCLUDED.last_reinforced_at, superseded_by = EXCLUDED.superseded_by,"
-    " updated_at = EXCLUDED.updated_at, indexed_at = NULL,"
-    " version = memory_facts.version + 1, updated_by_run = EXCLUDED.updated_by_run"
-    " WHERE NOT memory_facts.pinned"
+    + ") ON CONFLICT (fact_id) DO UPDATE SET "
+    + ", ".join(f"{column} = EXCLUDED.{column}" for column in RUN_OVERWRITES)
+    + ", indexed_at = NULL, version = memory_facts.version + 1,"
+    " updated_by_run = EXCLUDED.updated_by_run WHERE NOT memory_facts.pinned"
 )
+
+
+# The `user_memory` columns `state_from_row` reads, in its order.
+STATE_COLUMNS = (
+    "organization_id, working_memory, information_scaffold, persistent_learned_info, version,"
+    " updated_at"
+)
+
+
+def state_from_row(user_id: str, row: Sequence[Any]) -> MemoryState:
+    org, w, s, learned, version, updated_at = row
+    return MemoryState(
+        user_id=user_id,
+        organization_id=org,
+        working_memory=w,
+        scaffold=s,
+        learned_info=tuple(learned),
+        version=version,
+        updated_at=updated_at,
+    )
 
 
 def from_row(row: Sequence[Any]) -> Fact:

@@ -16,11 +16,11 @@ from functools import partial
 
 from domain.model import FactStatus
 from memoryd import wiring
-from memoryd.analyst import analyst_core, live_memory
-from memoryd.ops.explain import explain_fact, render_explanation
+from memoryd.analyst.commands import analyst_core, live_memory
+from memoryd.analyst.explain import explain_fact, render_explanation
+from memoryd.analyst.verify import render_verification, verification_json, verify_memory
 from memoryd.ops.maintenance import JOBS, MaintenanceRunner
 from memoryd.ops.metrics import MaintenanceMetrics
-from memoryd.ops.verify import render_verification, verification_json, verify_memory
 from memoryd.settings import Settings
 from store.write.cluster_jobs import ClusterJobs
 from store.write.maintenance_queries import MaintenanceQueries, MemoryKey

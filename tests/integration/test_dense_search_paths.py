@@ -10,8 +10,9 @@ import pytest
 from memoryd import wiring
 from producers.contract import EventType
 from store.read import context_service
-from store.read.context_service import Budget
-from tests.support import Deployment, make_event
+from store.read.ranking import Budget
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 

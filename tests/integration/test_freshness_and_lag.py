@@ -13,7 +13,9 @@ import pytest
 
 from memoryd.dev import free_port
 from processors.offline import OfflineBackend
-from tests.ops_support import (
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment
+from tests.support.ops import (
     PausableBackend,
     log_writer_process,
     processor_process,
@@ -22,7 +24,6 @@ from tests.ops_support import (
     wait_for,
     with_ops_ports,
 )
-from tests.support import Deployment, make_event
 
 pytestmark = pytest.mark.integration
 FRESHNESS_TARGET_S = 5.0

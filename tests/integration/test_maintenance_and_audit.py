@@ -25,7 +25,8 @@ from memoryd import wiring
 from memoryd.cli import build_parser
 from memoryd.ops.commands import rewrite_argv
 from producers.contract import ContextEvent, EventType
-from tests.support import Deployment, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ from store.read.context_service import ContextService
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import TimeBoundRewriter
 from store.read.read_ledger import ReadLedger
-from tests.read_path_support import make_fact, seed
-from tests.support import Deployment
+from tests.support.builders import make_fact
+from tests.support.deployment import Deployment, seed_core
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deploy
     )
 
     def check(c: wiring.Core) -> None:
-        seed(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
+        seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
         reads = wiring.read_model(c)
         rewriter = TimeBoundRewriter(
             lambda q: ("coffee preferences of Ada", TokenUsage(40, 8)), timeout_s=5.0

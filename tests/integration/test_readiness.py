@@ -19,8 +19,8 @@ from memoryd.dev import LocalPostgres, free_port
 from memoryd.ops.runtime import dependency_checks, kafka_admin, ops_port
 from store.migrate import migrate
 from store.postgres import make_pool
-from tests.ops_support import get, log_writer_process, processor_process, wait_for, with_ops_ports
-from tests.support import deployment_settings
+from tests.support.deployment import deployment_settings
+from tests.support.ops import get, log_writer_process, processor_process, wait_for, with_ops_ports
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,7 @@ from processors.maintenance import (
     lifecycle_rule,
     maintenance_update,
 )
-from tests.fakes import BagOfWordsEmbedder
+from tests.support.fakes import BagOfWordsEmbedder
 
 NOW = datetime(2027, 6, 1, 12, 0, tzinfo=UTC)
 POLICY = LifecyclePolicy(

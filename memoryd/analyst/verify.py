@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memoryd.replay import FoldedMemory, FoldError, MemoryDiff, diff_memory, fold_runs
-from store.write.run_log import LoggedRun
+from domain.model import LoggedRun
+from memoryd.analyst.render import diff_json
+from processors.diff import MemoryDiff, diff_memory
+from processors.fold import FoldedMemory, FoldError, fold_runs
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,6 @@ def verify_memory(
 
 
 def verification_json(v: Verification) -> dict[str, Any]:
-    from memoryd.analyst import diff_json  # noqa: PLC0415 - the analyst module imports us
-
     return {
         "organization_id": v.organization_id,
         "user_id": v.user_id,

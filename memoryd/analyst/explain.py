@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from domain.codec import fact_to_json
-from domain.model import Fact
-from store.write.event_log import LoggedEvent
-from store.write.run_log import FactHistoryEntry, LoggedRun
+from domain.model import Fact, LoggedEvent, LoggedRun
+from producers.contract import ContextEvent
+from store.write.run_log import FactHistoryEntry
 
 
 def _gate_verdicts(run: LoggedRun, fact: Fact) -> list[dict[str, Any]]:
@@ -37,7 +37,7 @@ def _maintenance(run: LoggedRun, fact: Fact) -> list[dict[str, Any]]:
     ]
 
 
-def _event_json(logged: LoggedEvent) -> dict[str, Any]:
+def _event_json(logged: LoggedEvent[ContextEvent]) -> dict[str, Any]:
     e = logged.event
     return {
         "event_id": str(e.event_id),
@@ -54,7 +54,7 @@ def explain_fact(
     fact: Fact,
     history: Sequence[FactHistoryEntry],
     runs: Sequence[LoggedRun],
-    events: Sequence[LoggedEvent],
+    events: Sequence[LoggedEvent[ContextEvent]],
     related: Sequence[Fact],
 ) -> dict[str, Any]:
     """`runs` and `events` may be all of the user's: only the chain of this fact is kept."""
