@@ -39,6 +39,7 @@ class ClusterTelemetry:
     def measure(self) -> None:
         """Publish what can be measured; a part that fails is counted and left to expire."""
         m = self._metrics
+        ok = True
         try:
             fresh = self._freshness.measure()
             m.freshness.publish({(): fresh.oldest_pending_age_s})
@@ -46,15 +47,18 @@ class ClusterTelemetry:
             m.parked.publish({(): float(fresh.parked)})
             self._publish_jobs()
         except StoreError as e:
+            ok = False
             m.measurements.labels("postgres_failed").inc()
             log.warning("freshness not measured: %s", e)
         try:
             lags = self._lag.measure()
             m.lag.publish({(x.consumer, str(x.partition)): float(x.lag) for x in lags})
         except KafkaUnavailable as e:
+            ok = False
             m.measurements.labels("kafka_failed").inc()
             log.warning("consumer lag not measured: %s", e)
-        m.measurements.labels("ok").inc()
+        if ok:
+            m.measurements.labels("ok").inc()
 
     def _publish_jobs(self) -> None:
         now = self._clock()
