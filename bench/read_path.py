@@ -37,6 +37,7 @@ from bench import services
 from bench.locomo.metrics import markdown_table
 from bench.synthetic_memory import (
     CONNECTIONS_PER_USER,
+    ORGANIZATION,
     QUERIES,
     connection_ids,
     fill,
@@ -47,6 +48,7 @@ from bench.synthetic_memory import (
     text_pool,
     user_ids,
 )
+from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.settings import ChromaSettings, MetricsSettings, Settings
 from store.embeddings import CachingEmbedder, MiniLmEmbedder
@@ -94,7 +96,8 @@ def measure_injection(c: wiring.Core, requests: Sequence[tuple[str, str, str]]) 
     """W, S and learned info (load_state) plus the active connection's learned info."""
 
     def call(user: str, connection: str) -> Callable[[], object]:
-        return lambda: (c.memory.load_state(user), c.memory.connections(user, [connection]))
+        key = MemoryKey(ORGANIZATION, user)
+        return lambda: (c.memory.load_state(key), c.memory.connections(key, [connection]))
 
     return timed(call(u, conn) for u, conn, _ in requests)
 
@@ -112,7 +115,7 @@ def measure_retrieval(
     with wiring.read_path(c) as service:
         for user, connection, query in requests:
             started = time.perf_counter()
-            bundle = service.assemble(user, query, [connection], budget)
+            bundle = service.assemble(MemoryKey(ORGANIZATION, user), query, [connection], budget)
             total.append((time.perf_counter() - started) * 1000)
             for stage, ms in bundle.timings_ms.items():
                 stages.setdefault(stage, []).append(ms)

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from domain.ports import Embedder
 from memoryd import wiring
@@ -144,7 +144,7 @@ def make_facts(
             kind = rng_i.choice([FactType.PROFILE, FactType.PREFERENCE, FactType.EPISODIC])
             facts.append(
                 Fact(
-                    fact_id=fact_id_for(user, content, connection),
+                    fact_id=fact_id_for(MemoryKey(ORGANIZATION, user), content, connection),
                     user_id=user,
                     organization_id=ORGANIZATION,
                     content=content,

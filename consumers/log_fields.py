@@ -8,18 +8,17 @@ from __future__ import annotations
 
 from consumers.batching import Batch
 from consumers.dead_letter import DeadLetter
+from domain.ids import MemoryKey
 
 PROCESSOR = "processor"
 
 
+def key_fields(key: MemoryKey) -> dict[str, object]:
+    return {"organization_id": key.organization_id, "user_id": key.user_id, "consumer": PROCESSOR}
+
+
 def batch_fields(batch: Batch) -> dict[str, object]:
-    first = batch.items[0].event
-    return {
-        "user_id": batch.user_id,
-        "organization_id": first.organization_id,
-        "event_id": str(first.event_id),
-        "consumer": PROCESSOR,
-    }
+    return {**key_fields(batch.key), "event_id": str(batch.items[0].event.event_id)}
 
 
 def letter_fields(letter: DeadLetter, consumer: str = PROCESSOR) -> dict[str, object]:

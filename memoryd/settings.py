@@ -34,6 +34,10 @@ class KafkaSettings(BaseModel):
     delivery_timeout_ms: int = 30_000
     session_timeout_ms: int = 30_000
     max_poll_interval_ms: int = 300_000
+    # How long Kafka keeps records (`retention.ms` of both topics, set by `memoryd topics`).
+    # An erased memory's events stay on the topics this long, unreachable to every consumer
+    # (the erasure's cut-offs) but not deleted: see the README's erasure section.
+    retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=3_600_000)
 
 
 class PostgresSettings(BaseModel):
@@ -69,6 +73,8 @@ class ReadPathSettings(BaseModel):
     """The read path: injection cache, background writers, optional query rewrite."""
 
     cache_max_users: int = Field(default=10_000, ge=1)
+    # How often an API process drops cached injections of memories erased elsewhere.
+    cache_sweep_s: float = Field(default=30.0, gt=0)
     # The background writers of audit rows and recall counters.
     writer: WriterSettings = WriterSettings()
     rewrite: Literal["off", "gemini"] = "off"
@@ -82,6 +88,14 @@ class ApiSettings(BaseModel):
     # sha256 (hex) of each bearer token -> the organization it acts for. Only digests are
     # configured, so neither the settings file nor the environment holds a usable secret.
     tokens: dict[str, str] = Field(default_factory=dict)
+
+
+class ErasureSettings(BaseModel):
+    # The secret of the keyed digest that names an erased memory in the erasure audit and
+    # the replay cut-offs. Every process of a deployment must use the same one; the default
+    # is for development only.
+    subject_key: SecretStr = SecretStr("memoryd-development-subject-key")
+    actor: str = "memoryd"  # who the CLI records as having asked, unless --actor says
 
 
 class DevSettings(BaseModel):
@@ -117,6 +131,7 @@ class Settings(BaseSettings):
     dev: DevSettings = DevSettings()
     read_path: ReadPathSettings = ReadPathSettings()
     api: ApiSettings = ApiSettings()
+    erasure: ErasureSettings = ErasureSettings()
     prices: dict[str, ModelPrice] = Field(default_factory=default_prices)
     # Prices a model missing from `prices` (counted by memoryd_unpriced_model_uses_total);
     # without it, a model in use that has no price stops the process at start-up.

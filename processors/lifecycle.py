@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import (
     Fact,
     FactChange,
@@ -122,7 +122,8 @@ class FactLedger:
                 self._supersede(supersedes, decision.duplicate_of)
             return
         provenance = self._provenance(proposal)
-        fact_id = fact_id_for(self._user_id, proposal.content, provenance.connection_id)
+        key = MemoryKey(self._organization_id, self._user_id)
+        fact_id = fact_id_for(key, proposal.content, provenance.connection_id)
         existing = self._facts.get(fact_id)
         if existing is not None and existing.status is FactStatus.ACTIVE:
             self._reinforce(existing, proposal, "same content as an active fact")

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus, FactType, MemoryState, SurfacePolicy, TokenUsage
 from producers.contract import ContextEvent
 
@@ -107,6 +108,18 @@ class ConsolidationRequest:
         events: list[ContextEvent],
         now: datetime,
     ) -> ConsolidationRequest:
+        strangers = [
+            e.event_id
+            for e in events
+            if (e.organization_id, e.user_id) != (state.organization_id, state.user_id)
+        ]
+        if strangers:
+            # A batch is one memory's: an event of another organization (or user) reaching
+            # this memory is the leak tenancy exists to prevent, so it fails loudly here.
+            raise ValueError(
+                f"{len(strangers)} event(s) are not of {state.organization_id}/{state.user_id}:"
+                f" {strangers[:3]}"
+            )
         ordered = sorted(events, key=lambda e: (e.occurred_at, str(e.event_id)))
         return cls(
             user_id=state.user_id,
@@ -116,6 +129,10 @@ class ConsolidationRequest:
             observations=tuple(Observation(f"E{i + 1}", e) for i, e in enumerate(ordered)),
             now=now,
         )
+
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.organization_id, self.user_id)
 
     @property
     def event_ids(self) -> frozenset[uuid.UUID]:

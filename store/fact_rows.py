@@ -21,6 +21,7 @@ from domain.model import (
     SurfacePolicy,
 )
 from domain.upsert import RUN_OVERWRITES
+from store.errors import StoreError
 
 COLUMNS = (
     "fact_id, user_id, organization_id, content, context_type, source, connection_id, tool_id,"
@@ -38,6 +39,8 @@ _UPSERT = (
     + ", ".join(f"{column} = EXCLUDED.{column}" for column in RUN_OVERWRITES)
     + ", indexed_at = NULL, version = memory_facts.version + 1,"
     " updated_by_run = EXCLUDED.updated_by_run WHERE NOT memory_facts.pinned"
+    " AND memory_facts.organization_id = EXCLUDED.organization_id"
+    " AND memory_facts.user_id = EXCLUDED.user_id"
 )
 
 
@@ -184,6 +187,10 @@ def write_changes(
             written.update(row[0] for row in cur.fetchall())
             if not cur.nextset():
                 break
+        if len(written) < len(ordered):
+            _refuse_other_memories(
+                cur, [c.after for c in ordered if c.after.fact_id not in written]
+            )
         cur.executemany(
             "INSERT INTO fact_history (fact_id, run_id, operation, before, after)"
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (fact_id, run_id, operation) DO NOTHING",
@@ -199,3 +206,21 @@ def write_changes(
                 if c.after.fact_id in written
             ],
         )
+
+
+def _refuse_other_memories(cur: psycopg.Cursor[Any], refused: Sequence[Fact]) -> None:
+    """An upsert the table refused is a pinned row, or a row of another memory under the same
+    id (only possible for ids derived before they carried the organization). The first is
+    policy; the second would silently lose this memory's fact, so it fails the run."""
+    cur.execute(
+        "SELECT fact_id, organization_id, user_id FROM memory_facts WHERE fact_id = ANY(%s)",
+        ([f.fact_id for f in refused],),
+    )
+    owners = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
+    clashes = [
+        f.fact_id
+        for f in refused
+        if owners.get(f.fact_id, (f.organization_id, f.user_id)) != (f.organization_id, f.user_id)
+    ]
+    if clashes:
+        raise StoreError(f"fact id(s) {clashes[:3]} belong to another memory")

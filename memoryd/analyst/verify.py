@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from domain.ids import MemoryKey
 from domain.model import LoggedRun
 from memoryd.analyst.render import diff_json
 from processors.diff import MemoryDiff, diff_memory
@@ -19,8 +20,7 @@ from processors.fold import FoldedMemory, FoldError, fold_runs
 
 @dataclass(frozen=True)
 class Verification:
-    organization_id: str
-    user_id: str
+    key: MemoryKey
     runs: int
     diff: MemoryDiff | None
     error: str | None = None
@@ -30,23 +30,19 @@ class Verification:
         return self.error is None and self.diff is not None and self.diff.identical
 
 
-def verify_memory(
-    organization_id: str, user_id: str, runs: list[LoggedRun], live: FoldedMemory
-) -> Verification:
-    mine = (
-        [r for r in runs if r.run.organization_id == organization_id] if organization_id else runs
-    )
+def verify_memory(key: MemoryKey, runs: list[LoggedRun], live: FoldedMemory) -> Verification:
+    start = FoldedMemory(user_id=key.user_id, organization_id=key.organization_id)
     try:
-        folded = fold_runs(mine, FoldedMemory(user_id=user_id))
+        folded = fold_runs(runs, start)
     except FoldError as e:
-        return Verification(organization_id, user_id, len(mine), None, str(e))
-    return Verification(organization_id, user_id, len(mine), diff_memory(live, folded))
+        return Verification(key, len(runs), None, str(e))
+    return Verification(key, len(runs), diff_memory(live, folded))
 
 
 def verification_json(v: Verification) -> dict[str, Any]:
     return {
-        "organization_id": v.organization_id,
-        "user_id": v.user_id,
+        "organization_id": v.key.organization_id,
+        "user_id": v.key.user_id,
         "runs": v.runs,
         "ok": v.ok,
         "error": v.error,
@@ -55,7 +51,7 @@ def verification_json(v: Verification) -> dict[str, Any]:
 
 
 def render_verification(v: Verification) -> str:
-    who = f"{v.organization_id}/{v.user_id}" if v.organization_id else v.user_id
+    who = str(v.key)
     if v.error is not None:
         return f"FOLD ERROR {who}: {v.error}"
     if v.ok:

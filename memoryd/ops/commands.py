@@ -14,6 +14,7 @@ import uuid
 from datetime import timedelta
 from functools import partial
 
+from domain.ids import MemoryKey
 from domain.model import FactStatus
 from memoryd import wiring
 from memoryd.analyst.commands import analyst_core, live_memory
@@ -23,7 +24,7 @@ from memoryd.ops.maintenance import JOBS, MaintenanceRunner
 from memoryd.ops.metrics import MaintenanceMetrics
 from memoryd.settings import Settings
 from store.write.cluster_jobs import ClusterJobs
-from store.write.maintenance_queries import MaintenanceQueries, MemoryKey
+from store.write.maintenance_queries import MaintenanceQueries
 
 # `memoryd replay USER` is the shadow replay; `memoryd replay verify` is rewritten to this.
 REPLAY_VERIFY = "replay-verify"
@@ -36,36 +37,28 @@ def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
         if fact is None or (args.org and fact.organization_id != args.org):
             print(f"memoryd explain: no fact {args.fact_id}", file=sys.stderr)
             return 1
-        user_facts = c.memory.facts(fact.user_id, tuple(FactStatus))
+        key = fact.key
         doc = explain_fact(
             fact,
-            [h for h in run_log.fact_history(fact.user_id) if h.fact_id == fact.fact_id],
-            run_log.runs(fact.user_id),
-            c.events.user_events(fact.user_id),
-            [f for f in user_facts if f.organization_id == fact.organization_id],
+            [h for h in run_log.fact_history(key) if h.fact_id == fact.fact_id],
+            run_log.runs(key),
+            c.events.user_events(key),
+            c.memory.facts(key, tuple(FactStatus)),
         )
     print(json.dumps(doc, ensure_ascii=False) if args.json else render_explanation(doc))
     return 0
 
 
 def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
-    if bool(args.user) == bool(args.all):
-        print("memoryd replay verify: give --user U or --all", file=sys.stderr)
+    if bool(args.user) == bool(args.all) or (args.user and not args.org):
+        print("memoryd replay verify: give --org ORG --user U, or --all", file=sys.stderr)
         return 2
     with analyst_core(settings) as (c, run_log):
         if args.all:
             keys = MaintenanceQueries(c.pool).memories(args.org)
         else:
-            keys = [MemoryKey(args.org or "", args.user)]
-        results = [
-            verify_memory(
-                k.organization_id,
-                k.user_id,
-                run_log.runs(k.user_id),
-                live_memory(c, run_log, k.user_id),
-            )
-            for k in keys
-        ]
+            keys = [MemoryKey(args.org, args.user)]
+        results = [verify_memory(k, run_log.runs(k), live_memory(c, run_log, k)) for k in keys]
     failed = [v for v in results if not v.ok]
     if args.json:
         print(json.dumps({"ok": not failed, "memories": [verification_json(v) for v in results]}))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from memoryd.ops.config import MaintenanceSettings
 from memoryd.ops.metrics import MaintenanceMetrics
@@ -31,7 +32,7 @@ from processors.maintenance import (
     rule_counts,
 )
 from store.errors import StoreError
-from store.write.maintenance_queries import MaintenanceQueries, MaintenanceRunRow, MemoryKey
+from store.write.maintenance_queries import MaintenanceQueries, MaintenanceRunRow
 
 log = logging.getLogger(__name__)
 JOBS = ("lifecycle", "dedupe", "retention")
@@ -149,13 +150,9 @@ class MaintenanceRunner:
         users = 0
         totals: dict[str, int] = {}
         for key in keys:
-            with memory.user_lock(key.user_id):
-                state = memory.load_state(key.user_id, key.organization_id)
-                facts = [
-                    f
-                    for f in memory.facts(key.user_id, statuses)
-                    if f.organization_id == key.organization_id
-                ]
+            with memory.memory_lock(key):
+                state = memory.load_state(key)
+                facts = memory.facts(key, statuses)
                 changes = plan(facts)
                 update = maintenance_update(job, state, changes, now, parameters)
                 if update is None:

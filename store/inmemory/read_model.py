@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
-from domain.reads import ContextLogRow, Injection, Recall, Scope
+from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
 from store.inmemory.database import InMemoryDatabase
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -37,26 +38,31 @@ class InMemoryReadModel:
 
     # -- injection ------------------------------------------------------------------------
 
-    def memory_version(self, user_id: str) -> int | None:
+    def memory_stamp(self, key: MemoryKey) -> MemoryStamp | None:
         with self._db.lock:
-            state = self._db.memory.get(user_id)
-        return None if state is None else state.version
+            state = self._db.memory.get(key)
+            return None if state is None else MemoryStamp(self._db.generations[key], state.version)
 
-    def injection(self, user_id: str) -> Injection | None:
+    def memory_stamps(self, keys: Sequence[MemoryKey]) -> dict[MemoryKey, MemoryStamp]:
+        found = {k: self.memory_stamp(k) for k in keys}
+        return {k: stamp for k, stamp in found.items() if stamp is not None}
+
+    def injection(self, key: MemoryKey) -> Injection | None:
         with self._db.lock:
-            state = self._db.memory.get(user_id)
+            state = self._db.memory.get(key)
             if state is None:
                 return None
             connections = {
-                c: info for (u, c), info in sorted(self._db.connections.items()) if u == user_id
+                c: info for (k, c), info in sorted(self._db.connections.items()) if k == key
             }
             pinned = tuple(
                 # Postgres hands pinned facts over as JSON, which does not carry indexed_at.
                 replace(f, indexed_at=None)
-                for f in self._db.user_facts(user_id)
+                for f in self._db.user_facts(key)
                 if f.pinned and f.status is FactStatus.ACTIVE
             )
-        return Injection(state=state, connections=connections, pinned=pinned)
+            generation = self._db.generations[key]
+        return Injection(state, connections, pinned, generation)
 
     # -- retrieval ------------------------------------------------------------------------
 
@@ -103,15 +109,24 @@ class InMemoryReadModel:
                 )
 
     def write_context_logs(self, rows: Sequence[ContextLogRow]) -> None:
+        """Only rows of the memory's generation the turn read, as the Postgres one."""
         with self._db.lock:
             for row in rows:
-                self._db.context_logs.setdefault(row.log_id, row)
+                key = MemoryKey(row.organization_id, row.user_id)
+                if self._db.generations.get(key) == row.generation or (
+                    row.generation is None and key not in self._db.erasing
+                ):
+                    self._db.context_logs.setdefault(row.log_id, row)
 
     # -- inspection -----------------------------------------------------------------------
 
-    def context_logs(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
-        """The user's audit rows as column → value, newest first (as the Postgres one)."""
+    def context_logs(self, key: MemoryKey, limit: int = 100) -> list[dict[str, Any]]:
+        """The memory's audit rows as column → value, newest first (as the Postgres one)."""
         with self._db.lock:
-            rows = [asdict(r) for r in self._db.context_logs.values() if r.user_id == user_id]
+            rows = [
+                asdict(r)
+                for r in self._db.context_logs.values()
+                if (r.organization_id, r.user_id) == (key.organization_id, key.user_id)
+            ]
         rows.sort(key=lambda r: r["created_at"], reverse=True)
         return rows[:limit]

@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from domain.ids import normalize_content
+from domain.ids import MemoryKey, normalize_content
 from domain.model import Fact, FactStatus, LedgerEntry
 from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
 from domain.reads import ContextLogRow, Injection, Recall, Scope
-from store.errors import StoreError, VectorIndexUnavailable
+from store.errors import VectorIndexUnavailable
 from store.read.background import BatchWriter
 from store.read.bundle import ContextBundle, RetrievedFact, audit_row
 from store.read.injection import InjectionCache
@@ -37,10 +37,6 @@ from store.read.ranking import (
 )
 from store.read.read_ledger import ReadCharge
 from store.read.rendering import render_prompt_block
-
-
-class TenantMismatch(StoreError):
-    """The user belongs to another organization than the caller's."""
 
 
 class ReadPathObserver(Protocol):
@@ -104,48 +100,39 @@ class ContextService:
 
     def assemble(
         self,
-        user_id: str,
+        key: MemoryKey,
         query: str,
         active_connection_ids: Sequence[str] = (),
         budget: Budget = Budget.BALANCED,
         *,
-        organization_id: str | None = None,
         context_types: Sequence[str] = (),
         statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
         log_id: uuid.UUID | None = None,
     ) -> ContextBundle:
-        """The context for one turn.
+        """The context for one turn of one memory (an organization's user).
 
-        `statuses` widens retrieval beyond active facts (an audit view, say); pinned facts
-        are always in. With `organization_id`, a user of another organization raises
-        `TenantMismatch` and no fact of another organization can come back. `log_id` makes
-        the audit row idempotent when the caller retries the same turn.
+        Every read is scoped to `key`: nothing of another organization's user of the same id
+        can come back. `statuses` widens retrieval beyond active facts (an audit view, say);
+        pinned facts are always in. `log_id` makes the audit row idempotent when the caller
+        retries the same turn. An unknown memory gets an empty, valid bundle.
         """
         watch = _Stopwatch()
-        injection, hit = self._cache.get(user_id)
-        owner = injection.state.organization_id
-        if organization_id is not None and owner and owner != organization_id:
-            raise TenantMismatch(f"user {user_id} is not in organization {organization_id}")
+        injection, hit = self._cache.get(key)
         watch.lap("injection")
         rewrite = self._rewrite(query)
         watch.lap("rewrite")
         connections = tuple(sorted(set(active_connection_ids)))
         scope = Scope(
-            user_id=user_id,
+            key=key,
             connection_ids=connections,
             statuses=tuple(dict.fromkeys(statuses)),
             context_types=tuple(sorted(set(context_types))),
-            organization_id=organization_id,
         )
-        pinned = [
-            f
-            for f in injection.pinned
-            if _in_scope(f, connections)
-            and (organization_id is None or f.organization_id == organization_id)
-        ]
+        pinned = [f for f in injection.pinned if _in_scope(f, connections) and f.key == key]
         found = self._retrieve(scope, rewrite.query, PROFILES[budget], pinned, watch)
         bundle = ContextBundle(
-            user_id=user_id,
+            organization_id=key.organization_id,
+            user_id=key.user_id,
             memory_version=injection.state.version,
             working_memory=injection.state.working_memory,
             scaffold=scoped_scaffold(injection.state.scaffold, connections),
@@ -167,9 +154,17 @@ class ContextService:
         watch.lap("render")
         bundle = replace(bundle, latency_ms=watch.total_ms, timings_ms=dict(watch.laps))
         self._observe(bundle, hit, rewrite)
-        self._hand_off(bundle, injection, found.candidates, owner or organization_id)
-        self._book(bundle, owner or organization_id or "", found.embedded_query, rewrite)
+        self._hand_off(bundle, injection, found.candidates)
+        self._book(bundle, found.embedded_query, rewrite)
         return bundle
+
+    def forget(self, key: MemoryKey) -> None:
+        """Drop what this process caches of a memory (its erasure calls it)."""
+        self._cache.invalidate(key)
+
+    def sweep_cache(self) -> int:
+        """Drop cached injections of memories erased or changed elsewhere; returns how many."""
+        return self._cache.sweep()
 
     # -- retrieval ------------------------------------------------------------------------
 
@@ -184,7 +179,7 @@ class ContextService:
         if len(candidates) <= EXACT_SEARCH_MAX_FACTS:
             return self._index.score(text, candidates, pool)
         hits = self._index.query(
-            user_id=scope.user_id,
+            key=scope.key,
             text=text,
             connection_ids=scope.connection_ids,
             n=pool,
@@ -280,22 +275,25 @@ class ContextService:
 
     # -- off the hot path -----------------------------------------------------------------
 
-    def _hand_off(
-        self, bundle: ContextBundle, injection: Injection, candidates: int, org: str | None
-    ) -> None:
+    def _hand_off(self, bundle: ContextBundle, injection: Injection, candidates: int) -> None:
         at = self._clock()
         if self._recalls is not None:
             for r in bundle.facts:
                 self._recalls.submit(Recall(r.fact.fact_id, at))
         if self._audit is not None:
-            self._audit.submit(audit_row(bundle, injection, candidates, org, at))
+            self._audit.submit(audit_row(bundle, injection, candidates, at))
 
-    def _book(self, bundle: ContextBundle, org: str, embedded: bool, rewrite: Rewrite) -> None:
+    def _book(self, bundle: ContextBundle, embedded: bool, rewrite: Rewrite) -> None:
         """Hand the read's costs (query embedding, query rewrite) to the ledger writer."""
         if self._charges is None or self._ledger is None or bundle.log_id is None:
             return
         charge = ReadCharge(
-            bundle.log_id, bundle.user_id, org, self._clock(), embedded, rewrite.usage
+            bundle.log_id,
+            bundle.user_id,
+            bundle.organization_id,
+            self._clock(),
+            embedded,
+            rewrite.usage,
         )
         for entry in self._charges(charge):
             self._ledger.submit(entry)

@@ -23,10 +23,13 @@ _FIRST_PENDING = """
 SELECT e.seq, extract(epoch FROM now() - e.recorded_at)::float8
 FROM context_events e
 WHERE e.seq > %(after)s
-  AND NOT EXISTS (SELECT 1 FROM consolidated_events c WHERE c.event_id = e.event_id)
+  AND NOT EXISTS (
+      SELECT 1 FROM consolidated_events c
+      WHERE (c.organization_id, c.user_id, c.event_id) = (e.organization_id, e.user_id, e.event_id))
   AND NOT EXISTS (
       SELECT 1 FROM consolidation_runs r
-      WHERE r.status <> 'succeeded' AND r.input_event_ids @> ARRAY[e.event_id])
+      WHERE (r.organization_id, r.user_id) = (e.organization_id, e.user_id)
+        AND r.status <> 'succeeded' AND r.input_event_ids @> ARRAY[e.event_id])
 ORDER BY e.seq
 LIMIT 1
 """
@@ -34,10 +37,13 @@ LIMIT 1
 _PENDING_COUNT = """
 SELECT count(*) FROM context_events e
 WHERE e.seq >= %(from)s
-  AND NOT EXISTS (SELECT 1 FROM consolidated_events c WHERE c.event_id = e.event_id)
+  AND NOT EXISTS (
+      SELECT 1 FROM consolidated_events c
+      WHERE (c.organization_id, c.user_id, c.event_id) = (e.organization_id, e.user_id, e.event_id))
   AND NOT EXISTS (
       SELECT 1 FROM consolidation_runs r
-      WHERE r.status <> 'succeeded' AND r.input_event_ids @> ARRAY[e.event_id])
+      WHERE (r.organization_id, r.user_id) = (e.organization_id, e.user_id)
+        AND r.status <> 'succeeded' AND r.input_event_ids @> ARRAY[e.event_id])
 """
 
 _SETTLED_MAX = """
@@ -46,11 +52,17 @@ WHERE seq > %(after)s AND recorded_at < now() - make_interval(secs => %(settle)s
 """
 
 _PARKED = """
-SELECT count(DISTINCT id)
-FROM consolidation_runs r, unnest(r.input_event_ids) AS id
-WHERE r.status <> 'succeeded'
-  AND EXISTS (SELECT 1 FROM context_events e WHERE e.event_id = id)
-  AND NOT EXISTS (SELECT 1 FROM consolidated_events c WHERE c.event_id = id)
+SELECT count(*) FROM (
+    SELECT DISTINCT r.organization_id, r.user_id, id
+    FROM consolidation_runs r, unnest(r.input_event_ids) AS id
+    WHERE r.status <> 'succeeded'
+      AND EXISTS (
+          SELECT 1 FROM context_events e
+          WHERE (e.organization_id, e.user_id, e.event_id) = (r.organization_id, r.user_id, id))
+      AND NOT EXISTS (
+          SELECT 1 FROM consolidated_events c
+          WHERE (c.organization_id, c.user_id, c.event_id) = (r.organization_id, r.user_id, id))
+) parked
 """
 
 

@@ -12,13 +12,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from domain.ids import MemoryKey
 from store.postgres import transaction
-
-
-@dataclass(frozen=True)
-class MemoryKey:
-    organization_id: str
-    user_id: str
 
 
 @dataclass(frozen=True)
@@ -60,14 +55,13 @@ class MaintenanceQueries:
         with transaction(self._pool) as conn:
             rows = conn.execute(
                 "SELECT organization_id, user_id FROM user_memory"
+                " WHERE %(org)s::text IS NULL OR organization_id = %(org)s"
                 " UNION SELECT organization_id, user_id FROM consolidation_runs"
-                " EXCEPT SELECT organization_id, user_id FROM user_memory"
-                "   WHERE %(org)s::text IS NOT NULL AND organization_id <> %(org)s"
+                " WHERE %(org)s::text IS NULL OR organization_id = %(org)s"
                 " ORDER BY 1, 2",
                 {"org": organization_id},
             ).fetchall()
-        keys = [MemoryKey(*r) for r in rows]
-        return [k for k in keys if organization_id is None or k.organization_id == organization_id]
+        return [MemoryKey(*r) for r in rows]
 
     def duplicate_candidates(self, changed_since: datetime | None) -> list[MemoryKey]:
         """Memories with two active facts or more, one of them changed since the last sweep."""

@@ -16,7 +16,7 @@ from consumers.flush import FlushKind
 from memoryd import wiring
 from processors.consolidate import Consolidator
 from processors.gate import WriteGate
-from tests.support.builders import make_event
+from tests.support.builders import buffered, key_of, make_event
 from tests.support.deployment import (
     Deployment,
     ProcessorThread,
@@ -123,7 +123,7 @@ def test_the_user_lock_serializes_two_flushers_of_the_same_user(deployment: Depl
             flusher = wiring.flusher(c, backend, Consolidator(WriteGate(None), c.prices))
             gate.wait(timeout=60)
             try:
-                return flusher.flush("ada", events, attempt=0).kind
+                return flusher.flush(key_of("ada"), buffered(events), attempt=0).kind
             finally:
                 flusher.close()
 

@@ -11,7 +11,7 @@ from memoryd import wiring
 from producers.contract import EventType
 from store.read import context_service
 from store.read.ranking import Budget
-from tests.support.builders import make_event
+from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ def test_exact_and_ann_dense_paths_agree(
 
     def top_facts(c: wiring.Core) -> list[str]:
         with wiring.read_path(c) as service:
-            bundle = service.assemble("omar", "beekeeping honey hives", budget=Budget.LEAN)
+            bundle = service.assemble(key_of("omar"), "beekeeping honey hives", budget=Budget.LEAN)
         assert not bundle.degraded
         assert all(r.fact.user_id == "omar" for r in bundle.facts)
         return [r.fact.content for r in bundle.facts]

@@ -112,10 +112,11 @@ def test_maintenance_from_two_processes_runs_once_and_a_second_run_changes_nothi
         timedelta(0),
     )
     deployment.query(  # read audit rows: one past retention, one recent
-        "INSERT INTO context_logs (log_id, user_id, query, memory_version, injected, retrieved,"
-        " latency_ms, degraded, created_at) VALUES"
-        " (gen_random_uuid(), 'new', 'q', 1, '{}', '[]', 1, false, now() - interval '100 days'),"
-        " (gen_random_uuid(), 'new', 'q', 1, '{}', '[]', 1, false, now())"
+        "INSERT INTO context_logs (log_id, organization_id, user_id, query, memory_version,"
+        " injected, retrieved, latency_ms, degraded, created_at) VALUES"
+        " (gen_random_uuid(), 'org-a', 'new', 'q', 1, '{}', '[]', 1, false,"
+        "  now() - interval '100 days'),"
+        " (gen_random_uuid(), 'org-a', 'new', 'q', 1, '{}', '[]', 1, false, now())"
         " RETURNING log_id"
     )
     before = facts_snapshot(deployment)
@@ -190,7 +191,9 @@ def test_explain_and_replay_verify_on_a_pipeline_run(
         ],
         timedelta(0),
     )
-    code, out = cli(deployment, ["replay", "verify", "--user", "ada", "--json"], capsys)
+    code, out = cli(
+        deployment, ["replay", "verify", "--org", "org-a", "--user", "ada", "--json"], capsys
+    )
     assert code == 0, out
     assert json.loads(out)["memories"][0]["ok"] is True
 

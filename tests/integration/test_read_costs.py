@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from domain.ids import MemoryKey
 from domain.model import TokenUsage
 from memoryd import wiring
 from store.read.background import BatchWriter
@@ -17,6 +18,7 @@ from tests.support.builders import make_fact
 from tests.support.deployment import Deployment, seed_core
 
 pytestmark = pytest.mark.integration
+ADA = MemoryKey("org-a", "ada")
 
 
 def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deployment) -> None:
@@ -43,10 +45,8 @@ def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deploy
         turn = uuid.uuid4()
         try:
             for _ in range(2):  # a client retrying the same turn
-                service.assemble(
-                    "ada", "how does she take it?", log_id=turn, organization_id="org-a"
-                )
-            service.assemble("ada", "and tea?", organization_id="org-a")
+                service.assemble(ADA, "how does she take it?", log_id=turn)
+            service.assemble(ADA, "and tea?")
         finally:
             service.close()
             rewriter.close()

@@ -12,10 +12,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from consumers.flush import BudgetPolicy, UserFlusher
+from consumers.forgetting import ForgottenEvents
 from consumers.indexer import FactIndexer, IndexQueue
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor
 from consumers.settings import ProcessorSettings
+from domain.ids import SubjectHasher
 from domain.model import Fact
 from domain.ports import VectorIndex
 from processors.consolidate import Consolidator
@@ -40,6 +42,7 @@ FAST = ProcessorSettings(
     max_batch=5, max_wait_s=0.01, backoff_base_s=0.01, backoff_max_s=0.05, revoke_wait_s=5.0
 )
 QUICK_WRITER = WriterSettings(max_delay_s=0.01, idle_exit_s=0.5)
+SUBJECTS = SubjectHasher(b"test-subject-key")
 
 
 @dataclass
@@ -88,6 +91,7 @@ class InMemoryMemoryd:
             IndexQueue(self.indexer(index), self.observer),
             self.observer,
             self.clock,
+            ForgottenEvents(self.memory, SUBJECTS),
             budget_policy,
         )
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import (
     Fact,
     FactChangeKind,
@@ -57,7 +57,7 @@ def fact(
     **extra: Any,
 ) -> Fact:
     return Fact(
-        fact_id=fact_id_for("ada", content, connection),
+        fact_id=fact_id_for(MemoryKey("org-a", "ada"), content, connection),
         user_id="ada",
         organization_id="org-a",
         content=content,
