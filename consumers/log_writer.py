@@ -15,7 +15,15 @@ import time
 
 from consumers.dead_letter import DeadLetter, DeadLetterSink
 from consumers.decoding import Rejected, decode_record
-from consumers.kafka_client import EventConsumer, commit, from_kafka, subscribe
+from consumers.kafka_client import (
+    EventConsumer,
+    RevocationListener,
+    commit,
+    from_kafka,
+    subscribe,
+)
+from consumers.liveness import ConsumerLiveness
+from consumers.log_fields import letter_fields
 from consumers.metrics import PipelineMetrics
 from domain.model import KafkaCoordinates
 from domain.ports import EventLog
@@ -38,6 +46,7 @@ class LogWriter:
         dead_letters: DeadLetterSink,
         metrics: PipelineMetrics,
         poll_timeout_ms: int = 500,
+        liveness: ConsumerLiveness | None = None,
     ) -> None:
         self._consumer = consumer
         self._topic = topic
@@ -45,9 +54,18 @@ class LogWriter:
         self._dead_letters = dead_letters
         self._metrics = metrics
         self._poll_timeout_ms = poll_timeout_ms
+        self._liveness = liveness or ConsumerLiveness()
+
+    @property
+    def liveness(self) -> ConsumerLiveness:
+        return self._liveness
+
+    def _subscribe(self) -> None:
+        live = self._liveness
+        subscribe(self._consumer, self._topic, RevocationListener(live.left, live.assigned))
 
     def run(self, stop: threading.Event) -> None:
-        subscribe(self._consumer, self._topic)
+        self._subscribe()
         failures = 0
         try:
             while not stop.is_set():
@@ -69,6 +87,7 @@ class LogWriter:
     def step(self) -> int:
         """Poll one batch and make it durable; returns the number of records handled."""
         batches = self._consumer.poll(timeout_ms=self._poll_timeout_ms)
+        self._liveness.polled()
         if not batches:
             return 0
         good: list[tuple[ContextEvent, KafkaCoordinates]] = []
@@ -110,12 +129,9 @@ class LogWriter:
         for letter in bad:
             self._metrics.dead_letters.labels(CONSUMER_NAME, letter.stage).inc()
             log.warning(
-                "dead-lettered %s/%d@%d (%s): %s",
-                letter.topic,
-                letter.partition,
-                letter.offset,
-                letter.stage,
+                "dead-lettered a record: %s",
                 letter.reason,
+                extra=letter_fields(letter, CONSUMER_NAME),
             )
         self._metrics.events_logged.inc(appended.inserted)
         self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(appended.forgotten)
@@ -127,7 +143,7 @@ class LogWriter:
 
     def drain(self, idle_s: float = 2.0, deadline_s: float = 120.0) -> int:
         """Run until no record arrived for `idle_s` (used by the demo and tests)."""
-        subscribe(self._consumer, self._topic)
+        self._subscribe()
         total, quiet_since, start = 0, time.monotonic(), time.monotonic()
         try:
             while time.monotonic() - start < deadline_s:

@@ -44,6 +44,8 @@ from consumers.kafka_client import (
     subscribe,
     to_kafka,
 )
+from consumers.liveness import ConsumerLiveness
+from consumers.log_fields import batch_fields, key_fields, letter_fields
 from consumers.metrics import PipelineMetrics
 from consumers.settings import ProcessorSettings
 from domain.ids import MemoryKey
@@ -57,7 +59,7 @@ from store.errors import (
 )
 
 log = logging.getLogger(__name__)
-CONSUMER_NAME = "processor"
+CONSUMER_NAME = "processor"  # the `consumer` label and log field
 
 
 class MemoryProcessor:
@@ -72,6 +74,7 @@ class MemoryProcessor:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._consumer = consumer
+        self.liveness = ConsumerLiveness(monotonic)  # read by /readyz
         self._topic = topic
         self._flusher = flusher
         self._dead_letters = dead_letters
@@ -138,6 +141,7 @@ class MemoryProcessor:
 
     def step(self) -> int:
         polled = self._poll()
+        self.liveness.polled(paused=self._paused)
         self._collect(wait_s=0.0)
         self._launch(force=False)
         self._commit()
@@ -172,8 +176,7 @@ class MemoryProcessor:
             for x in letters:
                 self._offsets.done(TopicPartition(x.topic, x.partition), x.offset)
                 self._metrics.dead_letters.labels(CONSUMER_NAME, x.stage).inc()
-                where = f"{x.topic}/{x.partition}@{x.offset}"
-                log.warning("dead-lettered %s (%s): %s", where, x.stage, x.reason)
+                log.warning("dead-lettered a record: %s", x.reason, extra=letter_fields(x))
         return count
 
     def _launch(self, force: bool) -> None:
@@ -226,7 +229,7 @@ class MemoryProcessor:
             result = future.result()
         except (EventsAlreadyConsolidated, StaleMemoryVersion) as e:
             # Another run got there first; planning again on fresh state drops what it did.
-            log.info("re-planning %s: %s", batch.key, e)
+            log.info("re-planning after a concurrent run: %s", e, extra=batch_fields(batch))
             self._metrics.flushes.labels("replanned").inc()
             return
         except TransientBackendError as e:
@@ -241,7 +244,7 @@ class MemoryProcessor:
         except Exception as e:
             # A poison batch must not stall its partition: it goes to the dead-letter topic
             # with the error, and the traceback goes to the log for whoever fixes the bug.
-            log.exception("flush of %s failed unexpectedly", batch.key)
+            log.exception("flush failed unexpectedly", extra=batch_fields(batch))
             self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
             return
         self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(result.forgotten)
@@ -277,7 +280,7 @@ class MemoryProcessor:
         batch.not_before = self._monotonic() + delay
         if count_attempt:
             batch.attempt += 1
-        log.warning("flush of %s failed (%s); retry in %.2fs", batch.key, reason, delay)
+        log.warning("flush failed (%s); retry in %.2fs", reason, delay, extra=batch_fields(batch))
 
     def _reject(self, batch: Batch, rejection: Rejection) -> None:
         batch.rejection = rejection
@@ -296,7 +299,7 @@ class MemoryProcessor:
             except StoreError as e:
                 # A record Postgres refuses for good must not hold the partition forever: the
                 # dead letter carries the reason, and says the run record is missing.
-                log.error("failed run of %s not recorded: %s", batch.key, e)
+                log.error("failed run not recorded: %s", e, extra=batch_fields(batch))
                 rejection.reason = f"{rejection.reason} (failed run not recorded: {e})"
             rejection.recorded = True
         letters = event_letters(batch.items, rejection.stage, rejection.reason, rejection.reasons)
@@ -306,8 +309,8 @@ class MemoryProcessor:
             self._retry_later(batch, str(e), count_attempt=False)
             return
         self._metrics.dead_letters.labels(CONSUMER_NAME, rejection.stage).inc(len(letters))
-        where = f"{batch.key} ({rejection.stage})"
-        log.error("dead-lettered %d event(s) of %s: %s", len(letters), where, rejection.reason)
+        fields = {**batch_fields(batch), "stage": rejection.stage}
+        log.error("dead-lettered %d event(s): %s", len(letters), rejection.reason, extra=fields)
         self._finish(batch, f"dead_lettered_{rejection.stage}")
 
     def _finish(self, batch: Batch, outcome: str) -> None:
@@ -349,6 +352,7 @@ class MemoryProcessor:
         blocking. Lost (we were evicted): commit nothing, we no longer own them. Either way
         the rest is forgotten and the new owner re-reads it.
         """
+        self.liveness.left(tps, lost=lost)
         gone = set(tps)
         mine = [b for b in self._batches.values() if b.items[0].tp in gone]
         if not lost:
@@ -386,6 +390,7 @@ class MemoryProcessor:
         that was revoked and assigned straight back, past the events revoke() dropped from
         the buffers: read those again from the first one not done, or they would be skipped
         and a later commit would pass them."""
+        self.liveness.assigned(tps)
         for tp in tps:
             if tp in self._resume:
                 self._consumer.seek(to_kafka(tp), self._resume[tp])
@@ -397,4 +402,4 @@ class MemoryProcessor:
                 del self._orphans[key]
                 if future.exception() is not None:
                     # Not lost: the partition's owner re-reads these events and retries them.
-                    log.info("orphaned flush of %s failed: %r", key, future.exception())
+                    log.info("orphaned flush failed: %r", future.exception(), extra=key_fields(key))

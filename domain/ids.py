@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 FACT_NAMESPACE = uuid.UUID("2b0c8a8e-5b1e-4a8f-9a6e-8a3f4f0b9d21")
 RUN_NAMESPACE = uuid.UUID("0f5e7c1a-2d4b-4c8e-9e1f-6a7b8c9d0e1f")
 LEDGER_NAMESPACE = uuid.UUID("9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f")
+MAINTENANCE_NAMESPACE = uuid.UUID("5e0b3c2a-7d1f-4e6a-9b8c-1f2e3d4c5b6a")
 ERASURE_NAMESPACE = uuid.UUID("5e2a7c41-0d3b-4f6e-a819-2c7b4d6e8f03")
 
 # Chroma metadata cannot hold null: "no connection" is stored as this sentinel.
@@ -70,6 +71,20 @@ def run_id_for(key: MemoryKey, event_ids: frozenset[uuid.UUID], attempt: int = 0
 
 def ledger_entry_id_for(run_id: uuid.UUID, operation: str, detail: str = "") -> uuid.UUID:
     return uuid.uuid5(LEDGER_NAMESPACE, f"{run_id}\x1f{operation}\x1f{detail}")
+
+
+def maintenance_run_id_for(
+    job: str, organization_id: str, user_id: str, base_version: int
+) -> uuid.UUID:
+    """A maintenance run changes one memory at one version: retried, it is the same run."""
+    return uuid.uuid5(
+        MAINTENANCE_NAMESPACE, f"{job}\x1f{organization_id}\x1f{user_id}\x1f{base_version}"
+    )
+
+
+def read_entry_id_for(log_id: uuid.UUID, operation: str) -> uuid.UUID:
+    """The ledger entry of one read (query embedding, query rewrite), keyed by its audit row."""
+    return uuid.uuid5(LEDGER_NAMESPACE, f"read\x1f{log_id}\x1f{operation}")
 
 
 def subject_digest(secret: bytes, key: MemoryKey) -> str:

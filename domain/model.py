@@ -194,6 +194,10 @@ class FactChangeKind(StrEnum):
     CONTRADICT = "contradict"
     CLOSE_LOOP = "close_loop"
     RETRACT = "retract"  # the user deleted or corrected the fact (a fact_retraction event)
+    # Maintenance (processors/maintenance.py): time and the duplicate sweep, not a backend.
+    EXPIRE = "expire"  # active -> stale
+    ARCHIVE = "archive"  # stale -> archived
+    MERGE = "merge"  # a duplicate superseded by its stronger twin, or the twin absorbing it
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,13 @@ from pathlib import Path
 from memoryd import wiring
 from memoryd.analyst.commands import add_commands as add_analyst_commands
 from memoryd.analyst.commands import add_memory_arguments, memory_key
+from memoryd.ops import commands as ops_commands
+from memoryd.ops.logs import configure_logging
 from memoryd.settings import Settings, load_settings
 
 log = logging.getLogger("memoryd")
+# Commands a person watches: text logs unless log_format is set explicitly.
+TERMINAL_COMMANDS = frozenset({"demo", "dev"})
 
 
 def _stop_on_signals() -> threading.Event:
@@ -50,30 +54,24 @@ def cmd_topics(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def cmd_log_writer(settings: Settings, args: argparse.Namespace) -> int:
+    from memoryd.ops.runtime import run_log_writer  # noqa: PLC0415
+
     with wiring.core(settings) as c:
-        writer = wiring.log_writer(c)
         if args.until_idle:
-            print(f"logged {writer.drain()} record(s)")
+            print(f"logged {wiring.log_writer(c).drain()} record(s)")
             return 0
-        wiring.serve_metrics(settings, c.registry, settings.metrics.log_writer_port)
-        writer.run(_stop_on_signals())
+        run_log_writer(c, _stop_on_signals())
     return 0
 
 
 def cmd_processor(settings: Settings, args: argparse.Namespace) -> int:
-    from memoryd.jobs import start_scheduler  # noqa: PLC0415
+    from memoryd.ops.runtime import run_processor  # noqa: PLC0415
 
     with wiring.core(settings) as c:
-        processor = wiring.processor(c)
         if args.until_idle:
-            processor.run_until_idle()
+            wiring.processor(c).run_until_idle()
             return 0
-        wiring.serve_metrics(settings, c.registry, settings.metrics.processor_port)
-        scheduler = start_scheduler(c)
-        try:
-            processor.run(_stop_on_signals())
-        finally:
-            scheduler.shutdown(wait=False)
+        run_processor(c, _stop_on_signals())
     return 0
 
 
@@ -198,11 +196,10 @@ def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
         # From stdin, so the token stays out of shell history and the process list.
         print(hash_token(sys.stdin.readline().strip()))
         return 0
-    import uvicorn  # noqa: PLC0415
+    from memoryd.ops.runtime import run_api  # noqa: PLC0415
 
-    with wiring.core(settings) as c, wiring.api_app(c) as app:
-        wiring.serve_metrics(settings, c.registry, settings.metrics.api_port)
-        uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None)
+    with wiring.core(settings) as c:
+        run_api(c)
     return 0
 
 
@@ -264,18 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_api)
     add_analyst_commands(sub)  # history, replay, export
+    ops_commands.add_commands(sub)  # explain, replay verify, maintenance
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    settings = load_settings(args.config)
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    args = build_parser().parse_args(
+        ops_commands.rewrite_argv(list(sys.argv[1:] if argv is None else argv))
     )
-    # kafka-python and httpx (under chromadb) log every connection at INFO; keep their warnings.
-    for noisy in ("kafka", "httpx"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    settings = load_settings(args.config)
+    fmt = settings.log_format
+    if args.command in TERMINAL_COMMANDS and "log_format" not in settings.model_fields_set:
+        fmt = "text"  # someone is reading the terminal, not a log pipeline
+    configure_logging(settings.log_level, fmt)
     code: int = args.fn(settings, args)
     return code
 

@@ -18,6 +18,7 @@ from pydantic_settings import (
 )
 
 from consumers.settings import ProcessorSettings
+from memoryd.ops.config import MaintenanceSettings, OpsSettings
 from processors.cost import ModelPrice
 from store.read.background import WriterSettings
 
@@ -132,7 +133,14 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     erasure: ErasureSettings = ErasureSettings()
     prices: dict[str, ModelPrice] = Field(default_factory=default_prices)
+    # Prices a model missing from `prices` (counted by memoryd_unpriced_model_uses_total);
+    # without it, a model in use that has no price stops the process at start-up.
+    default_price: ModelPrice | None = None
+    ops: OpsSettings = OpsSettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
     log_level: str = "INFO"
+    # json: one JSON object a line, ids as fields (production); text: for a terminal.
+    log_format: Literal["json", "text"] = "json"
 
     @classmethod
     def settings_customise_sources(

@@ -14,7 +14,7 @@ from chromadb.api import ClientAPI
 from fastapi import FastAPI
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 
 from consumers.dead_letter import KafkaDeadLetterSink
@@ -26,11 +26,14 @@ from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor
 from domain.ids import MemoryKey, SubjectHasher
+from domain.model import LedgerEntry
 from domain.ports import Clock
 from memoryd.erasure import Eraser
+from memoryd.ops.health import HealthMonitor
+from memoryd.ops.metrics import PriceMetrics
 from memoryd.settings import Settings
 from processors.consolidate import Consolidator
-from processors.cost import PriceTable
+from processors.cost import PriceTable, read_entries
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.retraction import RetractingConsolidator, RetractionAwareBackend
@@ -45,6 +48,7 @@ from store.read.context_service import ContextService
 from store.read.fact_queries import PostgresReadModel
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import TimeBoundRewriter
+from store.read.read_ledger import ReadCharge, ReadLedger
 from store.read.read_metrics import ReadPathMetrics
 from store.write.erasure_log import PostgresErasureLog
 from store.write.event_log import PostgresEventLog
@@ -92,6 +96,7 @@ def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
 
         index = ReconnectingIndex(connect, embedder, chroma.collection)
         registry = CollectorRegistry()
+        prices = price_table(settings, registry, embedder.model_name)
         subjects = SubjectHasher(settings.erasure.subject_key.get_secret_value().encode())
         try:
             yield Core(
@@ -103,7 +108,7 @@ def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
                 subjects=subjects,
                 embedder=embedder,
                 index=index,
-                prices=PriceTable(settings.prices),
+                prices=prices,
                 registry=registry,
                 metrics=PipelineMetrics(registry),
                 clock=clock,
@@ -114,10 +119,24 @@ def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
         pool.close()
 
 
-def serve_metrics(settings: Settings, registry: CollectorRegistry, port: int) -> None:
-    if settings.metrics.enabled and port:
-        start_http_server(port, addr=settings.metrics.host, registry=registry)
-        log.info("metrics on http://%s:%d/metrics", settings.metrics.host, port)
+def models_in_use(settings: Settings, embedding_model: str) -> list[str]:
+    models = [embedding_model]
+    models.append(settings.llm.model if settings.llm.backend == "gemini" else OfflineBackend.model)
+    if settings.read_path.rewrite != "off":
+        models.append(settings.read_path.rewrite_model)
+    return models
+
+
+def price_table(
+    settings: Settings, registry: CollectorRegistry, embedding_model: str
+) -> PriceTable:
+    """Refuses to start with a model in use that has no price (unless a default is set)."""
+    unpriced = PriceMetrics(registry).unpriced
+    table = PriceTable(
+        settings.prices, settings.default_price, lambda model: unpriced.labels(model).inc()
+    )
+    table.require(models_in_use(settings, embedding_model))
+    return table
 
 
 def ensure_topics(settings: Settings) -> None:
@@ -291,7 +310,30 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
         audit=BatchWriter("context-log", reads.write_context_logs, r.writer, **hooks),
         recalls=BatchWriter("recall-counts", reads.record_recalls, r.writer, **hooks),
         observer=metrics,
+        charges=read_charges(c),
+        ledger=BatchWriter("read-costs", ReadLedger(c.pool).write, r.writer, **hooks),
     )
+
+
+def read_charges(c: Core) -> Callable[[ReadCharge], list[LedgerEntry]]:
+    """Prices a read: its query embedding, and its query rewrite when one answered."""
+    rewrite_model = (
+        None if c.settings.read_path.rewrite == "off" else c.settings.read_path.rewrite_model
+    )
+
+    def charges(charge: ReadCharge) -> list[LedgerEntry]:
+        return read_entries(
+            c.prices,
+            log_id=charge.log_id,
+            user_id=charge.user_id,
+            organization_id=charge.organization_id,
+            at=charge.at,
+            embedding_model=c.embedder.model_name if charge.embedded_query else None,
+            rewrite_model=rewrite_model,
+            rewrite_usage=charge.rewrite_usage,
+        )
+
+    return charges
 
 
 @contextmanager
@@ -323,7 +365,7 @@ def eraser(
 
 
 @contextmanager
-def api_app(c: Core) -> Iterator[FastAPI]:
+def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
     """The HTTP API over this core, its read path and a Kafka publisher; closes them after."""
     from memoryd.api.app import ApiDependencies, create_app  # noqa: PLC0415 - api process only
     from memoryd.api.auth import TokenTable  # noqa: PLC0415
@@ -337,7 +379,7 @@ def api_app(c: Core) -> Iterator[FastAPI]:
             )
             sweeper = _cache_sweeper(service, c.settings.read_path.cache_sweep_s)
             try:
-                yield create_app(deps, c.registry, on_shutdown=service.close)
+                yield create_app(deps, c.registry, on_shutdown=service.close, health=health)
             finally:
                 sweeper.shutdown(wait=False)
     finally:

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
 
-from domain.ids import ledger_entry_id_for
+from domain.ids import ledger_entry_id_for, read_entry_id_for
 from domain.model import LedgerEntry, TokenUsage
+from processors.errors import ProcessorError
+
+
+class UnknownModelPrice(ProcessorError):
+    """A model in use has no price and no default price is configured."""
 
 
 @dataclass(frozen=True)
@@ -25,13 +30,36 @@ class ModelPrice:
 
 
 class PriceTable:
-    def __init__(self, prices: Mapping[str, ModelPrice]) -> None:
+    """Prices by model. `require` refuses, at start-up, a model in use without a price unless
+    a default price is configured; a model that turns up later unpriced (a backend answering
+    with another model name) gets the default and is reported through `on_unpriced`, never
+    silently priced at zero."""
+
+    def __init__(
+        self,
+        prices: Mapping[str, ModelPrice],
+        default: ModelPrice | None = None,
+        on_unpriced: Callable[[str], None] | None = None,
+    ) -> None:
         self._prices = dict(prices)
+        self._default = default
+        self._on_unpriced = on_unpriced
+
+    def require(self, models: Iterable[str]) -> None:
+        missing = sorted({m for m in models if m not in self._prices})
+        if missing and self._default is None:
+            raise UnknownModelPrice(
+                f"no price for {', '.join(missing)}: add it to the prices setting"
+                " (MEMORYD_PRICES) or configure default_price"
+            )
 
     def price(self, model: str) -> ModelPrice:
-        # An unknown model costs nothing rather than failing the run; the SRE dashboard shows
-        # spend per model, so a missing price is visible as a zero line.
-        return self._prices.get(model, ModelPrice())
+        known = self._prices.get(model)
+        if known is not None:
+            return known
+        if self._on_unpriced is not None:
+            self._on_unpriced(model)
+        return self._default or ModelPrice()
 
     def llm_cost_micro_usd(self, model: str, usage: TokenUsage) -> int:
         p = self.price(model)
@@ -95,3 +123,50 @@ def embedding_entry(
         cost_micro_usd=prices.embedding_cost_micro_usd(model, texts),
         occurred_at=at,
     )
+
+
+def read_entries(
+    prices: PriceTable,
+    *,
+    log_id: uuid.UUID,
+    user_id: str,
+    organization_id: str,
+    at: datetime,
+    embedding_model: str | None,
+    rewrite_model: str | None,
+    rewrite_usage: TokenUsage | None,
+) -> list[LedgerEntry]:
+    """What one read (one chat turn) costs: its query embedding and its query rewrite.
+
+    Keyed by the read's audit row id, so a retried turn (same turn id) is booked once.
+    """
+    entries = []
+    if embedding_model is not None:
+        entries.append(
+            LedgerEntry(
+                entry_id=read_entry_id_for(log_id, "query-embedding"),
+                user_id=user_id,
+                organization_id=organization_id,
+                run_id=None,
+                operation="embedding",
+                model=embedding_model,
+                units=1,
+                cost_micro_usd=prices.embedding_cost_micro_usd(embedding_model, 1),
+                occurred_at=at,
+            )
+        )
+    if rewrite_model is not None and rewrite_usage is not None:
+        entries.append(
+            LedgerEntry(
+                entry_id=read_entry_id_for(log_id, "query-rewrite"),
+                user_id=user_id,
+                organization_id=organization_id,
+                run_id=None,
+                operation="llm",
+                model=rewrite_model,
+                units=rewrite_usage.total,
+                cost_micro_usd=prices.llm_cost_micro_usd(rewrite_model, rewrite_usage),
+                occurred_at=at,
+            )
+        )
+    return entries

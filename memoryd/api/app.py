@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from memoryd.api.auth import TokenTable
+from memoryd.api.health import add_health_routes
 from memoryd.api.metrics import HttpMetrics, RequestLatencyMiddleware
 from memoryd.api.models import (
     Accepted,
@@ -41,6 +42,7 @@ from memoryd.api.models import (
     Problem,
 )
 from memoryd.erasure import Eraser, ErasureRequest
+from memoryd.ops.health import HealthMonitor
 from producers.contract import ContextEvent
 from producers.corrections import FactCorrections
 from producers.errors import PublishError
@@ -102,6 +104,7 @@ def create_app(
     deps: ApiDependencies | None,
     registry: CollectorRegistry | None = None,
     on_shutdown: Callable[[], None] | None = None,
+    health: HealthMonitor | None = None,
 ) -> FastAPI:
     """The application; `deps` may be None only to render the OpenAPI document.
 
@@ -136,9 +139,7 @@ def create_app(
     def _kafka_down(_request: Request, e: PublishError) -> JSONResponse:
         return JSONResponse({"detail": f"events not accepted: {e}"}, status_code=503)
 
-    @app.get("/healthz", tags=["operations"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    add_health_routes(app, health)
 
     @app.post("/v1/context", tags=["read"], responses=_UNAUTHORIZED)
     def read_context(body: ContextRequest, deps: Deps, org: Organization) -> ContextResponse:

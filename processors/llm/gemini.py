@@ -98,7 +98,7 @@ class GeminiBackend:
             max_output_tokens=self._max_output_tokens,
         )
         response = self._generate(prompt.user_content, config)
-        usage = _usage(response)
+        usage = token_usage(response)
         try:
             text = _response_text(response)
             output = parse_output(text, finish_reason=_finish_reason(response))
@@ -166,7 +166,7 @@ def _dump(response: types.GenerateContentResponse) -> str:
     return response.model_dump_json(exclude={"sdk_http_response"}, exclude_none=True)
 
 
-def _usage(response: types.GenerateContentResponse) -> TokenUsage:
+def token_usage(response: types.GenerateContentResponse) -> TokenUsage:
     meta = response.usage_metadata
     if meta is None:
         return TokenUsage()

@@ -15,7 +15,8 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from domain.errors import QueryRewriteFailed
-from processors.llm.gemini import make_gemini_client
+from domain.model import TokenUsage
+from processors.llm.gemini import make_gemini_client, token_usage
 
 INSTRUCTION = (
     "Rewrite the user's chat message as a short standalone search query for facts about the "
@@ -30,7 +31,8 @@ class GeminiQueryRewriter:
         self._client = client
         self._model = model
 
-    def __call__(self, query: str) -> str:
+    def __call__(self, query: str) -> tuple[str, TokenUsage]:
+        """The rewritten query and the tokens the call used (the read path books them)."""
         config = types.GenerateContentConfig(
             system_instruction=INSTRUCTION, temperature=0, max_output_tokens=MAX_OUTPUT_TOKENS
         )
@@ -49,10 +51,10 @@ class GeminiQueryRewriter:
         text = response.text
         if not text or not text.strip():
             raise QueryRewriteFailed("gemini returned no text")
-        return text.strip()
+        return text.strip(), token_usage(response)
 
 
 def gemini_rewriter(
     api_key: str, base_url: str | None, model: str, timeout_ms: int
-) -> Callable[[str], str]:
+) -> Callable[[str], tuple[str, TokenUsage]]:
     return GeminiQueryRewriter(make_gemini_client(api_key, base_url, timeout_ms), model)

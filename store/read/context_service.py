@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from domain.ids import MemoryKey, normalize_content
-from domain.model import Fact, FactStatus
+from domain.model import Fact, FactStatus, LedgerEntry
 from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
 from domain.reads import ContextLogRow, Injection, Recall, Scope
 from store.errors import VectorIndexUnavailable
@@ -37,6 +37,7 @@ from store.read.ranking import (
     rerank,
     within_budget,
 )
+from store.read.read_ledger import ReadCharge
 from store.read.rendering import render_prompt_block
 
 
@@ -70,6 +71,7 @@ class _Found:
     facts: list[RetrievedFact]
     candidates: int
     degraded_reason: str | None
+    embedded_query: bool = False
 
 
 class ContextService:
@@ -84,8 +86,12 @@ class ContextService:
         audit: BatchWriter[ContextLogRow] | None = None,
         recalls: BatchWriter[Recall] | None = None,
         observer: ReadPathObserver | None = None,
+        charges: Callable[[ReadCharge], Sequence[LedgerEntry]] | None = None,
+        ledger: BatchWriter[LedgerEntry] | None = None,
     ) -> None:
         self._reads = reads
+        self._charges = charges
+        self._ledger = ledger
         self._index = index
         self._clock = clock
         self._cache = cache or InjectionCache(reads)
@@ -151,6 +157,7 @@ class ContextService:
         bundle = replace(bundle, latency_ms=watch.total_ms, timings_ms=dict(watch.laps))
         self._observe(bundle, hit, rewrite)
         self._hand_off(bundle, injection, found.candidates)
+        self._book(bundle, found.embedded_query, rewrite)
         return bundle
 
     def forget(self, key: MemoryKey) -> None:
@@ -196,6 +203,7 @@ class ContextService:
             hits, known_vectors = self._dense(scope, text, profile.pool)
         except VectorIndexUnavailable as e:
             hits, known_vectors, degraded = [], {}, f"vector index unavailable: {e}"
+        embedded = degraded is None
         watch.lap("dense")
         keyword = self._reads.keyword_search(scope, text, profile.pool)
         watch.lap("keyword")
@@ -263,7 +271,7 @@ class ContextService:
             for fid in chosen
         ]
         watch.lap("rank")
-        return _Found(facts, len(fused), degraded)
+        return _Found(facts, len(fused), degraded, embedded)
 
     def _rewrite(self, query: str) -> Rewrite:
         if self._rewriter is None:
@@ -280,6 +288,21 @@ class ContextService:
         if self._audit is not None:
             self._audit.submit(audit_row(bundle, injection, candidates, at))
 
+    def _book(self, bundle: ContextBundle, embedded: bool, rewrite: Rewrite) -> None:
+        """Hand the read's costs (query embedding, query rewrite) to the ledger writer."""
+        if self._charges is None or self._ledger is None or bundle.log_id is None:
+            return
+        charge = ReadCharge(
+            bundle.log_id,
+            bundle.user_id,
+            bundle.organization_id,
+            self._clock(),
+            embedded,
+            rewrite.usage,
+        )
+        for entry in self._charges(charge):
+            self._ledger.submit(entry)
+
     def _observe(self, bundle: ContextBundle, hit: bool, rewrite: Rewrite) -> None:
         if self._observer is not None:
             outcome = rewrite.outcome if self._rewriter is not None else None
@@ -287,7 +310,7 @@ class ContextService:
 
     def close(self) -> None:
         """Write what the background writers hold (recall counters, audit rows)."""
-        for writer in (self._recalls, self._audit):
+        for writer in (self._recalls, self._audit, self._ledger):
             if writer is not None:
                 writer.close()
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from domain.errors import QueryRewriteFailed
+from domain.model import TokenUsage
 
 MAX_REWRITE_CHARS = 1_000
 
@@ -28,6 +29,12 @@ class RewriteOutcome(StrEnum):
 class Rewrite:
     query: str  # what retrieval uses
     outcome: RewriteOutcome
+    usage: TokenUsage | None = None  # what the rewrite call cost, when it answered
+
+
+# A rewriter answers with the text, or with the text and the tokens the call used (booked to
+# the user's ledger by the read path).
+RewriteAnswer = str | tuple[str, TokenUsage]
 
 
 class TimeBoundRewriter:
@@ -38,7 +45,7 @@ class TimeBoundRewriter:
     """
 
     def __init__(
-        self, rewrite: Callable[[str], str], timeout_s: float, *, workers: int = 4
+        self, rewrite: Callable[[str], RewriteAnswer], timeout_s: float, *, workers: int = 4
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -49,16 +56,17 @@ class TimeBoundRewriter:
     def __call__(self, query: str) -> Rewrite:
         future = self._pool.submit(self._rewrite, query)
         try:
-            text = future.result(timeout=self._timeout_s)
+            answer = future.result(timeout=self._timeout_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
             return Rewrite(query, RewriteOutcome.TIMEOUT)
         except QueryRewriteFailed:
             return Rewrite(query, RewriteOutcome.FAILED)
+        text, usage = (answer, None) if isinstance(answer, str) else answer
         text = " ".join(text.split())[:MAX_REWRITE_CHARS]
         if not text or text == query:
-            return Rewrite(query, RewriteOutcome.UNCHANGED)
-        return Rewrite(text, RewriteOutcome.REWRITTEN)
+            return Rewrite(query, RewriteOutcome.UNCHANGED, usage)
+        return Rewrite(text, RewriteOutcome.REWRITTEN, usage)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -81,3 +81,14 @@ def test_every_alert_has_a_unit_test_where_it_fires_and_one_where_it_does_not() 
     assert len(names) == len(rules()), "alert names must be unique"
     assert names - fires == set(), "alerts never shown firing in alerts_test.yml"
     assert names - silent == set(), "alerts never shown silent in alerts_test.yml"
+
+
+def test_every_alert_has_a_runbook_entry_in_the_readme() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    runbook = readme[readme.index("### Runbook") :]
+    missing = [
+        r["alert"]
+        for r in rules()
+        if f"| {r['alert']} ({r['labels']['severity']}) |" not in runbook
+    ]
+    assert not missing, f"add these alerts to the README's runbook: {missing}"

@@ -20,6 +20,7 @@ def test_openapi_lists_every_route_with_bearer_auth() -> None:
     spec = json.loads(openapi_json())
     assert set(spec["paths"]) == {
         "/healthz",
+        "/readyz",
         "/v1/context",
         "/v1/events",
         "/v1/users/{user_id}",

@@ -36,3 +36,52 @@ def test_llm_cost(model: str, prompt: int, completion: int, micro_usd: int) -> N
 def test_embedding_cost(texts: int, micro_usd: int) -> None:
     # 3 x 0.1 x 1000 is 300.00000000000006 in floats
     assert TABLE.embedding_cost_micro_usd("embed", texts) == micro_usd
+
+
+def test_a_model_without_a_price_is_refused_at_start_up() -> None:
+    from processors.cost import UnknownModelPrice  # noqa: PLC0415
+
+    TABLE.require(["flash", "embed"])
+    with pytest.raises(UnknownModelPrice, match="gemini-9-ultra"):
+        TABLE.require(["flash", "gemini-9-ultra"])
+
+
+def test_a_configured_default_prices_unknown_models_and_reports_each_use() -> None:
+    seen: list[str] = []
+    table = PriceTable(
+        {"flash": ModelPrice(input_usd_per_mtok=0.30)},
+        default=ModelPrice(input_usd_per_mtok=1.0, output_usd_per_mtok=1.0),
+        on_unpriced=seen.append,
+    )
+    table.require(["flash", "gemini-9-ultra"])  # allowed: the default prices it
+    assert table.llm_cost_micro_usd("gemini-9-ultra", TokenUsage(10, 10)) == 20
+    assert table.llm_cost_micro_usd("flash", TokenUsage(10, 0)) == 3
+    assert seen == ["gemini-9-ultra"]
+
+
+def test_a_read_is_booked_once_per_turn_with_deterministic_ids() -> None:
+    import uuid  # noqa: PLC0415
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from processors.cost import read_entries  # noqa: PLC0415
+
+    def entries(log_id: uuid.UUID) -> list[tuple[uuid.UUID, str, str, int, int]]:
+        booked = read_entries(
+            TABLE,
+            log_id=log_id,
+            user_id="ada",
+            organization_id="org-a",
+            at=datetime(2026, 11, 1, tzinfo=UTC),
+            embedding_model="embed",
+            rewrite_model="flash",
+            rewrite_usage=TokenUsage(100, 10),
+        )
+        return [(e.entry_id, e.operation, e.model, e.units, e.cost_micro_usd) for e in booked]
+
+    first = entries(uuid.UUID(int=1))
+    assert [(op, model, units, cost) for _, op, model, units, cost in first] == [
+        ("embedding", "embed", 1, 100),
+        ("llm", "flash", 110, 55),
+    ]
+    assert entries(uuid.UUID(int=1)) == first  # the same turn, the same entries
+    assert {e[0] for e in entries(uuid.UUID(int=2))}.isdisjoint({e[0] for e in first})

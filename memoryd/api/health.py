@@ -1,0 +1,31 @@
+"""/healthz and /readyz of the API, answered from the process's health monitor.
+
+No token: load balancers and orchestrators call them. /readyz says why it is not ready
+(which dependency is down) but nothing about any tenant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from memoryd.ops.health import HealthMonitor
+
+_UNREADY: dict[int | str, dict[str, Any]] = {503: {"description": "a dependency is down"}}
+
+
+def add_health_routes(app: FastAPI, health: HealthMonitor | None) -> None:
+    @app.get("/healthz", tags=["operations"])
+    def healthz() -> dict[str, str]:
+        """Live: the process answers (restart it when this fails)."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"], responses=_UNREADY)
+    def readyz() -> JSONResponse:
+        """Ready: Postgres and Kafka answer, and no degraded mode (Chroma down) is on."""
+        if health is None:
+            return JSONResponse({"status": "ready", "checks": {}})
+        verdict = health.readiness()
+        return JSONResponse(verdict.to_json(), status_code=200 if verdict.ready else 503)

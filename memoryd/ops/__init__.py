@@ -1,0 +1,2 @@
+"""What SREs and analysts run memoryd with: health, cluster telemetry, maintenance, logs,
+and the analyst commands `explain` and `replay verify`."""

@@ -1,0 +1,130 @@
+"""The operator and analyst commands of the operations side:
+
+- `memoryd explain FACT_ID [--org ORG] [--json]`
+- `memoryd replay verify [--user U | --all] [--org ORG] [--json]` (exit 1 on a difference)
+- `memoryd maintenance run [--job J] [--force]`, `memoryd maintenance status`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from datetime import timedelta
+from functools import partial
+
+from domain.ids import MemoryKey
+from domain.model import FactStatus
+from memoryd import wiring
+from memoryd.analyst.commands import analyst_core, live_memory
+from memoryd.analyst.explain import explain_fact, render_explanation
+from memoryd.analyst.verify import render_verification, verification_json, verify_memory
+from memoryd.ops.maintenance import JOBS, MaintenanceRunner
+from memoryd.ops.metrics import MaintenanceMetrics
+from memoryd.settings import Settings
+from store.write.cluster_jobs import ClusterJobs
+from store.write.maintenance_queries import MaintenanceQueries
+
+# `memoryd replay USER` is the shadow replay; `memoryd replay verify` is rewritten to this.
+REPLAY_VERIFY = "replay-verify"
+
+
+def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
+    with analyst_core(settings) as (c, run_log):
+        found = c.memory.facts_by_id([args.fact_id])
+        fact = found[0] if found else None
+        if fact is None or (args.org and fact.organization_id != args.org):
+            print(f"memoryd explain: no fact {args.fact_id}", file=sys.stderr)
+            return 1
+        key = fact.key
+        doc = explain_fact(
+            fact,
+            [h for h in run_log.fact_history(key) if h.fact_id == fact.fact_id],
+            run_log.runs(key),
+            c.events.user_events(key),
+            c.memory.facts(key, tuple(FactStatus)),
+        )
+    print(json.dumps(doc, ensure_ascii=False) if args.json else render_explanation(doc))
+    return 0
+
+
+def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
+    if bool(args.user) == bool(args.all) or (args.user and not args.org):
+        print("memoryd replay verify: give --org ORG --user U, or --all", file=sys.stderr)
+        return 2
+    with analyst_core(settings) as (c, run_log):
+        if args.all:
+            keys = MaintenanceQueries(c.pool).memories(args.org)
+        else:
+            keys = [MemoryKey(args.org, args.user)]
+        results = [verify_memory(k, run_log.runs(k), live_memory(c, run_log, k)) for k in keys]
+    failed = [v for v in results if not v.ok]
+    if args.json:
+        print(json.dumps({"ok": not failed, "memories": [verification_json(v) for v in results]}))
+    else:
+        for v in results:
+            print(render_verification(v))
+        print(f"{len(results) - len(failed)} of {len(results)} memories fold to live memory")
+    return 1 if failed else 0
+
+
+def cmd_maintenance(settings: Settings, args: argparse.Namespace) -> int:
+    with wiring.core(settings) as c:
+        jobs = ClusterJobs(c.pool, c.clock)
+        if args.action == "status":
+            for state in jobs.states():
+                finished = state.last_finished_at.isoformat() if state.last_finished_at else "-"
+                print(
+                    f"{state.job:<24} {state.last_outcome or '-':<10}"
+                    f" started {state.last_started_at.isoformat()} finished {finished}"
+                )
+            return 0
+        runner = MaintenanceRunner(c, settings.maintenance, MaintenanceMetrics(c.registry))
+        every = timedelta(seconds=settings.maintenance.every_s)
+        for job in JOBS if args.job == "all" else (args.job,):
+            outcome = jobs.run_if_due(
+                f"maintenance-{job}", every, partial(runner.run, job), force=args.force
+            )
+            if outcome.ran and outcome.result is not None:
+                r = outcome.result
+                print(
+                    f"{job}: changed {r.changed} in {r.users} memories {r.changes} (run {r.run_id})"
+                )
+            else:
+                print(f"{job}: skipped ({outcome.skipped})")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("explain", help="why memory holds a fact: its runs, events, gate verdicts")
+    p.add_argument("fact_id", type=uuid.UUID)
+    p.add_argument("--org", help="only a fact of this organization")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_explain)
+    p = sub.add_parser(
+        REPLAY_VERIFY,
+        help="(memoryd replay verify) fold the run log and compare with live memory",
+    )
+    p.add_argument("--user")
+    p.add_argument("--all", action="store_true")
+    p.add_argument("--org", help="the user's organization; with --all, only this one")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_replay_verify)
+    p = sub.add_parser("maintenance", help="run the maintenance jobs now, or show their state")
+    p.add_argument("action", choices=["run", "status"])
+    p.add_argument("--job", choices=[*JOBS, "all"], default="all")
+    p.add_argument(
+        "--force", action="store_true", help="run even if the job ran within its interval"
+    )
+    p.set_defaults(fn=cmd_maintenance)
+
+
+def rewrite_argv(argv: list[str]) -> list[str]:
+    """`replay verify ...` -> `replay-verify ...` (a user named "verify": `replay -- verify`)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] == "--config" else 1
+    if argv[i : i + 2] == ["replay", "verify"]:
+        return [*argv[:i], REPLAY_VERIFY, *argv[i + 2 :]]
+    return argv

@@ -1,0 +1,138 @@
+"""Prometheus metrics of the operations side: cluster telemetry, health, maintenance, prices.
+
+Cluster telemetry (freshness, consumer lag, the age of each cluster job) is measured by one
+process per interval, whichever wins the job's lock. Each process exports only what it
+measured itself recently: a value older than `expire_s` disappears instead of lingering, so
+`max by (job)` over the processes reads the latest measurement and an alert sees a gap when
+no process measures any more.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+Labels = tuple[str, ...]
+
+
+class ExpiringGauge(Collector):
+    """A gauge family whose samples are replaced as a whole and expire."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labels: Sequence[str],
+        expire_s: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self._doc = documentation
+        self._labels = list(labels)
+        self._expire_s = expire_s
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._samples: Mapping[Labels, float] = {}
+        self._at: float | None = None
+
+    def publish(self, samples: Mapping[Labels, float]) -> None:
+        with self._lock:
+            self._samples = dict(samples)
+            self._at = self._monotonic()
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self._doc, labels=self._labels)
+        with self._lock:
+            fresh = self._at is not None and self._monotonic() - self._at <= self._expire_s
+            samples = dict(self._samples) if fresh else {}
+        for labels, value in sorted(samples.items()):
+            family.add_metric(list(labels), value)
+        yield family
+
+
+class TelemetryMetrics:
+    def __init__(self, registry: CollectorRegistry, expire_s: float) -> None:
+        def gauge(name: str, doc: str, labels: Sequence[str] = ()) -> ExpiringGauge:
+            g = ExpiringGauge(name, doc, labels, expire_s)
+            registry.register(g)
+            return g
+
+        self.freshness = gauge(
+            "memoryd_freshness_seconds",
+            "Age of the oldest logged event not yet consolidated (0 when none waits)",
+        )
+        self.pending = gauge("memoryd_events_pending", "Logged events waiting to be consolidated")
+        self.parked = gauge(
+            "memoryd_events_parked",
+            "Logged events a failed or deferred run left on the dead-letter topic",
+        )
+        self.lag = gauge(
+            "memoryd_consumer_lag_records",
+            "Partition end offset minus the consumer group's committed offset",
+            ("consumer", "partition"),
+        )
+        self.job_age = gauge(
+            "memoryd_cluster_job_age_seconds",
+            "Seconds since a cluster job last finished successfully",
+            ("cluster_job",),
+        )
+        self.job_failed = gauge(
+            "memoryd_cluster_job_failed",
+            "1 when the last run of a cluster job failed",
+            ("cluster_job",),
+        )
+        self.measurements = Counter(
+            "memoryd_telemetry_measurements_total",
+            "Cluster telemetry measurements by outcome (ok, or the part that failed)",
+            ["outcome"],
+            registry=registry,
+        )
+
+
+class HealthMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.dependency_up = Gauge(
+            "memoryd_dependency_up",
+            "1 when the dependency answered the last health check",
+            ["dependency"],
+            registry=registry,
+        )
+        self.ready = Gauge(
+            "memoryd_ready", "1 when the process is ready (what /readyz answers)", registry=registry
+        )
+
+
+class MaintenanceMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.changes = Counter(
+            "memoryd_maintenance_changes_total",
+            "Facts changed by maintenance, by job and rule",
+            ["cluster_job", "rule"],
+            registry=registry,
+        )
+        self.runs = Counter(
+            "memoryd_maintenance_runs_total",
+            "Maintenance job runs by outcome",
+            ["cluster_job", "outcome"],
+            registry=registry,
+        )
+        self.context_logs_deleted = Counter(
+            "memoryd_context_logs_deleted_total",
+            "Read audit rows deleted by retention",
+            registry=registry,
+        )
+
+
+class PriceMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.unpriced = Counter(
+            "memoryd_unpriced_model_uses_total",
+            "Costs computed with the configured default price: the model has no price of its own",
+            ["model"],
+            registry=registry,
+        )

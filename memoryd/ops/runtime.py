@@ -1,0 +1,145 @@
+"""The long-running processes with their operations port: log writer, processor, API.
+
+Each serves /metrics, /healthz and /readyz (the API also on its own port), checks its
+dependencies in the background, and the processor runs the cluster jobs. The CLI runs them
+with a signal-driven stop event; tests run them in threads with their own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from kafka.admin import KafkaAdminClient
+
+from consumers.lag import ConsumerLagProbe, KafkaAdmin
+from consumers.liveness import ConsumerLiveness
+from memoryd import wiring
+from memoryd.jobs import start_scheduler
+from memoryd.ops.health import Check, HealthMonitor, Role
+from memoryd.ops.http import OpsServer
+from memoryd.ops.maintenance import MaintenanceRunner
+from memoryd.ops.metrics import HealthMetrics, MaintenanceMetrics, TelemetryMetrics
+from memoryd.ops.scheduler import add_cluster_jobs
+from memoryd.ops.telemetry import ClusterTelemetry
+from memoryd.settings import Settings
+from processors.schema import ConsolidationBackend
+from store.write.cluster_jobs import ClusterJobs
+from store.write.freshness import FreshnessProbe
+
+
+def kafka_admin(settings: Settings) -> KafkaAdmin:
+    timeout_ms = int(settings.ops.health_timeout_s * 1000)
+
+    def make() -> KafkaAdminClient:
+        return KafkaAdminClient(
+            bootstrap_servers=settings.kafka.bootstrap_servers,
+            client_id="memoryd-ops",
+            request_timeout_ms=max(timeout_ms, 1000),
+            bootstrap_timeout_ms=max(timeout_ms, 1000),
+            reconnect_backoff_max_ms=2000,
+        )
+
+    return KafkaAdmin(make)
+
+
+def postgres_check(c: wiring.Core) -> Check:
+    timeout = c.settings.ops.health_timeout_s
+
+    def probe() -> None:
+        with c.pool.connection(timeout=timeout) as conn:
+            conn.execute("SELECT 1")
+
+    return Check("postgres", probe)
+
+
+def dependency_checks(c: wiring.Core, admin: KafkaAdmin, *, chroma: bool) -> list[Check]:
+    checks = [postgres_check(c), Check("kafka", admin.ping)]
+    if chroma:
+        checks.append(Check("chroma", c.index.count, Role.DEGRADES))
+    return checks
+
+
+@contextmanager
+def ops_port(
+    c: wiring.Core,
+    port: int,
+    checks: Sequence[Check],
+    consumer: ConsumerLiveness | None = None,
+) -> Iterator[HealthMonitor]:
+    """The health monitor, and the metrics/health port when metrics are enabled."""
+    monitor = HealthMonitor(checks, c.settings.ops, HealthMetrics(c.registry), consumer).start()
+    server = None
+    if c.settings.metrics.enabled and port:
+        server = OpsServer(c.settings.metrics.host, port, c.registry, monitor).start()
+    try:
+        yield monitor
+    finally:
+        if server is not None:
+            server.stop()
+        monitor.stop()
+
+
+def run_log_writer(c: wiring.Core, stop: threading.Event) -> None:
+    admin = kafka_admin(c.settings)
+    writer = wiring.log_writer(c)
+    checks = dependency_checks(c, admin, chroma=False)
+    try:
+        with ops_port(c, c.settings.metrics.log_writer_port, checks, writer.liveness):
+            writer.run(stop)
+    finally:
+        admin.close()
+
+
+def cluster_telemetry(c: wiring.Core, admin: KafkaAdmin, jobs: ClusterJobs) -> ClusterTelemetry:
+    k = c.settings.kafka
+    lag = ConsumerLagProbe(
+        admin, k.topic, {"log-writer": k.log_writer_group, "processor": k.processor_group}
+    )
+    metrics = TelemetryMetrics(c.registry, expire_s=3 * c.settings.ops.telemetry_every_s)
+    return ClusterTelemetry(FreshnessProbe(c.pool), lag, jobs, metrics, c.clock)
+
+
+def run_processor(
+    c: wiring.Core, stop: threading.Event, backend: ConsolidationBackend | None = None
+) -> None:
+    s = c.settings
+    admin = kafka_admin(s)
+    processor = wiring.processor(c, backend)
+    jobs = ClusterJobs(c.pool, c.clock)
+    maintenance = None
+    if s.maintenance.enabled:
+        maintenance = MaintenanceRunner(c, s.maintenance, MaintenanceMetrics(c.registry))
+    checks = dependency_checks(c, admin, chroma=True)
+    try:
+        with ops_port(c, s.metrics.processor_port, checks, processor.liveness):
+            scheduler = start_scheduler(c)
+            add_cluster_jobs(
+                scheduler,
+                jobs,
+                cluster_telemetry(c, admin, jobs),
+                s.ops.telemetry_every_s,
+                maintenance,
+                s.maintenance.every_s,
+            )
+            try:
+                processor.run(stop)
+            finally:
+                scheduler.shutdown(wait=False)
+    finally:
+        admin.close()
+
+
+def run_api(c: wiring.Core) -> None:
+    """uvicorn until SIGTERM; /healthz and /readyz on the API port and the metrics port."""
+    import uvicorn  # noqa: PLC0415 - api process only
+
+    s = c.settings
+    admin = kafka_admin(s)
+    checks = dependency_checks(c, admin, chroma=True)
+    try:
+        with ops_port(c, s.metrics.api_port, checks) as monitor, wiring.api_app(c, monitor) as app:
+            uvicorn.run(app, host=s.api.host, port=s.api.port, log_config=None)
+    finally:
+        admin.close()

@@ -1,0 +1,74 @@
+"""Cluster telemetry: freshness, consumer lag and cluster-job ages, measured by one process.
+
+Measured once per `telemetry_every_s` in the whole cluster (see store.write.cluster_jobs):
+these are properties of the cluster, not of a process, and N processors asking the brokers
+and Postgres the same question every few seconds would only add load.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from consumers.lag import ConsumerLagProbe, KafkaUnavailable
+from memoryd.ops.metrics import TelemetryMetrics
+from store.errors import StoreError
+from store.write.cluster_jobs import ClusterJobs
+from store.write.freshness import FreshnessProbe
+
+log = logging.getLogger(__name__)
+TELEMETRY_JOB = "telemetry"
+
+
+class ClusterTelemetry:
+    def __init__(
+        self,
+        freshness: FreshnessProbe,
+        lag: ConsumerLagProbe,
+        jobs: ClusterJobs,
+        metrics: TelemetryMetrics,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._freshness = freshness
+        self._lag = lag
+        self._jobs = jobs
+        self._metrics = metrics
+        self._clock = clock
+
+    def measure(self) -> None:
+        """Publish what can be measured; a part that fails is counted and left to expire."""
+        m = self._metrics
+        ok = True
+        try:
+            fresh = self._freshness.measure()
+            m.freshness.publish({(): fresh.oldest_pending_age_s})
+            m.pending.publish({(): float(fresh.pending)})
+            m.parked.publish({(): float(fresh.parked)})
+            self._publish_jobs()
+        except StoreError as e:
+            ok = False
+            m.measurements.labels("postgres_failed").inc()
+            log.warning("freshness not measured: %s", e)
+        try:
+            lags = self._lag.measure()
+            m.lag.publish({(x.consumer, str(x.partition)): float(x.lag) for x in lags})
+        except KafkaUnavailable as e:
+            ok = False
+            m.measurements.labels("kafka_failed").inc()
+            log.warning("consumer lag not measured: %s", e)
+        if ok:
+            m.measurements.labels("ok").inc()
+
+    def _publish_jobs(self) -> None:
+        now = self._clock()
+        ages: dict[tuple[str, ...], float] = {}
+        failed: dict[tuple[str, ...], float] = {}
+        for state in self._jobs.states():
+            if state.job == TELEMETRY_JOB:
+                continue
+            failed[(state.job,)] = 1.0 if state.last_outcome == "failed" else 0.0
+            if state.last_outcome == "succeeded" and state.last_finished_at is not None:
+                ages[(state.job,)] = max(0.0, (now - state.last_finished_at).total_seconds())
+        self._metrics.job_age.publish(ages)
+        self._metrics.job_failed.publish(failed)

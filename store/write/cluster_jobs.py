@@ -1,0 +1,109 @@
+"""Jobs that run once per cluster: a Postgres advisory lock and the time of the last run.
+
+Every processor schedules every cluster job. A tick takes the job's advisory lock with
+try-lock (a process that does not get it skips the tick), then runs the job only if no
+process in the cluster started it less than its interval ago (`scheduled_jobs`). So N
+processors run a job once per interval, never twice at once, and a crashed owner is replaced
+on the next tick of any other.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Generic, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from store.errors import DatabaseUnavailable
+from store.postgres import transaction
+
+JOB_LOCK_NAMESPACE = 0x4A4F42  # "JOB": apart from the user locks ("MEM") and the index drain
+_T = TypeVar("_T")
+
+
+def job_lock_key(job: str) -> int:
+    return (JOB_LOCK_NAMESPACE << 32) | zlib.crc32(job.encode())
+
+
+@dataclass(frozen=True)
+class JobOutcome(Generic[_T]):
+    ran: bool
+    result: _T | None = None
+    skipped: str = ""  # why not: "locked" (another process runs it) or "not due"
+
+
+@dataclass(frozen=True)
+class JobState:
+    job: str
+    last_started_at: datetime
+    last_finished_at: datetime | None
+    last_outcome: str | None
+
+
+class ClusterJobs:
+    def __init__(self, pool: ConnectionPool, clock: Callable[[], datetime]) -> None:
+        self._pool = pool
+        self._clock = clock
+
+    def run_if_due(
+        self, job: str, every: timedelta, fn: Callable[[], _T], *, force: bool = False
+    ) -> JobOutcome[_T]:
+        """Run `fn` if this process gets the lock and the job is due (or `force`)."""
+        try:
+            with self._pool.connection() as conn:
+                conn.autocommit = True
+                key = job_lock_key(job)
+                got = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+                if not got or not got[0]:
+                    return JobOutcome(ran=False, skipped="locked")
+                try:
+                    return self._run_locked(job, every, fn, force=force)
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                    conn.autocommit = False
+        except psycopg.OperationalError as e:
+            raise DatabaseUnavailable(str(e)) from e
+
+    def _run_locked(
+        self, job: str, every: timedelta, fn: Callable[[], _T], *, force: bool
+    ) -> JobOutcome[_T]:
+        now = self._clock()
+        with transaction(self._pool) as conn:
+            row = conn.execute(
+                "SELECT last_started_at FROM scheduled_jobs WHERE job = %s", (job,)
+            ).fetchone()
+            if row is not None and not force and now - row[0] < every:
+                return JobOutcome(ran=False, skipped="not due")
+            conn.execute(
+                "INSERT INTO scheduled_jobs (job, last_started_at) VALUES (%s, %s)"
+                " ON CONFLICT (job) DO UPDATE SET last_started_at = EXCLUDED.last_started_at,"
+                " last_finished_at = NULL, last_outcome = 'running', last_error = NULL",
+                (job, now),
+            )
+        try:
+            result = fn()
+        except BaseException as e:
+            self._finish(job, "failed", f"{type(e).__name__}: {e}")
+            raise
+        self._finish(job, "succeeded", None)
+        return JobOutcome(ran=True, result=result)
+
+    def _finish(self, job: str, outcome: str, error: str | None) -> None:
+        with transaction(self._pool) as conn:
+            conn.execute(
+                "UPDATE scheduled_jobs SET last_finished_at = %s, last_outcome = %s,"
+                " last_error = %s WHERE job = %s",
+                (self._clock(), outcome, error, job),
+            )
+
+    def states(self) -> list[JobState]:
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT job, last_started_at, last_finished_at, last_outcome"
+                " FROM scheduled_jobs ORDER BY job"
+            ).fetchall()
+        return [JobState(*r) for r in rows]

@@ -1,0 +1,97 @@
+"""How current memory is: the oldest logged event that no run has consolidated yet.
+
+An event stays pending until a run lists it in `consolidated_events`, or until a failed or
+deferred run lists it (it is then parked on the dead-letter topic for `memoryd redrive`, and
+counted apart: it waits for an operator, not for the pipeline). Both are permanent, so
+everything below the first still-pending event is settled for good, and the probe remembers
+that point as a watermark instead of scanning the whole log on every measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg_pool import ConnectionPool
+
+from store.postgres import transaction
+
+# A row may commit after rows with higher seq (identity values are taken at insert time):
+# the watermark never passes rows younger than this, so a late commit is never skipped.
+SETTLE_S = 60
+
+_FIRST_PENDING = """
+SELECT e.seq, extract(epoch FROM now() - e.recorded_at)::float8
+FROM context_events e
+WHERE e.seq > %(after)s
+  AND NOT EXISTS (
+      SELECT 1 FROM consolidated_events c
+      WHERE (c.organization_id, c.user_id, c.event_id) = (e.organization_id, e.user_id, e.event_id))
+  AND NOT EXISTS (
+      SELECT 1 FROM consolidation_runs r
+      WHERE (r.organization_id, r.user_id) = (e.organization_id, e.user_id)
+        AND r.status <> 'succeeded' AND r.input_event_ids @> ARRAY[e.event_id])
+ORDER BY e.seq
+LIMIT 1
+"""
+
+_PENDING_COUNT = """
+SELECT count(*) FROM context_events e
+WHERE e.seq >= %(from)s
+  AND NOT EXISTS (
+      SELECT 1 FROM consolidated_events c
+      WHERE (c.organization_id, c.user_id, c.event_id) = (e.organization_id, e.user_id, e.event_id))
+  AND NOT EXISTS (
+      SELECT 1 FROM consolidation_runs r
+      WHERE (r.organization_id, r.user_id) = (e.organization_id, e.user_id)
+        AND r.status <> 'succeeded' AND r.input_event_ids @> ARRAY[e.event_id])
+"""
+
+_SETTLED_MAX = """
+SELECT coalesce(max(seq), %(after)s) FROM context_events
+WHERE seq > %(after)s AND recorded_at < now() - make_interval(secs => %(settle)s)
+"""
+
+_PARKED = """
+SELECT count(*) FROM (
+    SELECT DISTINCT r.organization_id, r.user_id, id
+    FROM consolidation_runs r, unnest(r.input_event_ids) AS id
+    WHERE r.status <> 'succeeded'
+      AND EXISTS (
+          SELECT 1 FROM context_events e
+          WHERE (e.organization_id, e.user_id, e.event_id) = (r.organization_id, r.user_id, id))
+      AND NOT EXISTS (
+          SELECT 1 FROM consolidated_events c
+          WHERE (c.organization_id, c.user_id, c.event_id) = (r.organization_id, r.user_id, id))
+) parked
+"""
+
+
+@dataclass(frozen=True)
+class Freshness:
+    oldest_pending_age_s: float  # 0 when nothing waits
+    pending: int  # logged, waiting for the pipeline (parked ones not included)
+    parked: int  # logged, not consolidated, listed by a failed or deferred run
+
+
+class FreshnessProbe:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        self._watermark = 0
+
+    def measure(self) -> Freshness:
+        with transaction(self._pool) as conn:
+            first = conn.execute(_FIRST_PENDING, {"after": self._watermark}).fetchone()
+            settled_row = conn.execute(
+                _SETTLED_MAX, {"after": self._watermark, "settle": SETTLE_S}
+            ).fetchone()
+            settled = int(settled_row[0]) if settled_row else self._watermark
+            if first is not None:
+                settled = min(settled, int(first[0]) - 1)
+            pending_row = conn.execute(_PENDING_COUNT, {"from": self._watermark + 1}).fetchone()
+            parked_row = conn.execute(_PARKED).fetchone()
+        self._watermark = max(self._watermark, settled)
+        return Freshness(
+            oldest_pending_age_s=max(0.0, float(first[1])) if first else 0.0,
+            pending=int(pending_row[0]) if pending_row else 0,
+            parked=int(parked_row[0]) if parked_row else 0,
+        )

@@ -1,0 +1,126 @@
+"""What the maintenance jobs read and write beyond one user's memory: which memories to
+visit, the retention of read audit rows, and the cluster-level record of every job run."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from domain.ids import MemoryKey
+from store.postgres import transaction
+
+
+@dataclass(frozen=True)
+class MaintenanceRunRow:
+    run_id: uuid.UUID
+    job: str
+    started_at: datetime
+    outcome: str
+    users: int
+    changes: Mapping[str, int]
+    parameters: Mapping[str, Any]
+    error: str | None = None
+
+
+class MaintenanceQueries:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+
+    def lifecycle_candidates(
+        self, *, active_before: datetime, stale_before: datetime
+    ) -> list[MemoryKey]:
+        """Memories with a fact some lifecycle rule may apply to (the rules decide exactly).
+
+        Open loops are always candidates: their due date is in their text.
+        """
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT organization_id, user_id FROM memory_facts WHERE NOT pinned AND ("
+                " (status = 'active' AND (fact_type = 'open_loop'"
+                "   OR greatest(created_at, coalesce(last_reinforced_at, created_at)) <= %s))"
+                " OR (status = 'stale' AND updated_at <= %s))"
+                " ORDER BY organization_id, user_id",
+                (active_before, stale_before),
+            ).fetchall()
+        return [MemoryKey(*r) for r in rows]
+
+    def memories(self, organization_id: str | None = None) -> list[MemoryKey]:
+        """Every memory that has a state or a run, in one organization or all of them."""
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT organization_id, user_id FROM user_memory"
+                " WHERE %(org)s::text IS NULL OR organization_id = %(org)s"
+                " UNION SELECT organization_id, user_id FROM consolidation_runs"
+                " WHERE %(org)s::text IS NULL OR organization_id = %(org)s"
+                " ORDER BY 1, 2",
+                {"org": organization_id},
+            ).fetchall()
+        return [MemoryKey(*r) for r in rows]
+
+    def duplicate_candidates(self, changed_since: datetime | None) -> list[MemoryKey]:
+        """Memories with two active facts or more, one of them changed since the last sweep."""
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT organization_id, user_id FROM memory_facts WHERE status = 'active'"
+                " GROUP BY organization_id, user_id HAVING count(*) > 1"
+                " AND (%(since)s::timestamptz IS NULL OR max(updated_at) >= %(since)s)"
+                " ORDER BY organization_id, user_id",
+                {"since": changed_since},
+            ).fetchall()
+        return [MemoryKey(*r) for r in rows]
+
+    def delete_context_logs(self, before: datetime, batch: int = 10_000) -> int:
+        """Delete read audit rows older than `before`, a batch per transaction."""
+        total = 0
+        while True:
+            with transaction(self._pool) as conn:
+                deleted = conn.execute(
+                    "DELETE FROM context_logs WHERE log_id IN (SELECT log_id FROM context_logs"
+                    " WHERE created_at < %s LIMIT %s)",
+                    (before, batch),
+                ).rowcount
+            total += deleted
+            if deleted < batch:
+                return total
+
+    def record_run(self, row: MaintenanceRunRow) -> None:
+        with transaction(self._pool) as conn:
+            conn.execute(
+                "INSERT INTO maintenance_runs (run_id, job, started_at, outcome, users, changes,"
+                " parameters, error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (run_id) DO NOTHING",
+                (
+                    row.run_id,
+                    row.job,
+                    row.started_at,
+                    row.outcome,
+                    row.users,
+                    Jsonb(dict(row.changes)),
+                    Jsonb(dict(row.parameters)),
+                    row.error,
+                ),
+            )
+
+    def last_success(self, job: str) -> datetime | None:
+        with transaction(self._pool) as conn:
+            row = conn.execute(
+                "SELECT max(started_at) FROM maintenance_runs"
+                " WHERE job = %s AND outcome = 'succeeded'",
+                (job,),
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def runs(self, job: str | None = None) -> list[MaintenanceRunRow]:
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT run_id, job, started_at, outcome, users, changes, parameters, error"
+                " FROM maintenance_runs WHERE %(job)s::text IS NULL OR job = %(job)s ORDER BY seq",
+                {"job": job},
+            ).fetchall()
+        return [MaintenanceRunRow(*r) for r in rows]

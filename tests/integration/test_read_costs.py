@@ -1,0 +1,63 @@
+"""A read's costs in the ledger: the query embedding and the query rewrite, once per turn."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from domain.ids import MemoryKey
+from domain.model import TokenUsage
+from memoryd import wiring
+from store.read.background import BatchWriter
+from store.read.context_service import ContextService
+from store.read.injection import InjectionCache
+from store.read.query_rewrite import TimeBoundRewriter
+from store.read.read_ledger import ReadLedger
+from tests.support.builders import make_fact
+from tests.support.deployment import Deployment, seed_core
+
+pytestmark = pytest.mark.integration
+ADA = MemoryKey("org-a", "ada")
+
+
+def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deployment) -> None:
+    settings = deployment.settings
+    deployment.settings = settings.model_copy(
+        update={"read_path": settings.read_path.model_copy(update={"rewrite": "gemini"})}
+    )
+
+    def check(c: wiring.Core) -> None:
+        seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
+        reads = wiring.read_model(c)
+        rewriter = TimeBoundRewriter(
+            lambda q: ("coffee preferences of Ada", TokenUsage(40, 8)), timeout_s=5.0
+        )
+        service = ContextService(
+            reads,
+            c.index,
+            c.clock,
+            cache=InjectionCache(reads),
+            rewriter=rewriter,
+            charges=wiring.read_charges(c),
+            ledger=BatchWriter("read-costs", ReadLedger(c.pool).write),
+        )
+        turn = uuid.uuid4()
+        try:
+            for _ in range(2):  # a client retrying the same turn
+                service.assemble(ADA, "how does she take it?", log_id=turn)
+            service.assemble(ADA, "and tea?")
+        finally:
+            service.close()
+            rewriter.close()
+
+    deployment.with_core(check)
+    rows = deployment.query(
+        "SELECT operation, model, units, organization_id FROM credit_ledger"
+        " WHERE user_id = 'ada' AND run_id IS NULL ORDER BY operation, occurred_at"
+    )
+    embeddings = [r for r in rows if r[0] == "embedding"]
+    rewrites = [r for r in rows if r[0] == "llm"]
+    assert len(embeddings) == 2  # two turns, the retried one booked once
+    assert {r[1] for r in embeddings} == {"all-MiniLM-L6-v2-onnx-int8"}
+    assert rewrites == [("llm", "gemini-2.5-flash-lite", 48, "org-a")] * 2
