@@ -83,7 +83,11 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             legacy_rows(conn)
         assert [m.name for m in migrate(pool, target=4)] == ["tenancy"]
         # Later migrations apply on top of the tenancy schema.
-        assert [m.name for m in migrate(pool)] == ["discarded_runs", "fact_time_and_subject", "operations"]
+        assert [m.name for m in migrate(pool)] == [
+            "discarded_runs",
+            "fact_time_and_subject",
+            "operations",
+        ]
     finally:
         pool.close()
     with psycopg.connect(fresh_database) as conn:
