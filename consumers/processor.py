@@ -1,15 +1,11 @@
 """The MemoryProcessor consumer: per-memory batches, concurrent flushes, safe offsets.
 
-One thread owns the Kafka consumer (kafka-python's consumer is not thread-safe): it polls,
-buffers events per memory (organization, user), hands ready memories to a thread pool,
-collects results, and commits per partition the offset below the earliest record not yet
-done. A memory is never flushed twice at once: while a batch is in flight or waiting for a
-retry, newer events wait. A memory's tombstone drops what is buffered of it.
-
-kafka-python runs the rebalance listener on its own IO thread, where a blocking call into the
-consumer (a synchronous commit) raises. So a revocation settles what already finished,
-commits asynchronously, and leaves batches still running as orphans: their effect is durable
-and idempotent, the partition's new owner re-reads their records and finds them consumed.
+One thread owns the (not thread-safe) Kafka consumer: it polls, buffers events per memory,
+hands ready memories to a thread pool, collects results, and commits per partition the offset
+below the earliest record not done. A memory is never flushed twice at once; its tombstone drops
+what is buffered of it. Rebalance callbacks run on kafka-python's IO thread, where a blocking
+commit raises: a revocation commits asynchronously and leaves running batches as orphans, whose
+idempotent effect the partition's new owner finds when it re-reads their records.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from apscheduler.schedulers.background import BackgroundScheduler
 from chromadb.api import ClientAPI
 from fastapi import FastAPI
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
@@ -28,6 +27,7 @@ from consumers.processor import MemoryProcessor
 from domain.ids import MemoryKey, SubjectHasher
 from domain.model import LedgerEntry
 from domain.ports import Clock
+from memoryd.api.cache_sweep import cache_sweeper
 from memoryd.erasure import Eraser
 from memoryd.ops.health import HealthMonitor
 from memoryd.ops.metrics import PriceMetrics
@@ -377,26 +377,10 @@ def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
             deps = ApiDependencies(
                 service, read_model(c), pub, tokens, eraser(c, pub, on_erased=service.forget)
             )
-            sweeper = _cache_sweeper(service, c.settings.read_path.cache_sweep_s)
+            sweeper = cache_sweeper(service, c.settings.read_path.cache_sweep_s)
             try:
                 yield create_app(deps, c.registry, on_shutdown=service.close, health=health)
             finally:
                 sweeper.shutdown(wait=False)
     finally:
         pub.close()
-
-
-def _cache_sweeper(service: ContextService, every_s: float) -> BackgroundScheduler:
-    """Drop cached injections of memories erased or changed by another process, every
-    `every_s`: the bound on how long erased content stays in this process's memory."""
-    scheduler = BackgroundScheduler(timezone="UTC")
-    scheduler.add_job(
-        service.sweep_cache,
-        "interval",
-        seconds=every_s,
-        id="injection-cache-sweep",
-        max_instances=1,
-        coalesce=True,
-    )
-    scheduler.start()
-    return scheduler
