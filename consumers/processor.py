@@ -4,8 +4,7 @@ One thread owns the (not thread-safe) Kafka consumer: it polls, buffers events p
 hands ready memories to a thread pool, collects results, and commits per partition the offset
 below the earliest record not done. A memory is never flushed twice at once; its tombstone drops
 what is buffered of it. Rebalance callbacks run on kafka-python's IO thread, where a blocking
-commit raises: a revocation commits asynchronously and leaves running batches as orphans, whose
-idempotent effect the partition's new owner finds when it re-reads their records.
+commit raises: a revocation commits asynchronously and leaves running batches as orphans.
 """
 
 from __future__ import annotations
