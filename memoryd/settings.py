@@ -78,6 +78,8 @@ class ReadPathSettings(BaseModel):
     """The read path: injection cache, background writers, optional query rewrite."""
 
     cache_max_users: int = Field(default=10_000, ge=1)
+    # Memories' fact vectors held for dense retrieval: 1 GiB is 700k facts of 384 dimensions.
+    dense_cache_mb: int = Field(default=1024, ge=1)
     writer_queue: int = Field(default=10_000, ge=1)
     writer_batch: int = Field(default=500, ge=1)
     writer_max_delay_s: float = Field(default=0.2, gt=0)

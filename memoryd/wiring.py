@@ -37,6 +37,7 @@ from store.embeddings import CachingEmbedder, MiniLmEmbedder
 from store.postgres import make_pool
 from store.read.background import BatchWriter, WriterSettings
 from store.read.context_service import ContextService
+from store.read.dense import DenseCache, DenseReads, DenseSearch
 from store.read.fact_queries import PostgresReadModel
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import TimeBoundRewriter
@@ -65,6 +66,8 @@ class Core:
     registry: CollectorRegistry
     metrics: PipelineMetrics
     clock: Callable[[], datetime]
+    # One per process, shared by every read path in it: a memory's vectors are fetched once.
+    dense_cache: DenseCache
 
 
 @contextmanager
@@ -96,6 +99,7 @@ def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Itera
                 registry=registry,
                 metrics=PipelineMetrics(registry),
                 clock=clock,
+                dense_cache=DenseCache(settings.read_path.dense_cache_mb * 2**20),
             )
         finally:
             index.close()
@@ -263,6 +267,7 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
         audit=BatchWriter("context-log", reads.write_context_logs, writer, **hooks),
         recalls=BatchWriter("recall-counts", reads.record_recalls, writer, **hooks),
         metrics=metrics,
+        dense=DenseSearch(DenseReads(c.pool), c.index, c.embedder, c.dense_cache),
     )
 
 

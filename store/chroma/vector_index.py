@@ -313,7 +313,7 @@ class ChromaVectorIndex:
         stored = self.embeddings(fact_ids)
         if not stored:
             return [], {}
-        ids = list(stored)
+        ids = sorted(stored, key=str)  # ties rank by fact id, as in the cached search
         (query,) = self._embedder.embed([text])
         similarity = np.stack([stored[i] for i in ids]) @ query
         best = np.argsort(-similarity, kind="stable")[:n]

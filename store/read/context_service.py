@@ -25,6 +25,7 @@ from domain.ports import Vector
 from store.chroma.vector_index import VectorHit
 from store.errors import StoreError, VectorIndexUnavailable
 from store.read.background import BatchWriter
+from store.read.dense import DenseSearch
 from store.read.fact_queries import ContextLogRow, Injection, PostgresReadModel, Recall, Scope
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import Rewrite, RewriteOutcome
@@ -61,7 +62,7 @@ class RetrievalIndex(Protocol):
         context_types: Sequence[str] = (),
     ) -> list[VectorHit]: ...
 
-    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]: ...
+    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Vector]: ...
 
     def score(
         self, text: str, fact_ids: Sequence[uuid.UUID], n: int
@@ -146,9 +147,11 @@ class ContextService:
         audit: BatchWriter[ContextLogRow] | None = None,
         recalls: BatchWriter[Recall] | None = None,
         metrics: ReadPathMetrics | None = None,
+        dense: DenseSearch | None = None,
     ) -> None:
         self._reads = reads
         self._index = index
+        self._dense_search = dense
         self._clock = clock
         self._cache = cache or InjectionCache(reads)
         self._rewriter = rewriter
@@ -197,7 +200,9 @@ class ContextService:
             if _in_scope(f, connections)
             and (organization_id is None or f.organization_id == organization_id)
         ]
-        found = self._retrieve(scope, rewrite.query, PROFILES[budget], pinned, watch)
+        found = self._retrieve(
+            scope, injection.state.version, rewrite.query, PROFILES[budget], pinned, watch
+        )
         bundle = ContextBundle(
             user_id=user_id,
             memory_version=injection.state.version,
@@ -227,28 +232,21 @@ class ContextService:
     # -- retrieval ------------------------------------------------------------------------
 
     def _dense(
-        self, scope: Scope, text: str, pool: int
-    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]:
-        """Exact search over the user's facts when they are few, else Chroma's filtered ANN.
+        self, scope: Scope, version: int, text: str, pool: int
+    ) -> tuple[list[VectorHit], Mapping[uuid.UUID, Vector]]:
+        """Exact search over the user's facts in scope; the vectors come back for MMR.
 
-        The exact path also returns the vectors it fetched, so MMR does not fetch them again.
+        With a `DenseSearch` the memory's matrix is cached per version (one Chroma fetch per
+        consolidation); without one, the user's vectors are fetched by id on every call.
         """
-        candidates = self._reads.indexed_ids(scope, EXACT_SEARCH_MAX_FACTS + 1)
-        if len(candidates) <= EXACT_SEARCH_MAX_FACTS:
-            return self._index.score(text, candidates, pool)
-        hits = self._index.query(
-            user_id=scope.user_id,
-            text=text,
-            connection_ids=scope.connection_ids,
-            n=pool,
-            statuses=scope.statuses,
-            context_types=scope.context_types,
-        )
-        return hits, {}
+        if self._dense_search is not None:
+            return self._dense_search.search(scope, version, text, pool)
+        return self._index.score(text, self._reads.indexed_ids(scope), pool)
 
     def _retrieve(
         self,
         scope: Scope,
+        version: int,
         text: str,
         profile: BudgetProfile,
         pinned: Sequence[Fact],
@@ -256,7 +254,7 @@ class ContextService:
     ) -> _Found:
         degraded: str | None = None
         try:
-            hits, known_vectors = self._dense(scope, text, profile.pool)
+            hits, known_vectors = self._dense(scope, version, text, profile.pool)
         except VectorIndexUnavailable as e:
             hits, known_vectors, degraded = [], {}, f"vector index unavailable: {e}"
         watch.lap("dense")
@@ -294,7 +292,9 @@ class ContextService:
             sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0]))), rows, pinned
         )
         wanted = [*pinned_ids, *(k for k, _ in ordered)]
-        vectors = {k: known_vectors[k] for k in wanted if k in known_vectors}
+        vectors: dict[uuid.UUID, Vector] = {
+            k: known_vectors[k] for k in wanted if k in known_vectors
+        }
         missing = [k for k in wanted if k not in vectors]
         if not degraded and missing:
             try:
@@ -363,9 +363,6 @@ class ContextService:
 
 
 CONNECTIONS_KEY = "Connections"
-# Up to this many facts in scope, dense retrieval scores them all exactly (a get by id and one
-# matrix product); beyond it, Chroma's filtered ANN query is cheaper than fetching them.
-EXACT_SEARCH_MAX_FACTS = 1_000
 
 
 def scoped_scaffold(scaffold: Mapping[str, Any], connection_ids: Sequence[str]) -> dict[str, Any]:
