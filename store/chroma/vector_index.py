@@ -227,6 +227,20 @@ class ChromaVectorIndex:
             )
         return len(fresh)
 
+    def upsert_embedded(self, facts: Sequence[Fact], vectors: Sequence[Vector]) -> None:
+        """Index facts with vectors computed elsewhere (a bulk load, a rebuild from a dump)."""
+        if len(facts) != len(vectors):
+            raise ValueError(f"{len(facts)} facts but {len(vectors)} vectors")
+        with _translated("upsert"):
+            collection = self._get_collection()
+            for chunk in _chunks(list(range(len(facts))), self._max_batch_size()):
+                collection.upsert(
+                    ids=[str(facts[i].fact_id) for i in chunk],
+                    embeddings=np.stack([vectors[i] for i in chunk]),
+                    documents=[facts[i].content for i in chunk],
+                    metadatas=[_as_metadata(facts[i]) for i in chunk],
+                )
+
     def update_status(self, statuses: Mapping[uuid.UUID, FactStatus]) -> None:
         items = list(statuses.items())
         if not items:
