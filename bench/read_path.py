@@ -116,7 +116,7 @@ class Results:
     rss_mb: list[tuple[int, float]]
 
 
-def _requests(users: Sequence[str], samples: int, seed: int) -> list[tuple[str, str, str]]:
+def sample_requests(users: Sequence[str], samples: int, seed: int) -> list[tuple[str, str, str]]:
     """(user, active connection, query) triples, the same for the same seed."""
     rng = random.Random(seed)
     out = []
@@ -147,7 +147,7 @@ def measure_tier(
     service: ContextService, users: Sequence[str], facts: int, per_user: int, samples: int,
     seed: int, out: Results,
 ) -> None:  # fmt: skip
-    requests = _requests(users, samples, seed)
+    requests = sample_requests(users, samples, seed)
     first = list({r[0]: r for r in requests}.values())
     _, first_laps = _assemble(service, first, Budget.BALANCED)
     out.first_read.append((facts, per_user, Latencies.of(first_laps["dense"])))

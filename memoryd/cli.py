@@ -149,11 +149,9 @@ def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
         # From stdin, so the token stays out of shell history and the process list.
         print(hash_token(sys.stdin.readline().strip()))
         return 0
-    import uvicorn  # noqa: PLC0415
+    from memoryd.api.serve import serve  # noqa: PLC0415 - the API process only
 
-    with wiring.core(settings) as c, wiring.api_app(c) as app:
-        wiring.serve_metrics(settings, c.registry, settings.metrics.api_port)
-        uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None)
+    serve(settings)
     return 0
 
 

@@ -91,6 +91,8 @@ class ReadPathSettings(BaseModel):
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8080
+    # Worker processes sharing the port (see memoryd.api.serve): one per core measured best.
+    workers: int = Field(default=2, ge=1)
     # sha256 (hex) of each bearer token -> the organization it acts for. Only digests are
     # configured, so neither the settings file nor the environment holds a usable secret.
     tokens: dict[str, str] = Field(default_factory=dict)
