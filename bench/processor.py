@@ -39,6 +39,7 @@ import psycopg
 
 from bench import services
 from consumers.indexer import FactIndexer
+from consumers.settings import ProcessorSettings
 from domain.model import FactType, TokenUsage
 from memoryd import wiring
 from memoryd.settings import (
@@ -46,7 +47,6 @@ from memoryd.settings import (
     KafkaSettings,
     MetricsSettings,
     PostgresSettings,
-    ProcessorTuning,
     Settings,
 )
 from processors.schema import (
@@ -193,7 +193,7 @@ def settings_for(
             # A flush holds one connection for the user's lock and uses a second meanwhile.
             "postgres": PostgresSettings(dsn=dsn, pool_max_size=max(12, 2 * concurrency + 4)),
             "chroma": ChromaSettings(mode="http", url=ends.chroma_url, collection=collection),
-            "processor": ProcessorTuning(
+            "processor": ProcessorSettings(
                 max_batch=batch, max_wait_s=0.2, concurrency=concurrency, backoff_base_s=0.1
             ),
             "metrics": MetricsSettings(enabled=False),

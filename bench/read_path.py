@@ -42,7 +42,8 @@ from bench.locomo.metrics import markdown_table
 from memoryd import wiring
 from memoryd.settings import ChromaSettings, MetricsSettings, Settings
 from store.embeddings import MiniLmEmbedder
-from store.read.context_service import Budget, ContextService
+from store.read.context_service import ContextService
+from store.read.ranking import Budget
 
 LOAD_BATCH = 20_000
 

@@ -31,7 +31,7 @@ from memoryd.dev.kafka import LocalKafka
 from memoryd.dev.postgres import LocalPostgres
 from memoryd.dev.stack import DevPorts, DevStack
 from memoryd.settings import Settings
-from store.chroma.vector_index import close_client, http_client
+from store.chroma import close_client, http_client
 from store.migrate import migrate
 from store.postgres import make_pool
 

@@ -27,7 +27,7 @@ from domain.ids import fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from domain.ports import Embedder, Vector
 from memoryd import wiring
-from store.chroma.vector_index import ChromaVectorIndex, close_client, http_client
+from store.chroma import ChromaVectorIndex, close_client, http_client
 
 ORGANIZATION = "bench-org"
 CONNECTIONS_PER_USER = 2

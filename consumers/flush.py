@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from consumers.indexer import FactIndexer, IndexQueue
-from consumers.metrics import PipelineMetrics
+from consumers.indexer import IndexQueue
+from consumers.observers import FlushObserver
 from domain.ids import run_id_for
-from domain.model import FactStatus, MemoryState, MemoryUpdate, RunRecord, RunStatus
+from domain.model import MemoryState, MemoryUpdate, RunStatus
+from domain.ports import Clock, MemoryStore
 from processors.consolidate import Consolidator, failed_run
-from processors.schema import ConsolidationBackend, ConsolidationRequest
+from processors.schema import REQUEST_STATUSES, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
-from store.write.memory_store import PostgresMemoryStore
 
 
 class BudgetPolicy(StrEnum):
@@ -55,19 +55,19 @@ class FlushResult:
 class UserFlusher:
     def __init__(
         self,
-        store: PostgresMemoryStore,
+        store: MemoryStore,
         backend: ConsolidationBackend,
         consolidator: Consolidator,
-        indexer: FactIndexer,
-        metrics: PipelineMetrics,
-        clock: Callable[[], datetime],
+        index_queue: IndexQueue,
+        observer: FlushObserver,
+        clock: Clock,
         budget_policy: BudgetPolicy = BudgetPolicy.DEFER,
     ) -> None:
         self._store = store
         self._backend = backend
         self._consolidator = consolidator
-        self._index_queue = IndexQueue(indexer, metrics)
-        self._metrics = metrics
+        self._index_queue = index_queue
+        self._observer = observer
         self._clock = clock
         self._budget_policy = budget_policy
 
@@ -86,7 +86,7 @@ class UserFlusher:
             result = self._consolidate(user_id, events, attempt)
         if result.update is not None and not result.skip_embeddings:
             self._index_queue.submit(result.update)
-        self._metrics.flush_seconds.labels(self._backend.name).observe(time.monotonic() - started)
+        self._observer.flushed(self._backend.name, time.monotonic() - started)
         return result
 
     def record_failure(
@@ -130,10 +130,10 @@ class UserFlusher:
         balance = self._store.balance(user_id)
         exhausted = balance is not None and balance <= 0
         if exhausted:
-            self._metrics.budget_actions.labels(self._budget_policy.value).inc()
+            self._observer.budget_applied(self._budget_policy.value)
             if self._budget_policy is BudgetPolicy.DEFER:
                 return self._defer(state, fresh, now, attempt, f"balance {balance} micro-USD")
-        active = tuple(self._store.facts(user_id, (FactStatus.ACTIVE, FactStatus.HELD)))
+        active = tuple(self._store.facts(user_id, REQUEST_STATUSES))
         request = ConsolidationRequest.build(state, active, fresh, now)
         run_id = run_id_for(user_id, request.event_ids)
         started = time.monotonic()
@@ -152,7 +152,7 @@ class UserFlusher:
         if exhausted:
             update = _with_budget_action(update, self._budget_policy)
         self._store.apply(update)
-        self._observe(update.run)
+        self._observer.consolidated(update.run)
         return FlushResult(
             FlushKind.CONSOLIDATED, len(fresh), run_id, update, skip_embeddings=exhausted
         )
@@ -184,20 +184,6 @@ class UserFlusher:
             )
         )
         return FlushResult(FlushKind.DEFERRED, len(fresh), run_id, reason=reason)
-
-    def _observe(self, run: RunRecord) -> None:
-        m = self._metrics
-        m.events_consolidated.inc(len(run.input_event_ids))
-        m.tokens.labels(run.backend, "prompt").inc(run.usage.prompt_tokens)
-        m.tokens.labels(run.backend, "completion").inc(run.usage.completion_tokens)
-        m.cost.labels("llm").inc(run.cost_micro_usd)
-        for verdict, count in (
-            ("allow", run.gate.allowed),
-            ("hold", run.gate.held),
-            ("discard", run.gate.discarded),
-            ("reinforce", run.gate.reinforced),
-        ):
-            m.gate_verdicts.labels(verdict).inc(count)
 
 
 def _with_budget_action(update: MemoryUpdate, policy: BudgetPolicy) -> MemoryUpdate:

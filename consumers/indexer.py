@@ -20,17 +20,16 @@ import logging
 import queue
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from itertools import groupby
 
 from consumers.errors import ConsumerError
-from consumers.metrics import PipelineMetrics
+from consumers.observers import IndexObserver
 from domain.model import Fact, LedgerEntry, MemoryUpdate
+from domain.ports import Clock, IndexOutbox, VectorIndex
 from processors.cost import PriceTable, embedding_entry
-from store.chroma.vector_index import VectorIndex
 from store.errors import StoreError
-from store.write.memory_store import PostgresMemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +37,18 @@ log = logging.getLogger(__name__)
 class FactIndexer:
     def __init__(
         self,
-        store: PostgresMemoryStore,
+        store: IndexOutbox,
         index: VectorIndex,
         prices: PriceTable,
         embedding_model: str,
-        metrics: PipelineMetrics,
-        clock: Callable[[], datetime],
+        observer: IndexObserver,
+        clock: Clock,
     ) -> None:
         self._store = store
         self._index = index
         self._prices = prices
         self._model = embedding_model
-        self._metrics = metrics
+        self._observer = observer
         self._clock = clock
 
     def index_changes(self, update: MemoryUpdate) -> int:
@@ -76,7 +75,7 @@ class FactIndexer:
             total += done
             if done == 0:
                 break  # another indexer got them first, or only stale versions were read
-        self._metrics.pending_index.set(self._store.pending_count())
+        self._observer.pending(self._store.pending_count())
         return total
 
     def _index_facts(self, facts: Sequence[Fact]) -> int:
@@ -91,8 +90,7 @@ class FactIndexer:
             return booked
 
         marked = self._store.mark_indexed(facts, now, ledger_for)
-        self._metrics.facts_indexed.inc(embedded)
-        self._metrics.cost.labels("embedding").inc(sum(e.cost_micro_usd for e in booked))
+        self._observer.indexed(embedded, sum(e.cost_micro_usd for e in booked))
         return len(marked)
 
     def _entries(self, facts: Sequence[Fact], at: datetime) -> list[LedgerEntry]:
@@ -124,11 +122,9 @@ def _group_key(fact: Fact) -> tuple[str, str]:
 class IndexQueue:
     """What committed runs changed, indexed in one background thread, coalesced."""
 
-    def __init__(
-        self, indexer: FactIndexer, metrics: PipelineMetrics, max_facts: int = 256
-    ) -> None:
+    def __init__(self, indexer: FactIndexer, observer: IndexObserver, max_facts: int = 256) -> None:
         self._indexer = indexer
-        self._metrics = metrics
+        self._observer = observer
         self._max_facts = max_facts
         self._queue: queue.SimpleQueue[list[uuid.UUID] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -184,5 +180,5 @@ class IndexQueue:
         except StoreError as e:
             # Chroma, the embedder or Postgres failing leaves the facts with indexed_at NULL;
             # the scheduled drain indexes them. Nothing is lost, so the queue goes on.
-            self._metrics.index_failures.inc()
+            self._observer.index_failed(len(ids))
             log.warning("indexing failed, %d fact(s) left pending: %s", len(ids), e)

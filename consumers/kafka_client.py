@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer
 from kafka.structs import OffsetAndMetadata
@@ -14,6 +14,62 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 from consumers.batching import TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+class PartitionLike(Protocol):
+    """kafka-python's TopicPartition, as the runtimes read it."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+
+class RecordLike(Protocol):
+    """kafka-python's ConsumerRecord, as the runtimes read it."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]] | None: ...
+
+
+class EventConsumer(Protocol):
+    """What the runtimes use of kafka-python's `KafkaConsumer`, which ships no types.
+
+    Partitions and offsets cross it in kafka-python's own structs (`to_kafka`, `commit`);
+    the rebalance listener is called back from inside `poll`.
+    """
+
+    def subscribe(self, topics: Sequence[str], listener: Any = None) -> None: ...
+
+    def topics(self) -> set[str]: ...
+
+    def poll(self, timeout_ms: int) -> Mapping[Any, Sequence[RecordLike]]: ...
+
+    def assignment(self) -> set[Any]: ...
+
+    def paused(self) -> set[Any]: ...
+
+    def pause(self, *partitions: Any) -> None: ...
+
+    def resume(self, *partitions: Any) -> None: ...
+
+    def seek(self, partition: Any, offset: int) -> None: ...
+
+    def commit(self, offsets: Mapping[Any, Any]) -> None: ...
+
+    def commit_async(self, offsets: Mapping[Any, Any], callback: Callable[..., None]) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -28,9 +84,9 @@ class ConsumerSettings:
     heartbeat_interval_ms: int = 3_000
 
 
-def make_consumer(settings: ConsumerSettings) -> Any:
+def make_consumer(settings: ConsumerSettings) -> EventConsumer:
     """Manual commits only: an offset is committed after its effect is durable, never before."""
-    return KafkaConsumer(
+    consumer: EventConsumer = KafkaConsumer(
         bootstrap_servers=settings.bootstrap_servers,
         group_id=settings.group_id,
         client_id=settings.client_id,
@@ -41,9 +97,10 @@ def make_consumer(settings: ConsumerSettings) -> Any:
         max_poll_interval_ms=settings.max_poll_interval_ms,
         heartbeat_interval_ms=settings.heartbeat_interval_ms,
     )
+    return consumer
 
 
-def subscribe(consumer: Any, topic: str, listener: Any | None = None) -> None:
+def subscribe(consumer: EventConsumer, topic: str, listener: Any | None = None) -> None:
     """Subscribe, then load the cluster metadata before the first poll joins the group.
 
     kafka-python 3.0.12 snapshots the subscribed topics' partitions only on a metadata update.
@@ -65,18 +122,18 @@ def to_kafka(tp: TopicPartition) -> KafkaTopicPartition:
     return KafkaTopicPartition(tp.topic, tp.partition)
 
 
-def from_kafka(tp: Any) -> TopicPartition:
+def from_kafka(tp: PartitionLike) -> TopicPartition:
     return TopicPartition(tp.topic, tp.partition)
 
 
-def commit(consumer: Any, positions: Mapping[TopicPartition, int]) -> None:
+def commit(consumer: EventConsumer, positions: Mapping[TopicPartition, int]) -> None:
     if positions:
         consumer.commit(
             {to_kafka(tp): OffsetAndMetadata(pos, "", -1) for tp, pos in positions.items()}
         )
 
 
-def commit_async(consumer: Any, positions: Mapping[TopicPartition, int]) -> None:
+def commit_async(consumer: EventConsumer, positions: Mapping[TopicPartition, int]) -> None:
     """Commit without blocking: the only kind allowed on kafka-python's IO thread, where the
     rebalance listener runs. A failure is logged when a later poll reports it."""
     if positions:

@@ -10,27 +10,29 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from consumers.dead_letter import DeadLetter, DeadLetterSink
 from consumers.decoding import Rejected, decode_event
-from consumers.kafka_client import commit, from_kafka, subscribe
+from consumers.kafka_client import EventConsumer, commit, from_kafka, subscribe
 from consumers.metrics import PipelineMetrics
+from domain.model import KafkaCoordinates
+from domain.ports import EventLog
+from domain.retry import Backoff
 from producers.contract import ContextEvent
 from store.errors import DatabaseUnavailable
-from store.write.event_log import KafkaCoordinates, PostgresEventLog
 
 log = logging.getLogger(__name__)
 CONSUMER_NAME = "log-writer"
-MAX_BACKOFF_S = 30.0
+# Postgres away: the batch is read again after this wait (domain.retry).
+OUTAGE_BACKOFF = Backoff(base_s=0.5, max_s=30.0)
 
 
 class LogWriter:
     def __init__(
         self,
-        consumer: Any,
+        consumer: EventConsumer,
         topic: str,
-        event_log: PostgresEventLog,
+        event_log: EventLog[ContextEvent],
         dead_letters: DeadLetterSink,
         metrics: PipelineMetrics,
         poll_timeout_ms: int = 500,
@@ -44,16 +46,17 @@ class LogWriter:
 
     def run(self, stop: threading.Event) -> None:
         subscribe(self._consumer, self._topic)
-        backoff = 0.5
+        failures = 0
         try:
             while not stop.is_set():
                 try:
                     self.step()
-                    backoff = 0.5
+                    failures = 0
                 except DatabaseUnavailable as e:
-                    log.warning("Postgres unavailable, retrying the batch in %.1fs: %s", backoff, e)
-                    stop.wait(backoff)
-                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                    wait = OUTAGE_BACKOFF.delay(failures)
+                    log.warning("Postgres unavailable, retrying the batch in %.1fs: %s", wait, e)
+                    stop.wait(wait)
+                    failures += 1
         finally:
             self.close()
 

@@ -1,11 +1,15 @@
 """Prometheus metrics of the consumer runtimes, registered on the registry they are given.
 
 Labels stay low-cardinality: consumer, stage, outcome, backend — never a user id.
+`PipelineMetrics` is also the Prometheus implementation of the flush and index observers
+(`consumers.observers`), so the flush and index logic never touch a metric themselves.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from domain.model import RunRecord
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -107,3 +111,36 @@ class PipelineMetrics:
             ["consumer"],
             registry=registry,
         )
+
+    # -- consumers.observers.FlushObserver ------------------------------------------------
+
+    def flushed(self, backend: str, seconds: float) -> None:
+        self.flush_seconds.labels(backend).observe(seconds)
+
+    def consolidated(self, run: RunRecord) -> None:
+        self.events_consolidated.inc(len(run.input_event_ids))
+        self.tokens.labels(run.backend, "prompt").inc(run.usage.prompt_tokens)
+        self.tokens.labels(run.backend, "completion").inc(run.usage.completion_tokens)
+        self.cost.labels("llm").inc(run.cost_micro_usd)
+        for verdict, count in (
+            ("allow", run.gate.allowed),
+            ("hold", run.gate.held),
+            ("discard", run.gate.discarded),
+            ("reinforce", run.gate.reinforced),
+        ):
+            self.gate_verdicts.labels(verdict).inc(count)
+
+    def budget_applied(self, policy: str) -> None:
+        self.budget_actions.labels(policy).inc()
+
+    # -- consumers.observers.IndexObserver ------------------------------------------------
+
+    def indexed(self, embedded: int, cost_micro_usd: int) -> None:
+        self.facts_indexed.inc(embedded)
+        self.cost.labels("embedding").inc(cost_micro_usd)
+
+    def index_failed(self, facts: int) -> None:
+        self.index_failures.inc()
+
+    def pending(self, facts: int) -> None:
+        self.pending_index.set(facts)

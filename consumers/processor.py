@@ -14,13 +14,10 @@ and idempotent, the partition's new owner re-reads their records and finds them 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Any
 
 from kafka.errors import KafkaError
 
@@ -37,6 +34,7 @@ from consumers.decoding import Rejected, decode_event
 from consumers.errors import DeadLetterError
 from consumers.flush import FlushKind, FlushResult, UserFlusher
 from consumers.kafka_client import (
+    EventConsumer,
     RevocationListener,
     commit,
     commit_async,
@@ -45,6 +43,7 @@ from consumers.kafka_client import (
     to_kafka,
 )
 from consumers.metrics import PipelineMetrics
+from consumers.settings import ProcessorSettings
 from processors.errors import BackendError, TransientBackendError
 from store.errors import (
     DatabaseUnavailable,
@@ -57,25 +56,10 @@ log = logging.getLogger(__name__)
 CONSUMER_NAME = "processor"
 
 
-@dataclass(frozen=True)
-class ProcessorSettings:
-    max_batch: int = 20
-    max_wait_s: float = 2.0
-    concurrency: int = 4
-    max_attempts: int = 4
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
-    max_buffered: int = 5_000
-    poll_timeout_ms: int = 200
-    # How long a revocation waits for running flushes. It blocks kafka-python's IO thread (and
-    # so heartbeats): keep it well below the session timeout.
-    revoke_wait_s: float = 2.0
-
-
 class MemoryProcessor:
     def __init__(
         self,
-        consumer: Any,
+        consumer: EventConsumer,
         topic: str,
         flusher: UserFlusher,
         dead_letters: DeadLetterSink,
@@ -258,9 +242,10 @@ class MemoryProcessor:
             self._retry_later(batch, str(error), count_attempt=True)
 
     def _retry_later(self, batch: Batch, reason: str, count_attempt: bool) -> None:
+        # An outage (not the batch's fault) waits, but at most as long as a fourth attempt.
         step = batch.attempt if count_attempt else min(batch.attempt, 3)
-        delay = min(self._settings.backoff_max_s, self._settings.backoff_base_s * 2**step)
-        batch.not_before = self._monotonic() + delay * random.uniform(0.8, 1.2)
+        delay = self._settings.backoff.delay(step)
+        batch.not_before = self._monotonic() + delay
         if count_attempt:
             batch.attempt += 1
         log.warning("flush of %s failed (%s); retry in %.2fs", batch.user_id, reason, delay)

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+E = TypeVar("E")
 
 
 class FactType(StrEnum):
@@ -190,3 +192,30 @@ class MemoryUpdate:
     @property
     def consumed_event_ids(self) -> tuple[uuid.UUID, ...]:
         return self.run.input_event_ids
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    """A run as stored: its place in the run log and when its transaction ran."""
+
+    seq: int
+    finished_at: datetime
+    run: RunRecord
+
+
+@dataclass(frozen=True)
+class KafkaCoordinates:
+    """Where an event was read: kept with it in the event log, for audit."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class LoggedEvent(Generic[E]):
+    """An event as stored in the event log (generic: see `domain.ports.EventLog`)."""
+
+    seq: int
+    event: E
+    recorded_at: datetime

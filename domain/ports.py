@@ -1,14 +1,57 @@
-"""The seams between the logic and the storage adapters."""
+"""The seams between the logic and the adapters: what each side may ask of the other.
+
+`store` implements them twice, over Postgres and Chroma and in memory (`store.inmemory`);
+`consumers` and the read path depend on these Protocols only, so they run on either. The same
+contract suites (`tests/contracts/`) hold both implementations to one behaviour.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from domain.model import (
+    ConnectionContext,
+    Fact,
+    FactStatus,
+    KafkaCoordinates,
+    LedgerEntry,
+    LoggedEvent,
+    LoggedRun,
+    MemoryState,
+    MemoryUpdate,
+    RunRecord,
+)
+from domain.reads import ContextLogRow, Injection, Recall, Scope
+
+__all__ = [
+    "Clock",
+    "Embedder",
+    "EventLog",
+    "IndexOutbox",
+    "InjectionReads",
+    "MemoryStore",
+    "MetadataValue",
+    "ReadModel",
+    "RunLog",
+    "Vector",
+    "VectorHit",
+    "VectorIndex",
+]
+
+# The time as the logic sees it: injected, so tests and replays choose it.
+Clock = Callable[[], datetime]
 Vector = npt.NDArray[np.float32]
+MetadataValue = str | int | float | bool
+
+E = TypeVar("E")
 
 
 class Embedder(Protocol):
@@ -18,3 +61,170 @@ class Embedder(Protocol):
     dimension: int
 
     def embed(self, texts: Sequence[str]) -> list[Vector]: ...
+
+
+@dataclass(frozen=True)
+class VectorHit:
+    fact_id: uuid.UUID
+    similarity: float  # cosine similarity, 1.0 = identical
+    content: str
+    metadata: Mapping[str, MetadataValue]
+
+
+class VectorIndex(Protocol):
+    """Tier V: facts embedded and filtered by user, connection, status and context type.
+
+    Derived from the memory store and rebuilt by upserting every fact again. Failures raise
+    `store.errors.VectorIndexUnavailable`; the facts then stay pending in the store.
+    """
+
+    def upsert(self, facts: Sequence[Fact]) -> int:
+        """Index facts under their fact id; idempotent. Returns how many texts were embedded."""
+        ...
+
+    def update_status(self, statuses: Mapping[uuid.UUID, FactStatus]) -> None:
+        """Change the status of indexed facts without embedding them again; ids it does not
+        hold are ignored."""
+        ...
+
+    def query(
+        self,
+        *,
+        user_id: str,
+        text: str,
+        connection_ids: Sequence[str],
+        n: int,
+        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
+        context_types: Sequence[str] = (),
+    ) -> list[VectorHit]:
+        """The user's n facts nearest to text, from the active connections or none.
+
+        An empty `statuses` matches nothing; an empty `context_types` does not filter.
+        """
+        ...
+
+    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
+        """The stored vectors of these facts (those not indexed are absent)."""
+        ...
+
+    def score(
+        self, text: str, fact_ids: Sequence[uuid.UUID], n: int
+    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]:
+        """Exact search over known fact ids: the n best hits, and every vector fetched."""
+        ...
+
+    def delete(self, fact_ids: Sequence[uuid.UUID]) -> None: ...
+
+    def count(self, user_id: str | None = None) -> int: ...
+
+
+class MemoryStore(Protocol):
+    """The system of record as one flush uses it: W, S, facts, runs, credit.
+
+    `apply` writes a run's whole effect atomically, or raises `StaleMemoryVersion` /
+    `EventsAlreadyConsolidated` having written nothing; that is what makes redelivery harmless.
+    """
+
+    def user_lock(self, user_id: str) -> AbstractContextManager[None]:
+        """Held for a whole flush: no two flushes of one user run at once, in any process."""
+        ...
+
+    def load_state(self, user_id: str, organization_id: str = "") -> MemoryState: ...
+
+    def facts(
+        self, user_id: str, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
+    ) -> list[Fact]:
+        """The user's facts with these statuses, by creation time then fact id."""
+        ...
+
+    def connections(
+        self, user_id: str, connection_ids: Sequence[str]
+    ) -> list[ConnectionContext]: ...
+
+    def already_consolidated(self, event_ids: Iterable[uuid.UUID]) -> frozenset[uuid.UUID]: ...
+
+    def balance(self, user_id: str) -> int | None:
+        """Credit minus spend in micro-USD, or None when the user has no credit line."""
+        ...
+
+    def apply(self, update: MemoryUpdate) -> None: ...
+
+    def record_run(self, run: RunRecord) -> None:
+        """Record a run that changed nothing (failed or deferred); idempotent on run_id."""
+        ...
+
+
+class IndexOutbox(Protocol):
+    """The facts the vector index has not got yet, and the booking of those it got."""
+
+    def facts_by_id(self, fact_ids: Sequence[uuid.UUID]) -> list[Fact]: ...
+
+    def pending_index(self, limit: int = 500, *, skip_out_of_credit: bool = False) -> list[Fact]:
+        """Facts whose current version is not indexed, oldest change first."""
+        ...
+
+    def pending_count(self) -> int: ...
+
+    def mark_indexed(
+        self,
+        facts: Sequence[Fact],
+        at: datetime,
+        ledger_for: Callable[[Sequence[Fact]], Sequence[LedgerEntry]],
+    ) -> list[Fact]:
+        """Mark the versions still pending as indexed and book `ledger_for(marked)` with them,
+        atomically; returns the facts marked (a version is marked, and booked, once)."""
+        ...
+
+
+class InjectionReads(Protocol):
+    """What every turn is given whatever its query, and the version that says it changed."""
+
+    def memory_version(self, user_id: str) -> int | None: ...
+
+    def injection(self, user_id: str) -> Injection | None: ...
+
+
+class ReadModel(InjectionReads, Protocol):
+    """The read side of memory a chat turn needs; every fact query is bounded by a `Scope`."""
+
+    def keyword_search(self, scope: Scope, text: str, limit: int) -> list[Fact]:
+        """Facts in scope sharing a word with text, best match first."""
+        ...
+
+    def indexed_ids(self, scope: Scope) -> list[uuid.UUID]:
+        """Ids of facts in scope whose current version is in the vector index."""
+        ...
+
+    def facts_in_scope(self, scope: Scope, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
+        """The current rows of these facts that are still in scope (the index may lag)."""
+        ...
+
+    def record_recalls(self, recalls: Sequence[Recall]) -> None: ...
+
+    def write_context_logs(self, rows: Sequence[ContextLogRow]) -> None:
+        """Idempotent on log_id."""
+        ...
+
+
+class EventLog(Protocol[E]):
+    """The append-only log of raw events.
+
+    Generic over the event type: the event contract belongs to `producers`, which sits beside
+    `domain`, not below it, so the domain cannot name it.
+    """
+
+    def append(self, events: Sequence[tuple[E, KafkaCoordinates | None]]) -> int:
+        """Insert in one transaction; returns how many were new (the rest were duplicates)."""
+        ...
+
+    def user_events(
+        self, user_id: str, *, until: datetime | None = None
+    ) -> list[LoggedEvent[E]]: ...
+
+
+class RunLog(Protocol):
+    """The append-only log of consolidation runs, the derived log that replay folds."""
+
+    def runs(self, user_id: str) -> list[LoggedRun]:
+        """Every run of the user (all statuses), in log order."""
+        ...

@@ -10,7 +10,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from memoryd import analyst, wiring
+from memoryd import wiring
+from memoryd.analyst.commands import add_commands as add_analyst_commands
 from memoryd.settings import Settings, load_settings
 
 log = logging.getLogger("memoryd")
@@ -90,7 +91,7 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_context(settings: Settings, args: argparse.Namespace) -> int:
-    from store.read.context_service import Budget  # noqa: PLC0415
+    from store.read.ranking import Budget  # noqa: PLC0415
 
     with wiring.core(settings) as c, wiring.read_path(c) as service:
         bundle = service.assemble(args.user, args.query, args.connection or [], Budget(args.budget))
@@ -200,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--hash-token", action="store_true", help="read a token on stdin, print its digest"
     )
     p.set_defaults(fn=cmd_api)
-    analyst.add_commands(sub)  # history, replay, export
+    add_analyst_commands(sub)  # history, replay, export
     return parser
 
 

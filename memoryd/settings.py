@@ -17,8 +17,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from consumers.flush import BudgetPolicy
+from consumers.settings import ProcessorSettings
 from processors.cost import ModelPrice
+from store.read.background import WriterSettings
 
 
 class KafkaSettings(BaseModel):
@@ -55,17 +56,6 @@ class LlmSettings(BaseModel):
     max_output_tokens: int = 8_192
 
 
-class ProcessorTuning(BaseModel):
-    max_batch: int = Field(default=20, ge=1)
-    max_wait_s: float = Field(default=2.0, gt=0)
-    concurrency: int = Field(default=4, ge=1)
-    max_attempts: int = Field(default=4, ge=1)
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
-    max_buffered: int = 5_000
-    budget_policy: BudgetPolicy = BudgetPolicy.DEFER
-
-
 class MetricsSettings(BaseModel):
     host: str = "127.0.0.1"
     log_writer_port: int = 9400
@@ -80,9 +70,8 @@ class ReadPathSettings(BaseModel):
     cache_max_users: int = Field(default=10_000, ge=1)
     # Memories' fact vectors held for dense retrieval: 1 GiB is 700k facts of 384 dimensions.
     dense_cache_mb: int = Field(default=1024, ge=1)
-    writer_queue: int = Field(default=10_000, ge=1)
-    writer_batch: int = Field(default=500, ge=1)
-    writer_max_delay_s: float = Field(default=0.2, gt=0)
+    # The background writers of audit rows and recall counters.
+    writer: WriterSettings = WriterSettings()
     rewrite: Literal["off", "gemini"] = "off"
     rewrite_model: str = "gemini-2.5-flash-lite"
     rewrite_timeout_ms: int = Field(default=300, ge=10)
@@ -126,7 +115,7 @@ class Settings(BaseSettings):
     postgres: PostgresSettings = PostgresSettings()
     chroma: ChromaSettings = ChromaSettings()
     llm: LlmSettings = LlmSettings()
-    processor: ProcessorTuning = ProcessorTuning()
+    processor: ProcessorSettings = ProcessorSettings()
     metrics: MetricsSettings = MetricsSettings()
     dev: DevSettings = DevSettings()
     read_path: ReadPathSettings = ReadPathSettings()

@@ -18,11 +18,11 @@ from psycopg_pool import ConnectionPool
 
 from consumers.dead_letter import KafkaDeadLetterSink
 from consumers.flush import UserFlusher
-from consumers.indexer import FactIndexer
+from consumers.indexer import FactIndexer, IndexQueue
 from consumers.kafka_client import ConsumerSettings, make_consumer
 from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
-from consumers.processor import MemoryProcessor, ProcessorSettings
+from consumers.processor import MemoryProcessor
 from memoryd.settings import Settings
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
@@ -31,11 +31,10 @@ from processors.offline import OfflineBackend
 from processors.retraction import RetractingConsolidator, RetractionAwareBackend
 from processors.schema import ConsolidationBackend
 from producers.publisher import KafkaEventPublisher, ProducerSettings
-from store.chroma.reconnecting_index import ReconnectingIndex
-from store.chroma.vector_index import embedded_client, http_client
+from store.chroma import ReconnectingIndex, embedded_client, http_client
 from store.embeddings import CachingEmbedder, MiniLmEmbedder
 from store.postgres import make_pool
-from store.read.background import BatchWriter, WriterSettings
+from store.read.background import BatchWriter
 from store.read.context_service import ContextService
 from store.read.dense import DenseCache, DenseReads, DenseSearch
 from store.read.fact_queries import PostgresReadModel
@@ -192,36 +191,32 @@ def consolidation(
     )
 
 
+def flusher(
+    c: Core, consolidation_backend: ConsolidationBackend, consolidator: Consolidator
+) -> UserFlusher:
+    """One user's flush, indexing what it committed in the background."""
+    return UserFlusher(
+        c.memory,
+        consolidation_backend,
+        consolidator,
+        IndexQueue(indexer(c), c.metrics),
+        c.metrics,
+        c.clock,
+        c.settings.processor.budget_policy,
+    )
+
+
 def processor(
     c: Core, consolidation_backend: ConsolidationBackend | None = None
 ) -> MemoryProcessor:
     s = c.settings
-    p = s.processor
-    chosen_backend, consolidator = consolidation(c, consolidation_backend)
-    flusher = UserFlusher(
-        c.memory,
-        chosen_backend,
-        consolidator,
-        indexer(c),
-        c.metrics,
-        c.clock,
-        p.budget_policy,
-    )
     return MemoryProcessor(
         _consumer(s, s.kafka.processor_group, "memoryd-processor"),
         s.kafka.topic,
-        flusher,
+        flusher(c, *consolidation(c, consolidation_backend)),
         KafkaDeadLetterSink(s.kafka.bootstrap_servers, s.kafka.dead_letter_topic, "processor"),
         c.metrics,
-        ProcessorSettings(
-            max_batch=p.max_batch,
-            max_wait_s=p.max_wait_s,
-            concurrency=p.concurrency,
-            max_attempts=p.max_attempts,
-            backoff_base_s=p.backoff_base_s,
-            backoff_max_s=p.backoff_max_s,
-            max_buffered=p.max_buffered,
-        ),
+        s.processor,
     )
 
 
@@ -252,9 +247,6 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
     """
     r = c.settings.read_path
     reads = read_model(c)
-    writer = WriterSettings(
-        max_queue=r.writer_queue, max_batch=r.writer_batch, max_delay_s=r.writer_max_delay_s
-    )
     hooks: dict[str, Any] = (
         {"on_dropped": metrics.dropped, "on_written": metrics.written} if metrics else {}
     )
@@ -264,9 +256,9 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
         c.clock,
         cache=InjectionCache(reads, r.cache_max_users),
         rewriter=query_rewriter(c),
-        audit=BatchWriter("context-log", reads.write_context_logs, writer, **hooks),
-        recalls=BatchWriter("recall-counts", reads.record_recalls, writer, **hooks),
-        metrics=metrics,
+        audit=BatchWriter("context-log", reads.write_context_logs, r.writer, **hooks),
+        recalls=BatchWriter("recall-counts", reads.record_recalls, r.writer, **hooks),
+        observer=metrics,
         dense=DenseSearch(DenseReads(c.pool), c.index, c.embedder, c.dense_cache),
     )
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from domain.model import Fact, FactType, MemoryState, SurfacePolicy, TokenUsage
+from domain.model import Fact, FactStatus, FactType, MemoryState, SurfacePolicy, TokenUsage
 from producers.contract import ContextEvent
 
 MAX_WORKING_MEMORY_WORDS = 500
@@ -24,6 +24,8 @@ MAX_WORKING_MEMORY_CHARS = 6_000
 MAX_FACTS_PER_RUN = 40
 MAX_FACT_CHARS = 600
 MAX_SCAFFOLD_CHARS = 20_000
+# The facts a backend is shown, so it can reinforce or update them rather than add again.
+REQUEST_STATUSES = (FactStatus.ACTIVE, FactStatus.HELD)
 
 
 class FactOp(StrEnum):

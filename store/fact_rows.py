@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 
 from domain.codec import fact_to_json
 from domain.model import Fact, FactChange, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.upsert import RUN_OVERWRITES
 
 COLUMNS = (
     "fact_id, user_id, organization_id, content, context_type, source, connection_id, tool_id,"
@@ -19,18 +20,15 @@ COLUMNS = (
     " superseded_by, created_by_run, created_at, updated_at, indexed_at, version"
 )
 
-# On conflict the row keeps when and by which run it was first created.
+# On conflict the row takes what a run overwrites (domain.upsert, the fold's rule too) and
+# keeps the rest, such as when and by which run it was first created.
 _UPSERT = (
     f"INSERT INTO memory_facts ({COLUMNS}, updated_by_run) VALUES ("
     + ", ".join(["%s"] * 29)
-    + ") ON CONFLICT (fact_id) DO UPDATE SET content = EXCLUDED.content,"
-    " source_event_ids = EXCLUDED.source_event_ids, fact_type = EXCLUDED.fact_type,"
-    " surface = EXCLUDED.surface, status = EXCLUDED.status, confidence = EXCLUDED.confidence,"
-    " salience = EXCLUDED.salience, reinforce_count = EXCLUDED.reinforce_count,"
-    " last_reinforced_at = EXCLUDED.last_reinforced_at, superseded_by = EXCLUDED.superseded_by,"
-    " updated_at = EXCLUDED.updated_at, indexed_at = NULL,"
-    " version = memory_facts.version + 1, updated_by_run = EXCLUDED.updated_by_run"
-    " WHERE NOT memory_facts.pinned"
+    + ") ON CONFLICT (fact_id) DO UPDATE SET "
+    + ", ".join(f"{column} = EXCLUDED.{column}" for column in RUN_OVERWRITES)
+    + ", indexed_at = NULL, version = memory_facts.version + 1,"
+    " updated_by_run = EXCLUDED.updated_by_run WHERE NOT memory_facts.pinned"
 )
 
 

@@ -6,10 +6,10 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
 from store.errors import MigrationError
+from store.postgres import translated
 
 # Any 64-bit constant works; it only has to differ from the other advisory locks we take.
 MIGRATION_LOCK_KEY = 0x6D656D6F72796431
@@ -39,30 +39,27 @@ def bundled_migrations() -> list[Migration]:
 def migrate(pool: ConnectionPool) -> list[Migration]:
     """Apply what is missing; returns the migrations applied by this call."""
     applied: list[Migration] = []
-    try:
-        with pool.connection() as conn:
-            conn.autocommit = True
-            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
-            try:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                    " version integer PRIMARY KEY, name text NOT NULL,"
-                    " applied_at timestamptz NOT NULL DEFAULT now())"
-                )
-                done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
-                for migration in bundled_migrations():
-                    if migration.version in done:
-                        continue
-                    with conn.transaction():
-                        conn.execute(migration.sql.encode())
-                        conn.execute(
-                            "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
-                            (migration.version, migration.name),
-                        )
-                    applied.append(migration)
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
-                conn.autocommit = False
-    except psycopg.Error as e:
-        raise MigrationError(f"migration failed: {e}") from e
+    with translated("migration", MigrationError), pool.connection() as conn:
+        conn.autocommit = True
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            for migration in bundled_migrations():
+                if migration.version in done:
+                    continue
+                with conn.transaction():
+                    conn.execute(migration.sql.encode())
+                    conn.execute(
+                        "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                        (migration.version, migration.name),
+                    )
+                applied.append(migration)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+            conn.autocommit = False
     return applied

@@ -1,4 +1,10 @@
-"""Postgres connections for every adapter in `store`: one pool per process, errors translated."""
+"""Postgres for every adapter in `store`: one pool per process, and the one place where
+psycopg's errors become the store's.
+
+`OperationalError` (connection lost, server gone, pool timeout, deadlock, serialization
+failure) becomes `DatabaseUnavailable`, which callers may retry; any other driver error (a
+constraint, a type, a bug in a statement) becomes `StoreError`, which they must not.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from store.errors import DatabaseUnavailable
+from store.errors import DatabaseUnavailable, StoreError
 
 
 def make_pool(
@@ -35,10 +41,20 @@ def make_pool(
 
 
 @contextmanager
-def transaction(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
-    """A connection inside one transaction; OperationalError becomes DatabaseUnavailable."""
+def translated(operation: str, error: type[StoreError] = StoreError) -> Iterator[None]:
+    """Driver errors raised inside become `DatabaseUnavailable`, or `error` naming operation."""
     try:
-        with pool.connection() as conn, conn.transaction():
-            yield conn
+        yield
     except psycopg.OperationalError as e:
         raise DatabaseUnavailable(str(e)) from e
+    except psycopg.Error as e:
+        raise error(f"{operation} failed: {e}") from e
+
+
+@contextmanager
+def transaction(
+    pool: ConnectionPool, operation: str = "query"
+) -> Iterator[psycopg.Connection[Any]]:
+    """A connection inside one transaction, its driver errors translated."""
+    with translated(operation), pool.connection() as conn, conn.transaction():
+        yield conn

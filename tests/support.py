@@ -14,13 +14,13 @@ import psycopg
 from kafka import KafkaConsumer
 
 from consumers.processor import MemoryProcessor
+from consumers.settings import ProcessorSettings
 from memoryd import wiring
 from memoryd.settings import (
     ChromaSettings,
     KafkaSettings,
     MetricsSettings,
     PostgresSettings,
-    ProcessorTuning,
     Settings,
 )
 from processors.schema import ConsolidationBackend
@@ -128,7 +128,7 @@ def deployment_settings(
         ),
         postgres=PostgresSettings(dsn=dsn),
         chroma=ChromaSettings(mode="embedded", path=chroma_path),
-        processor=ProcessorTuning(
+        processor=ProcessorSettings(
             **{"max_batch": 10, "max_wait_s": 0.5, "concurrency": 4, **tuning}
         ),
         metrics=MetricsSettings(enabled=False),

@@ -19,7 +19,7 @@ from bench.locomo.dataset import Conversation, Question, Turn
 from memoryd import wiring
 from memoryd.settings import Settings
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata, new_event_id
-from store.read.context_service import Budget
+from store.read.ranking import Budget
 
 ORGANIZATION = "locomo"
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from domain.model import Fact, FactStatus, FactType, SurfacePolicy
 from producers.contract import MAX_CONTENT_CHARS, ContextEvent, Identifier
-from store.read.context_service import ContextBundle, RetrievedFact
+from store.read.bundle import ContextBundle, RetrievedFact
 from store.read.ranking import Budget
 from store.read.rendering import surface_group
 

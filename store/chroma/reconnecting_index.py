@@ -14,8 +14,9 @@ from typing import TypeVar
 from chromadb.api import ClientAPI
 
 from domain.model import Fact, FactStatus
-from domain.ports import Embedder, Vector
-from store.chroma.vector_index import ChromaVectorIndex, VectorHit, close_client
+from domain.ports import Embedder, Vector, VectorHit
+from store.chroma._client import close_client
+from store.chroma.vector_index import ChromaVectorIndex
 from store.errors import VectorIndexUnavailable
 
 _T = TypeVar("_T")

@@ -14,9 +14,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from pydantic import BaseModel, Field
+
+from domain.retry import Backoff
 from store.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -24,14 +26,20 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class WriterSettings:
-    max_queue: int = 10_000
-    max_batch: int = 500
-    max_delay_s: float = 0.2  # how long a batch waits to fill up
-    idle_exit_s: float = 5.0
-    attempts: int = 4
-    backoff_s: float = 0.2
+class WriterSettings(BaseModel):
+    """A background writer's tuning (`MEMORYD_READ_PATH__WRITER__...`)."""
+
+    max_queue: int = Field(default=10_000, ge=1)
+    max_batch: int = Field(default=500, ge=1)
+    max_delay_s: float = Field(default=0.2, gt=0)  # how long a batch waits to fill up
+    idle_exit_s: float = Field(default=5.0, gt=0)
+    attempts: int = Field(default=4, ge=1)
+    backoff_s: float = Field(default=0.2, gt=0)
+    backoff_max_s: float = Field(default=2.0, gt=0)
+
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.backoff_s, self.backoff_max_s)
 
 
 class BatchWriter(Generic[T]):
@@ -39,17 +47,17 @@ class BatchWriter(Generic[T]):
         self,
         name: str,
         write: Callable[[Sequence[T]], None],
-        settings: WriterSettings = WriterSettings(),
+        settings: WriterSettings | None = None,
         *,
         on_dropped: Callable[[str, str, int], None] | None = None,
         on_written: Callable[[str, int], None] | None = None,
     ) -> None:
         self.name = name
         self._write = write
-        self._settings = settings
+        self._settings = settings or WriterSettings()
         self._on_dropped = on_dropped
         self._on_written = on_written
-        self._queue: queue.Queue[T] = queue.Queue(maxsize=settings.max_queue)
+        self._queue: queue.Queue[T] = queue.Queue(maxsize=self._settings.max_queue)
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
@@ -147,7 +155,7 @@ class BatchWriter(Generic[T]):
                     )
                     self._dropped(len(batch), "write failed")
                     return
-                time.sleep(s.backoff_s * 2 ** (attempt - 1))
+                time.sleep(s.backoff.delay(attempt - 1))
             else:
                 if self._on_written is not None:
                     self._on_written(self.name, len(batch))

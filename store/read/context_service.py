@@ -11,22 +11,20 @@ to background writers: `assemble` never waits for them.
 
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any, Protocol
 
 from domain.ids import normalize_content
 from domain.model import Fact, FactStatus
-from domain.ports import Vector
-from store.chroma.vector_index import VectorHit
+from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
+from domain.reads import ContextLogRow, Injection, Recall, Scope
 from store.errors import StoreError, VectorIndexUnavailable
 from store.read.background import BatchWriter
+from store.read.bundle import ContextBundle, RetrievedFact, audit_row
 from store.read.dense import DenseSearch
-from store.read.fact_queries import ContextLogRow, Injection, PostgresReadModel, Recall, Scope
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import Rewrite, RewriteOutcome
 from store.read.ranking import (
@@ -38,78 +36,20 @@ from store.read.ranking import (
     rerank,
     within_budget,
 )
-from store.read.read_metrics import ReadPathMetrics
 from store.read.rendering import render_prompt_block
-
-__all__ = ["Budget", "ContextBundle", "ContextService", "RetrievedFact", "TenantMismatch"]
 
 
 class TenantMismatch(StoreError):
     """The user belongs to another organization than the caller's."""
 
 
-class RetrievalIndex(Protocol):
-    """What the read path needs of the vector index."""
+class ReadPathObserver(Protocol):
+    """What `assemble` reports; `store.read.read_metrics.ReadPathMetrics` is the Prometheus one."""
 
-    def query(
-        self,
-        *,
-        user_id: str,
-        text: str,
-        connection_ids: Sequence[str],
-        n: int,
-        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
-        context_types: Sequence[str] = (),
-    ) -> list[VectorHit]: ...
-
-    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Vector]: ...
-
-    def score(
-        self, text: str, fact_ids: Sequence[uuid.UUID], n: int
-    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]: ...
-
-
-@dataclass(frozen=True)
-class RetrievedFact:
-    fact: Fact
-    similarity: float  # cosine to the query; 0.0 when only the keyword search found it
-    score: float  # fused relevance × recency × salience/confidence; 1.0 for pinned facts
-    pinned: bool = False
-    dense_rank: int | None = None
-    keyword_rank: int | None = None
-
-    def audit(self) -> dict[str, Any]:
-        return {
-            "fact_id": str(self.fact.fact_id),
-            "pinned": self.pinned,
-            "score": round(self.score, 6),
-            "similarity": round(self.similarity, 6),
-            "dense_rank": self.dense_rank,
-            "keyword_rank": self.keyword_rank,
-            "surface": self.fact.surface.value,
-            "status": self.fact.status.value,
-        }
-
-
-@dataclass(frozen=True)
-class ContextBundle:
-    user_id: str
-    memory_version: int
-    working_memory: str
-    scaffold: dict[str, Any]
-    learned_info: tuple[str, ...]
-    connection_info: dict[str, tuple[str, ...]]
-    facts: tuple[RetrievedFact, ...]
-    degraded: bool
-    degraded_reason: str | None
-    latency_ms: float
-    prompt_block: str = field(default="")
-    connection_ids: tuple[str, ...] = ()
-    log_id: uuid.UUID | None = None
-    budget: Budget = Budget.BALANCED
-    query: str = ""
-    rewritten_query: str | None = None
-    timings_ms: Mapping[str, float] = field(default_factory=dict)
+    def assembled(
+        self, bundle: ContextBundle, cache_hit: bool, rewrite: RewriteOutcome | None
+    ) -> None:
+        """A bundle went back to the caller; `rewrite` is None when no rewriter is set."""
 
 
 @dataclass
@@ -138,15 +78,15 @@ class _Found:
 class ContextService:
     def __init__(
         self,
-        reads: PostgresReadModel,
-        index: RetrievalIndex,
-        clock: Callable[[], datetime],
+        reads: ReadModel,
+        index: VectorIndex,
+        clock: Clock,
         *,
         cache: InjectionCache | None = None,
         rewriter: Callable[[str], Rewrite] | None = None,
         audit: BatchWriter[ContextLogRow] | None = None,
         recalls: BatchWriter[Recall] | None = None,
-        metrics: ReadPathMetrics | None = None,
+        observer: ReadPathObserver | None = None,
         dense: DenseSearch | None = None,
     ) -> None:
         self._reads = reads
@@ -157,7 +97,7 @@ class ContextService:
         self._rewriter = rewriter
         self._audit = audit
         self._recalls = recalls
-        self._metrics = metrics
+        self._observer = observer
 
     def assemble(
         self,
@@ -340,20 +280,12 @@ class ContextService:
             for r in bundle.facts:
                 self._recalls.submit(Recall(r.fact.fact_id, at))
         if self._audit is not None:
-            self._audit.submit(_log_row(bundle, injection, candidates, org, at))
+            self._audit.submit(audit_row(bundle, injection, candidates, org, at))
 
     def _observe(self, bundle: ContextBundle, hit: bool, rewrite: Rewrite) -> None:
-        m = self._metrics
-        if m is None:
-            return
-        m.assemble_seconds.labels(bundle.budget.value, str(bundle.degraded).lower()).observe(
-            bundle.latency_ms / 1000
-        )
-        for stage, ms in bundle.timings_ms.items():
-            m.stage_seconds.labels(stage).observe(ms / 1000)
-        m.injection_cache.labels("hit" if hit else "miss").inc()
-        if self._rewriter is not None:
-            m.rewrites.labels(rewrite.outcome.value).inc()
+        if self._observer is not None:
+            outcome = rewrite.outcome if self._rewriter is not None else None
+            self._observer.assembled(bundle, hit, outcome)
 
     def close(self) -> None:
         """Write what the background writers hold (recall counters, audit rows)."""
@@ -399,41 +331,3 @@ def _without_repeats(
             seen.add(key)
             out.append((fid, score))
     return out
-
-
-def _log_row(
-    bundle: ContextBundle, injection: Injection, candidates: int, org: str | None, at: datetime
-) -> ContextLogRow:
-    if bundle.log_id is None:
-        raise ValueError("an assembled bundle always has a log id")
-    state = injection.state
-    return ContextLogRow(
-        log_id=bundle.log_id,
-        user_id=bundle.user_id,
-        organization_id=org or None,
-        query=bundle.query,
-        rewritten_query=bundle.rewritten_query,
-        memory_version=bundle.memory_version,
-        budget=bundle.budget.value,
-        connection_ids=bundle.connection_ids,
-        injected={
-            "working_memory_chars": len(state.working_memory),
-            "scaffold_keys": sorted(str(k) for k in state.scaffold),
-            "learned_info": len(state.learned_info),
-            "connection_info": {k: len(v) for k, v in sorted(bundle.connection_info.items())},
-            "pinned_fact_ids": [str(r.fact.fact_id) for r in bundle.facts if r.pinned],
-            "candidates": candidates,
-            "prompt_chars": len(bundle.prompt_block),
-            "prompt_sha256": hashlib.sha256(bundle.prompt_block.encode()).hexdigest(),
-            "timings_ms": {k: round(v, 3) for k, v in bundle.timings_ms.items()},
-        },
-        retrieved=[r.audit() for r in bundle.facts],
-        latency_ms=bundle.latency_ms,
-        degraded=bundle.degraded,
-        degraded_reason=bundle.degraded_reason,
-        created_at=at,
-    )
-
-
-def fact_ids(bundle: ContextBundle) -> list[uuid.UUID]:
-    return [r.fact.fact_id for r in bundle.facts]

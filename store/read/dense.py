@@ -36,11 +36,10 @@ from psycopg_pool import ConnectionPool
 
 from domain.ids import NO_CONNECTION
 from domain.model import FactStatus
-from domain.ports import Embedder, Vector
-from store.chroma.vector_index import VectorHit
+from domain.ports import Embedder, Vector, VectorHit
+from domain.reads import Scope
 from store.errors import DatabaseUnavailable, StoreError
 from store.postgres import transaction
-from store.read.fact_queries import Scope
 
 __all__ = ["DenseCache", "DenseReads", "DenseSearch", "IndexedRow", "MemoryKey"]
 

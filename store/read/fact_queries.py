@@ -8,9 +8,8 @@ caller names it, the organization, so a fact can only come back to the tenant th
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -20,8 +19,8 @@ from psycopg_pool import ConnectionPool
 
 from domain.codec import fact_from_json
 from domain.model import Fact, FactStatus, MemoryState
+from domain.reads import ContextLogRow, Injection, Recall, Scope
 from store import fact_rows
-from store.errors import DatabaseUnavailable, StoreError
 from store.postgres import transaction
 
 _SCOPE = (
@@ -49,64 +48,22 @@ _INJECTION = (
 )
 
 
-@dataclass(frozen=True)
-class Scope:
-    """Which facts a read may see."""
-
-    user_id: str
-    connection_ids: tuple[str, ...] = ()
-    statuses: tuple[FactStatus, ...] = (FactStatus.ACTIVE,)
-    context_types: tuple[str, ...] = ()
-    organization_id: str | None = None
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "user_id": self.user_id,
-            "connections": list(self.connection_ids),
-            "statuses": [s.value for s in self.statuses],
-            "context_types": list(self.context_types),
-            "org": self.organization_id,
-        }
-
-
-@dataclass(frozen=True)
-class Injection:
-    """What every turn gets whatever the query: W, S, learned info, connections, pinned facts."""
-
-    state: MemoryState
-    connections: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    pinned: tuple[Fact, ...] = ()
-
-
-@dataclass(frozen=True)
-class Recall:
-    fact_id: uuid.UUID
-    at: datetime
-
-
-@dataclass(frozen=True)
-class ContextLogRow:
-    """One AgentContextLog: what a read injected and retrieved, how fast, degraded or not."""
-
-    log_id: uuid.UUID
-    user_id: str
-    organization_id: str | None
-    query: str
-    rewritten_query: str | None
-    memory_version: int
-    budget: str
-    connection_ids: tuple[str, ...]
-    injected: Mapping[str, Any]
-    retrieved: Sequence[Mapping[str, Any]]
-    latency_ms: float
-    degraded: bool
-    degraded_reason: str | None
-    created_at: datetime
+def _params(scope: Scope) -> dict[str, Any]:
+    return {
+        "user_id": scope.user_id,
+        "connections": list(scope.connection_ids),
+        "statuses": [s.value for s in scope.statuses],
+        "context_types": list(scope.context_types),
+        "org": scope.organization_id,
+    }
 
 
 class PostgresReadModel:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
+
+    def _transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return transaction(self._pool, "read model query")
 
     # -- injection ------------------------------------------------------------------------
 
@@ -152,7 +109,7 @@ class PostgresReadModel:
             " ORDER BY ts_rank_cd(content_tsv, q.q) DESC, fact_id LIMIT %(limit)s"
         )
         with self._transaction() as conn:
-            rows = conn.execute(sql, {**scope.params(), "text": text, "limit": limit}).fetchall()
+            rows = conn.execute(sql, {**_params(scope), "text": text, "limit": limit}).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
     def indexed_ids(self, scope: Scope) -> list[uuid.UUID]:
@@ -161,7 +118,7 @@ class PostgresReadModel:
             return []
         sql = f"SELECT fact_id FROM memory_facts WHERE indexed_at IS NOT NULL AND {_SCOPE}"
         with self._transaction() as conn:
-            rows = conn.execute(sql, scope.params()).fetchall()
+            rows = conn.execute(sql, _params(scope)).fetchall()
         return [r[0] for r in rows]
 
     def facts_in_scope(self, scope: Scope, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
@@ -173,7 +130,7 @@ class PostgresReadModel:
             f" WHERE fact_id = ANY(%(ids)s) AND {_SCOPE}"
         )
         with self._transaction() as conn:
-            rows = conn.execute(sql, {**scope.params(), "ids": list(fact_ids)}).fetchall()
+            rows = conn.execute(sql, {**_params(scope), "ids": list(fact_ids)}).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
     # -- inspection -----------------------------------------------------------------------
@@ -209,7 +166,10 @@ class PostgresReadModel:
         return None if row is None else fact_rows.from_row(row)
 
     def context_logs(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
-        with self._transaction() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        with (
+            self._transaction() as conn,
+            conn.cursor(row_factory=psycopg.rows.dict_row) as cur,
+        ):
             cur.execute(
                 "SELECT * FROM context_logs WHERE user_id = %s ORDER BY created_at DESC LIMIT %s",
                 (user_id, limit),
@@ -268,16 +228,3 @@ class PostgresReadModel:
                     for r in rows
                 ],
             )
-
-    # -- connections ----------------------------------------------------------------------
-
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction; driver errors become StoreError (DatabaseUnavailable if transient)."""
-        try:
-            with transaction(self._pool) as conn:
-                yield conn
-        except psycopg.OperationalError as e:  # a deadlock or serialization failure, say
-            raise DatabaseUnavailable(str(e)) from e
-        except psycopg.Error as e:
-            raise StoreError(f"read model query failed: {e}") from e

@@ -10,16 +10,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Protocol
 
 from domain.model import MemoryState
-from store.read.fact_queries import Injection
-
-
-class InjectionReads(Protocol):
-    def memory_version(self, user_id: str) -> int | None: ...
-
-    def injection(self, user_id: str) -> Injection | None: ...
+from domain.ports import InjectionReads
+from domain.reads import Injection
 
 
 class InjectionCache:

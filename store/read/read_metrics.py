@@ -1,4 +1,5 @@
-"""Prometheus metrics of the read path, registered on the registry they are given.
+"""Prometheus metrics of the read path, registered on the registry they are given; the
+Prometheus `ReadPathObserver` of the context service and the background writers' hooks.
 
 Labels stay low-cardinality: budget, stage, outcome, writer — never a user id or a query.
 """
@@ -6,6 +7,9 @@ Labels stay low-cardinality: budget, stage, outcome, writer — never a user id 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from store.read.bundle import ContextBundle
+from store.read.query_rewrite import RewriteOutcome
 
 READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -56,3 +60,15 @@ class ReadPathMetrics:
 
     def written(self, writer: str, n: int) -> None:
         self.writer_written.labels(writer).inc(n)
+
+    def assembled(
+        self, bundle: ContextBundle, cache_hit: bool, rewrite: RewriteOutcome | None
+    ) -> None:
+        self.assemble_seconds.labels(bundle.budget.value, str(bundle.degraded).lower()).observe(
+            bundle.latency_ms / 1000
+        )
+        for stage, ms in bundle.timings_ms.items():
+            self.stage_seconds.labels(stage).observe(ms / 1000)
+        self.injection_cache.labels("hit" if cache_hit else "miss").inc()
+        if rewrite is not None:
+            self.rewrites.labels(rewrite.value).inc()

@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from domain.model import Fact, SurfacePolicy
-
-if TYPE_CHECKING:
-    from store.read.context_service import ContextBundle
+from store.read.bundle import ContextBundle
 
 
 class SurfaceGroup(StrEnum):

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
+from domain.model import KafkaCoordinates, LoggedEvent
 from producers.contract import ContextEvent, SourceMetadata
-from store.errors import DatabaseUnavailable, StoreError
 from store.postgres import transaction
 
 _COLUMNS = (
@@ -25,20 +23,6 @@ _SELECT = (
     "scaffold_key, source, session_id, connection_id, tool_id, message_id, attachment_id, "
     "filename, occurred_at, recorded_at FROM context_events"
 )
-
-
-@dataclass(frozen=True)
-class KafkaCoordinates:
-    topic: str
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True)
-class LoggedEvent:
-    seq: int
-    event: ContextEvent
-    recorded_at: datetime
 
 
 def _row_params(event: ContextEvent, at: KafkaCoordinates | None) -> tuple[Any, ...]:
@@ -65,7 +49,7 @@ def _row_params(event: ContextEvent, at: KafkaCoordinates | None) -> tuple[Any, 
     )
 
 
-def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent:
+def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent[ContextEvent]:
     (
         seq,
         event_id,
@@ -119,16 +103,13 @@ class PostgresEventLog:
             f"INSERT INTO context_events ({_COLUMNS}) VALUES "
             f"({', '.join(['%s'] * 18)}) ON CONFLICT (event_id) DO NOTHING"
         )
-        try:
-            with transaction(self._pool) as conn, conn.cursor() as cur:
-                cur.executemany(sql, [_row_params(e, at) for e, at in events], returning=False)
-                return max(cur.rowcount, 0)
-        except psycopg.OperationalError as e:
-            raise DatabaseUnavailable(str(e)) from e
-        except psycopg.Error as e:
-            raise StoreError(f"event log append failed: {e}") from e
+        with transaction(self._pool, "event log append") as conn, conn.cursor() as cur:
+            cur.executemany(sql, [_row_params(e, at) for e, at in events], returning=False)
+            return max(cur.rowcount, 0)
 
-    def user_events(self, user_id: str, *, until: datetime | None = None) -> list[LoggedEvent]:
+    def user_events(
+        self, user_id: str, *, until: datetime | None = None
+    ) -> list[LoggedEvent[ContextEvent]]:
         sql = (
             f"{_SELECT} WHERE user_id = %s"
             " AND (%s::timestamptz IS NULL OR occurred_at <= %s) ORDER BY seq"
@@ -137,7 +118,7 @@ class PostgresEventLog:
             rows = conn.execute(sql, (user_id, until, until)).fetchall()
         return [_event_from_row(r) for r in rows]
 
-    def iter_all(self, batch: int = 1_000) -> Iterator[LoggedEvent]:
+    def iter_all(self, batch: int = 1_000) -> Iterator[LoggedEvent[ContextEvent]]:
         """Every event in log order, read in key-set pages so memory stays flat."""
         last = 0
         while True:

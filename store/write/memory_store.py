@@ -31,12 +31,10 @@ from domain.model import (
 )
 from store import fact_rows
 from store.errors import (
-    DatabaseUnavailable,
     EventsAlreadyConsolidated,
     StaleMemoryVersion,
-    StoreError,
 )
-from store.postgres import transaction
+from store.postgres import transaction, translated
 
 USER_LOCK_NAMESPACE = 0x4D454D  # "MEM": keeps user locks apart from the job locks
 
@@ -141,17 +139,14 @@ class PostgresMemoryStore:
         the lock makes the second wait instead of consolidating the same user concurrently.
         """
         key = user_lock_key(user_id)
-        try:
-            with self._lock_slots, self._pool.connection() as conn:
-                conn.autocommit = True
-                conn.execute("SELECT pg_advisory_lock(%s::bigint)", (key,))
-                try:
-                    yield
-                finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (key,))
-                    conn.autocommit = False
-        except psycopg.OperationalError as e:
-            raise DatabaseUnavailable(str(e)) from e
+        with translated("user lock"), self._lock_slots, self._pool.connection() as conn:
+            conn.autocommit = True
+            conn.execute("SELECT pg_advisory_lock(%s::bigint)", (key,))
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (key,))
+                conn.autocommit = False
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -162,55 +157,45 @@ class PostgresMemoryStore:
         """
         run = update.run
         state = update.state
-        try:
-            with transaction(self._pool) as conn:
-                conn.execute(
-                    "INSERT INTO user_memory (user_id, organization_id) VALUES (%s, %s)"
-                    " ON CONFLICT (user_id) DO NOTHING",
-                    (state.user_id, state.organization_id),
+        with transaction(self._pool, f"applying run {run.run_id}") as conn:
+            conn.execute(
+                "INSERT INTO user_memory (user_id, organization_id) VALUES (%s, %s)"
+                " ON CONFLICT (user_id) DO NOTHING",
+                (state.user_id, state.organization_id),
+            )
+            row = conn.execute(
+                "SELECT version FROM user_memory WHERE user_id = %s FOR UPDATE",
+                (state.user_id,),
+            ).fetchone()
+            current = row[0] if row else 0
+            if current != run.base_version:
+                raise StaleMemoryVersion(
+                    f"user {state.user_id}: planned on {run.base_version}, now {current}"
                 )
-                row = conn.execute(
-                    "SELECT version FROM user_memory WHERE user_id = %s FOR UPDATE",
-                    (state.user_id,),
-                ).fetchone()
-                current = row[0] if row else 0
-                if current != run.base_version:
-                    raise StaleMemoryVersion(
-                        f"user {state.user_id}: planned on {run.base_version}, now {current}"
-                    )
-                self._consume(conn, run)
-                self._insert_run(conn, run)
-                conn.execute(
-                    "UPDATE user_memory SET organization_id = %s, working_memory = %s,"
-                    " information_scaffold = %s, persistent_learned_info = %s, version = %s,"
-                    " updated_at = %s WHERE user_id = %s",
-                    (
-                        state.organization_id,
-                        state.working_memory,
-                        Jsonb(dict(state.scaffold)),
-                        Jsonb(list(state.learned_info)),
-                        state.version,
-                        state.updated_at,
-                        state.user_id,
-                    ),
-                )
-                fact_rows.write_changes(conn, run.run_id, update.fact_changes)
-                self._append_connections(conn, state, update)
-                self._insert_ledger(conn, update.ledger)
-        except (StaleMemoryVersion, EventsAlreadyConsolidated):
-            raise
-        except psycopg.OperationalError as e:
-            raise DatabaseUnavailable(str(e)) from e
-        except psycopg.Error as e:
-            raise StoreError(f"applying run {run.run_id} failed: {e}") from e
+            self._consume(conn, run)
+            self._insert_run(conn, run)
+            conn.execute(
+                "UPDATE user_memory SET organization_id = %s, working_memory = %s,"
+                " information_scaffold = %s, persistent_learned_info = %s, version = %s,"
+                " updated_at = %s WHERE user_id = %s",
+                (
+                    state.organization_id,
+                    state.working_memory,
+                    Jsonb(dict(state.scaffold)),
+                    Jsonb(list(state.learned_info)),
+                    state.version,
+                    state.updated_at,
+                    state.user_id,
+                ),
+            )
+            fact_rows.write_changes(conn, run.run_id, update.fact_changes)
+            self._append_connections(conn, state, update)
+            self._insert_ledger(conn, update.ledger)
 
     def record_run(self, run: RunRecord) -> None:
         """Record a run that changed nothing (failed or deferred); idempotent on run_id."""
-        try:
-            with transaction(self._pool) as conn:
-                self._insert_run(conn, run)
-        except psycopg.Error as e:  # OperationalError arrives as DatabaseUnavailable
-            raise StoreError(f"recording run {run.run_id} failed: {e}") from e
+        with transaction(self._pool, f"recording run {run.run_id}") as conn:
+            self._insert_run(conn, run)
 
     def record_ledger(self, entries: Sequence[LedgerEntry]) -> None:
         with transaction(self._pool) as conn:

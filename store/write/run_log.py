@@ -13,7 +13,6 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
@@ -21,11 +20,11 @@ from domain.model import (
     ConnectionContext,
     GateCounts,
     LedgerEntry,
+    LoggedRun,
     RunRecord,
     RunStatus,
     TokenUsage,
 )
-from store.errors import StoreError
 from store.postgres import transaction
 
 _READ_ONLY = "-c default_transaction_read_only=on"
@@ -44,15 +43,6 @@ def read_only_dsn(dsn: str) -> str:
     options = str(params.get("options") or "")
     params["options"] = f"{options} {_READ_ONLY}".strip()
     return make_conninfo("", **params)
-
-
-@dataclass(frozen=True)
-class LoggedRun:
-    """A run as stored: its place in the log and when its transaction ran."""
-
-    seq: int
-    finished_at: datetime
-    run: RunRecord
 
 
 @dataclass(frozen=True)
@@ -166,8 +156,5 @@ class PostgresRunLog:
         return {r[0]: r[1] for r in rows}
 
     def _fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        try:
-            with transaction(self._pool) as conn:
-                return conn.execute(sql, params).fetchall()
-        except psycopg.Error as e:  # connection loss is already DatabaseUnavailable
-            raise StoreError(f"run log query failed: {e}") from e
+        with transaction(self._pool, "run log query") as conn:
+            return conn.execute(sql, params).fetchall()

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from kafka import KafkaConsumer
 
-from consumers.flush import FlushKind, UserFlusher
+from consumers.flush import FlushKind
 from memoryd import wiring
 from processors.consolidate import Consolidator
 from processors.gate import WriteGate
@@ -119,14 +119,7 @@ def test_the_user_lock_serializes_two_flushers_of_the_same_user(deployment: Depl
 
     def flush_once() -> FlushKind:
         with wiring.core(deployment.settings) as c:
-            flusher = UserFlusher(
-                c.memory,
-                backend,
-                Consolidator(WriteGate(None), c.prices),
-                wiring.indexer(c),
-                c.metrics,
-                c.clock,
-            )
+            flusher = wiring.flusher(c, backend, Consolidator(WriteGate(None), c.prices))
             gate.wait(timeout=60)
             try:
                 return flusher.flush("ada", events, attempt=0).kind

@@ -24,7 +24,7 @@ from processors.cost import embedding_entry
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import EventType
-from store.chroma.vector_index import close_client, http_client
+from store.chroma import close_client, http_client
 from tests.support import Deployment, make_event
 
 pytestmark = pytest.mark.integration

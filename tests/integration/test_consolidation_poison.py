@@ -14,9 +14,9 @@ import pytest
 
 from consumers.dead_letter import DeadLetter, KafkaDeadLetterSink
 from consumers.errors import DeadLetterError
-from consumers.flush import UserFlusher
 from consumers.kafka_client import ConsumerSettings, make_consumer
-from consumers.processor import MemoryProcessor, ProcessorSettings
+from consumers.processor import MemoryProcessor
+from consumers.settings import ProcessorSettings
 from memoryd import wiring
 from processors.consolidate import Consolidator
 from processors.errors import BackendError
@@ -137,14 +137,7 @@ def test_a_failing_dead_letter_topic_retries_the_letter_not_the_llm(
     k = s.kafka
 
     def run(c: wiring.Core) -> RefusesAtFirst:
-        flusher = UserFlusher(
-            c.memory,
-            backend,
-            Consolidator(WriteGate(None), c.prices),
-            wiring.indexer(c),
-            c.metrics,
-            c.clock,
-        )
+        flusher = wiring.flusher(c, backend, Consolidator(WriteGate(None), c.prices))
         consumer = make_consumer(
             ConsumerSettings(k.bootstrap_servers, k.topic, k.processor_group, "test-processor")
         )

@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 
 from domain.model import FactStatus
+from domain.reads import Scope
 from memoryd import wiring
 from producers.contract import EventType
-from store.read.context_service import Budget, ContextService
+from store.read.context_service import ContextService
 from store.read.dense import DenseCache, DenseReads, DenseSearch
-from store.read.fact_queries import Scope
+from store.read.ranking import Budget
 from tests.support import Deployment, make_event
 
 pytestmark = pytest.mark.integration

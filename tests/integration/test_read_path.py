@@ -7,7 +7,8 @@ import pytest
 from domain.model import FactStatus, SurfacePolicy
 from memoryd import wiring
 from memoryd.settings import ChromaSettings
-from store.read.context_service import ContextBundle, ContextService, TenantMismatch
+from store.read.bundle import ContextBundle
+from store.read.context_service import ContextService, TenantMismatch
 from store.read.ranking import Budget
 from store.read.rendering import SurfaceGroup, group_facts
 from tests.read_path_support import make_fact, seed

@@ -11,19 +11,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from consumers.replay import batches_by_size, shadow_consolidate
 from domain.model import FactStatus
 from memoryd import wiring
-from memoryd.analyst import analyst_core, live_memory
+from memoryd.analyst.commands import analyst_core, live_memory
 from memoryd.cli import build_parser
-from memoryd.replay import (
-    FoldedMemory,
-    batches_by_size,
-    diff_memory,
-    fold_runs,
-    runs_until,
-    shadow_consolidate,
-)
 from processors.consolidate import Consolidator
+from processors.diff import diff_memory
+from processors.fold import FoldedMemory, fold_runs, runs_until
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest

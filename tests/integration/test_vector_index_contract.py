@@ -26,16 +26,9 @@ from chromadb.errors import ChromaError
 
 from domain.ids import NO_CONNECTION, fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
-from domain.ports import Vector
-from store.chroma.vector_index import (
-    ChromaVectorIndex,
-    VectorHit,
-    VectorIndex,
-    build_where,
-    close_client,
-    embedded_client,
-    http_client,
-)
+from domain.ports import Vector, VectorHit, VectorIndex
+from store.chroma import ChromaVectorIndex, close_client, embedded_client, http_client
+from store.chroma.metadata import build_where
 from store.embeddings import MiniLmEmbedder
 from store.errors import VectorIndexUnavailable
 

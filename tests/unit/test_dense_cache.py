@@ -9,8 +9,8 @@ import pytest
 
 from domain.ids import NO_CONNECTION
 from domain.model import FactStatus
+from domain.reads import Scope
 from store.read.dense import DenseCache, MemoryVectors
-from store.read.fact_queries import Scope
 
 ROWS = [  # connection, status, context type
     (None, FactStatus.ACTIVE, "fact"),

@@ -10,7 +10,7 @@ import pytest
 
 from domain.ids import fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
-from store.read.context_service import ContextBundle, RetrievedFact
+from store.read.bundle import ContextBundle, RetrievedFact
 from store.read.rendering import SurfaceGroup, group_facts, render_prompt_block, surface_group
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from consumers.replay import ShadowBatch, batches_by_size, batches_like_live, shadow_consolidate
 from domain.codec import fact_to_json
 from domain.ids import fact_id_for
 from domain.model import (
@@ -17,31 +18,22 @@ from domain.model import (
     FactChangeKind,
     FactStatus,
     FactType,
+    LoggedRun,
     Provenance,
     RunRecord,
     RunStatus,
     SurfacePolicy,
 )
-from memoryd.replay import (
-    FoldedMemory,
-    FoldError,
-    ShadowBatch,
-    batches_by_size,
-    batches_like_live,
-    diff_memory,
-    fold_runs,
-    merge_fact,
-    runs_until,
-    shadow_consolidate,
-)
+from domain.upsert import merge_fact
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
+from processors.diff import diff_memory
 from processors.errors import BackendError, TransientBackendError
+from processors.fold import FoldedMemory, FoldError, fold_runs, runs_until
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import ContextEvent, EventType
-from store.write.run_log import LoggedRun
 from tests.fakes import BagOfWordsEmbedder
 from tests.support import make_event
 

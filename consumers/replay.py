@@ -1,0 +1,163 @@
+"""Shadow replay: a user's raw events consolidated again, by another backend, model or prompt.
+
+The shadow namespace is an in-memory image, not a Postgres schema: `Consolidator.plan` is pure
+and records its effect in the same foldable form as a live run, so folding the shadow runs
+gives what a shadow schema would hold, without a second copy of the migrations, without
+cleanup, and without any connection that could write to live memory. The batches are cut as
+the processor cuts them, or as the live runs did (`batches_like_live`), so that a diff against
+live memory shows what the backend changes and not what batching changes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from domain.ids import run_id_for
+from domain.model import LoggedRun, RunRecord, RunStatus
+from domain.retry import Backoff
+from processors.consolidate import Consolidator
+from processors.errors import BackendError, TransientBackendError
+from processors.fold import FoldedMemory, fold_run
+from processors.schema import REQUEST_STATUSES, ConsolidationBackend, ConsolidationRequest
+from producers.contract import ContextEvent
+
+SHADOW_ATTEMPTS = 3
+# A replay is an analyst's command, not a service: a short wait, then give up on the batch.
+SHADOW_BACKOFF = Backoff(base_s=1.0, max_s=8.0, jitter=0.0)
+
+
+@dataclass(frozen=True)
+class ShadowBatch:
+    events: tuple[ContextEvent, ...]
+    now: datetime
+
+
+@dataclass(frozen=True)
+class FailedBatch:
+    event_ids: tuple[uuid.UUID, ...]
+    error: str
+
+
+@dataclass(frozen=True)
+class ShadowResult:
+    memory: FoldedMemory
+    runs: tuple[RunRecord, ...]
+    failed: tuple[FailedBatch, ...]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(r.usage.prompt_tokens for r in self.runs)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(r.usage.completion_tokens for r in self.runs)
+
+    @property
+    def cost_micro_usd(self) -> int:
+        return sum(r.cost_micro_usd for r in self.runs)
+
+
+def batches_by_size(events: Sequence[ContextEvent], max_batch: int) -> list[ShadowBatch]:
+    """Log order, `max_batch` at a time, as the processor cuts a user's buffer.
+
+    The clock of a batch is its latest event (never going back), so a replay is reproducible.
+    """
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    out: list[ShadowBatch] = []
+    now: datetime | None = None
+    for i in range(0, len(events), max_batch):
+        chunk = tuple(events[i : i + max_batch])
+        latest = max(e.occurred_at for e in chunk)
+        now = latest if now is None else max(now, latest)
+        out.append(ShadowBatch(chunk, now))
+    return out
+
+
+def batches_like_live(
+    events: Sequence[ContextEvent], runs: Iterable[LoggedRun], max_batch: int
+) -> list[ShadowBatch]:
+    """The batches the live runs consolidated, at their clocks; then what no run took yet.
+
+    With the live backend this reproduces live memory, so a diff shows only what the other
+    backend, model or prompt changes, not what batching changes.
+    """
+    by_id = {e.event_id: e for e in events}
+    taken: set[uuid.UUID] = set()
+    out: list[ShadowBatch] = []
+    for logged in runs:
+        run = logged.run
+        if run.status is not RunStatus.SUCCEEDED:
+            continue
+        chunk = tuple(by_id[i] for i in run.input_event_ids if i in by_id)
+        taken.update(e.event_id for e in chunk)
+        if chunk:
+            out.append(ShadowBatch(chunk, run.started_at))
+    rest = [e for e in events if e.event_id not in taken]
+    return out + batches_by_size(rest, max_batch)
+
+
+def shadow_consolidate(
+    user_id: str,
+    batches: Sequence[ShadowBatch],
+    backend: ConsolidationBackend,
+    consolidator: Consolidator,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ShadowResult:
+    """Consolidate the batches into an in-memory image; nothing is written anywhere.
+
+    A batch the backend cannot handle is recorded as failed and skipped, as the processor
+    would dead-letter it; a transient error is retried a few times with backoff first.
+    """
+    memory = FoldedMemory(user_id=user_id)
+    runs: list[RunRecord] = []
+    failed: list[FailedBatch] = []
+    for batch in batches:
+        if not memory.organization_id:
+            memory = replace(memory, organization_id=batch.events[0].organization_id)
+        request = ConsolidationRequest.build(
+            memory.state(), memory.facts_in(REQUEST_STATUSES), list(batch.events), batch.now
+        )
+        try:
+            run = _plan(request, backend, consolidator, sleep)
+        except BackendError as error:
+            failed.append(FailedBatch(tuple(x.event_id for x in batch.events), str(error)))
+            continue
+        runs.append(run)
+        memory = fold_run(memory, LoggedRun(memory.last_seq + 1, batch.now, run))
+    return ShadowResult(memory, tuple(runs), tuple(failed))
+
+
+def _plan(
+    request: ConsolidationRequest,
+    backend: ConsolidationBackend,
+    consolidator: Consolidator,
+    sleep: Callable[[float], None],
+) -> RunRecord:
+    attempt = 0
+    while True:
+        started = time.monotonic()
+        try:
+            response = backend.consolidate(request)
+            break
+        except TransientBackendError:
+            attempt += 1
+            if attempt >= SHADOW_ATTEMPTS:
+                raise
+            sleep(SHADOW_BACKOFF.delay(attempt - 1))
+    update = consolidator.plan(
+        request,
+        response,
+        run_id=run_id_for(request.user_id, request.event_ids),
+        backend=backend.name,
+        prompt_version=backend.prompt_version,
+        started_at=request.now,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        attempt=attempt,
+    )
+    return update.run

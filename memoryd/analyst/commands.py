@@ -1,0 +1,151 @@
+"""The analyst commands' arguments and what each one runs (see `memoryd.analyst`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from consumers.replay import batches_by_size, batches_like_live, shadow_consolidate
+from domain.model import FactStatus
+from memoryd import wiring
+from memoryd.analyst.export import export_document, write_json
+from memoryd.analyst.render import (
+    render_diff,
+    render_memory,
+    render_runs,
+    replay_json,
+    run_json,
+)
+from memoryd.settings import Settings
+from processors.diff import diff_memory
+from processors.fold import FoldedMemory, FoldError, fold_runs, live_image, runs_until
+from store.write.run_log import PostgresRunLog, read_only_dsn
+
+
+@contextmanager
+def analyst_core(settings: Settings) -> Iterator[tuple[wiring.Core, PostgresRunLog]]:
+    postgres = settings.postgres.model_copy(update={"dsn": read_only_dsn(settings.postgres.dsn)})
+    with wiring.core(settings.model_copy(update={"postgres": postgres})) as c:
+        yield c, PostgresRunLog(c.pool)
+
+
+def live_memory(c: wiring.Core, run_log: PostgresRunLog, user_id: str) -> FoldedMemory:
+    return live_image(
+        c.memory.load_state(user_id),
+        c.memory.facts(user_id, tuple(FactStatus)),
+        run_log.connections(user_id),
+    )
+
+
+def parse_time(text: str) -> datetime:
+    """ISO 8601; a time without an offset is UTC."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from e
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+    with analyst_core(settings) as (_c, run_log):
+        runs = run_log.runs(args.user)
+    if args.at is None:
+        if args.json:
+            print(json.dumps({"user_id": args.user, "runs": [run_json(r) for r in runs]}))
+        else:
+            print(render_runs(args.user, runs))
+        return 0
+    at: datetime = args.at
+    before = runs_until(runs, at)
+    try:
+        memory = fold_runs(before, FoldedMemory(user_id=args.user))
+    except FoldError as e:
+        print(f"memoryd history: the run log does not fold: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        doc = {
+            "user_id": args.user,
+            "at": at.isoformat(),
+            "runs": [run_json(r) for r in before],
+            "memory": memory.to_json(),
+        }
+        print(json.dumps(doc, ensure_ascii=False, default=str))
+    else:
+        print(render_memory(memory, at))
+    return 0
+
+
+def _shadow_settings(settings: Settings, args: argparse.Namespace) -> Settings:
+    llm = {"backend": args.backend or settings.llm.backend}
+    if args.model:
+        llm["model"] = args.model
+    return settings.model_copy(update={"llm": settings.llm.model_copy(update=llm)})
+
+
+def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
+    if args.max_batch is None:
+        args.max_batch = settings.processor.max_batch
+    with analyst_core(_shadow_settings(settings, args)) as (c, run_log):
+        events = [e.event for e in c.events.user_events(args.user)]
+        if args.batching == "live":
+            batches = batches_like_live(events, run_log.runs(args.user), args.max_batch)
+        else:
+            batches = batches_by_size(events, args.max_batch)
+        backend, consolidator = wiring.consolidation(c)
+        shadow = shadow_consolidate(args.user, batches, backend, consolidator)
+        live = live_memory(c, run_log, args.user)
+    diff = diff_memory(live, shadow.memory)
+    identity = {
+        "backend": backend.name,
+        "model": backend.model,
+        "prompt_version": backend.prompt_version,
+    }
+    doc = replay_json(args, len(events), len(batches), shadow, live, diff, identity)
+    print(json.dumps(doc, ensure_ascii=False, default=str) if args.json else render_diff(doc, diff))
+    return 0
+
+
+def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
+    with analyst_core(settings) as (c, run_log):
+        doc = export_document(c, run_log, args.user, c.clock())
+    out = Path(args.out)
+    write_json(out, doc)
+    print(
+        f"exported {args.user}: {len(doc['events'])} event(s), {len(doc['runs'])} run(s),"
+        f" {len(doc['facts'])} fact(s), {len(doc['ledger'])} ledger entr(ies) to {out}"
+    )
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("history", help="a user's consolidation runs, or memory at a time")
+    p.add_argument("user")
+    p.add_argument(
+        "--at", type=parse_time, help="ISO time: fold the runs committed by then (no offset = UTC)"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_history)
+    p = sub.add_parser(
+        "replay", help="re-consolidate a user's raw events into a shadow image and diff it"
+    )
+    p.add_argument("user")
+    p.add_argument("--backend", choices=["offline", "gemini"], help="default: llm.backend")
+    p.add_argument("--model", help="default: llm.model (gemini only)")
+    p.add_argument("--max-batch", type=int, help="default: processor.max_batch")
+    p.add_argument(
+        "--batching",
+        choices=["max-batch", "live"],
+        default="max-batch",
+        help="cut the log every --max-batch events, or reuse the live runs' batches",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_replay)
+    p = sub.add_parser("export", help="a user's events, runs, facts, memory and ledger as JSON")
+    p.add_argument("user")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_export)

@@ -1,0 +1,107 @@
+"""Two memory images compared fact by fact: live memory against a fold or a shadow replay."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from domain.model import Fact
+from processors.fold import FoldedMemory
+
+# What a fact *says*; timestamps, versions and recall counters differ between any two runs.
+DIFF_FIELDS = (
+    "content",
+    "fact_type",
+    "surface",
+    "status",
+    "superseded_by",
+    "pinned",
+    "confidence",
+    "salience",
+    "reinforce_count",
+)
+
+
+@dataclass(frozen=True)
+class FactDiff:
+    fact_id: uuid.UUID
+    content: str
+    fields: Mapping[str, tuple[Any, Any]]  # name → (left, right)
+
+
+@dataclass(frozen=True)
+class MemoryDiff:
+    """`left` is the reference (live memory), `right` the image compared with it."""
+
+    only_left: tuple[Fact, ...]
+    only_right: tuple[Fact, ...]
+    changed: tuple[FactDiff, ...]
+    working_memory: tuple[str, str] | None
+    scaffold: Mapping[str, tuple[Any, Any]]  # key → (left, right); None where absent
+    learned_info: tuple[tuple[str, ...], tuple[str, ...]]  # (only left, only right)
+    connections: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
+
+    @property
+    def identical(self) -> bool:
+        return not (
+            self.only_left
+            or self.only_right
+            or self.changed
+            or self.working_memory
+            or self.scaffold
+            or any(self.learned_info)
+            or self.connections
+        )
+
+
+def _comparable(fact: Fact, name: str) -> Any:
+    value = getattr(fact, name)
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value.value if isinstance(value, StrEnum) else value
+
+
+def _fact_diff(left: Fact, right: Fact) -> FactDiff | None:
+    fields_ = {
+        name: (_comparable(left, name), _comparable(right, name))
+        for name in DIFF_FIELDS
+        if _comparable(left, name) != _comparable(right, name)
+    }
+    return FactDiff(left.fact_id, left.content, fields_) if fields_ else None
+
+
+def _only(left: Sequence[str], right: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(x for x in left if x not in right), tuple(x for x in right if x not in left)
+
+
+def diff_memory(left: FoldedMemory, right: FoldedMemory) -> MemoryDiff:
+    """Facts are matched by id: UUID5 of (user, content, scope), the same in any namespace."""
+    lf, rf = left.facts, right.facts
+    changed = [d for fid in sorted(lf.keys() & rf.keys()) if (d := _fact_diff(lf[fid], rf[fid]))]
+    keys = sorted({*left.scaffold, *right.scaffold})
+    scaffold = {
+        k: (left.scaffold.get(k), right.scaffold.get(k))
+        for k in keys
+        if left.scaffold.get(k) != right.scaffold.get(k)
+    }
+    connections = {}
+    for c in sorted({*left.connections, *right.connections}):
+        only = _only(left.connections.get(c, ()), right.connections.get(c, ()))
+        if any(only):
+            connections[c] = only
+    return MemoryDiff(
+        only_left=tuple(f for f in left.facts_in() if f.fact_id not in rf),
+        only_right=tuple(f for f in right.facts_in() if f.fact_id not in lf),
+        changed=tuple(changed),
+        working_memory=None
+        if left.working_memory == right.working_memory
+        else (left.working_memory, right.working_memory),
+        scaffold=scaffold,
+        learned_info=_only(left.learned_info, right.learned_info),
+        connections=connections,
+    )
