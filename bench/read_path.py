@@ -186,7 +186,19 @@ def load(
     return pg_s, chroma_s
 
 
-def run(args: argparse.Namespace, sizes: Sequence[int], per_user: Sequence[int]) -> Results:
+def publish(args: argparse.Namespace, results: Results, elapsed_s: float) -> None:
+    print(_report(args, results, elapsed_s), flush=True)
+    if args.json_out:
+        document = {
+            "rows": [r.as_json() for r in results.rows],
+            "rss_mb": round(max(mb for _, mb in results.rss_mb), 1),
+        }
+        args.json_out.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def run(
+    args: argparse.Namespace, sizes: Sequence[int], per_user: Sequence[int], began: float
+) -> Results:
     base = Settings()
     pool = synthetic.TextPool.embedded(args.distinct_texts, MiniLmEmbedder(), args.seed)
     out = Results([], [], [], [], [])
@@ -223,6 +235,8 @@ def run(args: argparse.Namespace, sizes: Sequence[int], per_user: Sequence[int])
                     for n, users in sorted(population.tiers.items()):
                         measure_tier(service, users, size, n, args.samples, args.seed, out)
                     out.rss_mb.append((size, resident_mb()))
+                    # Written as each total is measured: a failure later loses nothing.
+                    publish(args, out, time.perf_counter() - began)
     return out
 
 
@@ -241,15 +255,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     per_user = sorted(int(s) for s in args.facts_per_user.split(","))
     for size in sizes:
         Population.at(size, per_user, args.heavy_users)  # refuse impossible sizes up front
-    began = time.perf_counter()
-    results = run(args, sizes, per_user)
-    print(_report(args, results, time.perf_counter() - began))
-    if args.json_out:
-        document = {
-            "rows": [r.as_json() for r in results.rows],
-            "rss_mb": round(max(mb for _, mb in results.rss_mb), 1),
-        }
-        args.json_out.write_text(json.dumps(document, indent=2) + "\n")
+    run(args, sizes, per_user, time.perf_counter())
 
 
 def _report(args: argparse.Namespace, r: Results, total_s: float) -> str:
