@@ -3,7 +3,7 @@
     python -m bench.api [--facts 100000] [--facts-per-user 100] [--levels 1,4,16,64]
         [--duration 15] [--workers N] [--json-out FILE] [services options]
 
-Loads synthetic memory (`bench.synthetic`) into a scratch database and Chroma collection,
+Loads synthetic memory (`bench.synthetic_memory`) into a scratch database and Chroma collection,
 starts a real `memoryd api` process over it (its own worker processes, pools and caches, as
 configured by `MEMORYD_*` settings; `--workers` overrides `api.workers`), reads each user
 once, then drives it at each concurrency for `--duration` seconds: that many client threads,
@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import services, synthetic
+from bench import services
+from bench import synthetic_memory as synthetic
 from bench.locomo.metrics import markdown_table
 from bench.read_path import Population, load, sample_requests
 from memoryd import wiring

@@ -4,7 +4,7 @@
         [--heavy-users 10] [--samples 300] [--distinct-texts 4000] [--json-out FILE]
         [--dsn DSN] [--chroma-url URL] [--keep]
 
-Loads synthetic memory (`bench.synthetic`) into a scratch Postgres database and Chroma
+Loads synthetic memory (`bench.synthetic_memory`) into a scratch Postgres database and Chroma
 collection, growing it to each total in `--facts` in turn. Every size tier of
 `--facts-per-user` but the smallest has `--heavy-users` users; the smallest tier fills the rest
 of the total. At each total and for each tier it measures, over random users of the tier with
@@ -37,7 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import services, synthetic
+from bench import services
+from bench import synthetic_memory as synthetic
 from bench.locomo.metrics import markdown_table
 from memoryd import wiring
 from memoryd.settings import ChromaSettings, MetricsSettings, Settings

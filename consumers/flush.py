@@ -99,7 +99,22 @@ class UserFlusher:
     ) -> uuid.UUID:
         """Write the failed run record for events about to be dead-lettered."""
         state = self._store.load_state(user_id, events[0].organization_id)
-        request = ConsolidationRequest.build(state, (), list(events), self._clock())
+        return self._record_unapplied(
+            state, events, self._clock(), attempt, error, raw, RunStatus.FAILED
+        )
+
+    def _record_unapplied(
+        self,
+        state: MemoryState,
+        events: Sequence[ContextEvent],
+        now: datetime,
+        attempt: int,
+        error: str,
+        raw: str | None,
+        status: RunStatus,
+    ) -> uuid.UUID:
+        """The record of a run that changed nothing (failed or deferred), one per occurrence."""
+        request = ConsolidationRequest.build(state, (), list(events), now)
         run_id = occurrence_run_id()
         self._store.record_run(
             failed_run(
@@ -108,11 +123,12 @@ class UserFlusher:
                 backend=self._backend.name,
                 model=self._backend.model,
                 prompt_version=self._backend.prompt_version,
-                started_at=request.now,
+                started_at=now,
                 duration_ms=0,
                 error=error,
                 raw_response=raw,
                 attempt=attempt,
+                status=status,
             )
         )
         return run_id
@@ -165,23 +181,9 @@ class UserFlusher:
         attempt: int,
         balance: str,
     ) -> FlushResult:
-        request = ConsolidationRequest.build(state, (), fresh, now)
-        run_id = occurrence_run_id()
         reason = f"credit exhausted ({balance}): consolidation deferred"
-        self._store.record_run(
-            failed_run(
-                request,
-                run_id=run_id,
-                backend=self._backend.name,
-                model=self._backend.model,
-                prompt_version=self._backend.prompt_version,
-                started_at=now,
-                duration_ms=0,
-                error=reason,
-                raw_response=None,
-                attempt=attempt,
-                status=RunStatus.DEFERRED,
-            )
+        run_id = self._record_unapplied(
+            state, fresh, now, attempt, reason, None, RunStatus.DEFERRED
         )
         return FlushResult(FlushKind.DEFERRED, len(fresh), run_id, reason=reason)
 

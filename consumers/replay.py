@@ -26,7 +26,8 @@ from processors.schema import REQUEST_STATUSES, ConsolidationBackend, Consolidat
 from producers.contract import ContextEvent
 
 SHADOW_ATTEMPTS = 3
-# A replay is an analyst's command, not a service: a short wait, then give up on the batch.
+# A replay is one analyst's sequential command, not a service: a short wait, then the batch is
+# given up. No jitter: there is no crowd of retries to spread out.
 SHADOW_BACKOFF = Backoff(base_s=1.0, max_s=8.0, jitter=0.0)
 
 

@@ -1,4 +1,5 @@
-"""JSON forms of the records, for run outputs (folded by replay) and exports."""
+"""JSON forms of the records, for run outputs (folded by replay) and exports, and the flat
+form a vector index keeps beside a fact's vector."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from domain.ids import NO_CONNECTION
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.ports import MetadataValue
 
 
 def _dt(value: datetime | None) -> str | None:
@@ -87,3 +90,29 @@ def fact_from_json(data: dict[str, Any]) -> Fact:
         superseded_by=None if superseded is None else uuid.UUID(superseded),
         version=int(data.get("version", 1)),
     )
+
+
+def fact_metadata(fact: Fact) -> dict[str, MetadataValue]:
+    """Scalars only, never null (Chroma metadata cannot hold it): absent values become "" and
+    no connection the NO_CONNECTION sentinel, which the scoping filters match."""
+    p = fact.provenance
+    return {
+        "user_id": fact.user_id,
+        "organization_id": fact.organization_id,
+        "connection_id": p.connection_id or NO_CONNECTION,
+        "context_type": p.context_type,
+        "source": p.source,
+        "tool_id": p.tool_id or "",
+        "message_id": p.message_id or "",
+        "attachment_id": p.attachment_id or "",
+        "filename": p.filename or "",
+        "fact_type": fact.fact_type.value,
+        "surface": fact.surface.value,
+        "status": fact.status.value,
+        "pinned": fact.pinned,
+        "confidence": float(fact.confidence),
+        "salience": float(fact.salience),
+        "created_at": fact.created_at.timestamp(),
+        "updated_at": fact.updated_at.timestamp(),
+        "source_event_ids": ",".join(str(e) for e in p.source_event_ids),
+    }

@@ -39,6 +39,7 @@ __all__ = [
     "InjectionReads",
     "MemoryStore",
     "MetadataValue",
+    "Pricing",
     "ReadModel",
     "RunLog",
     "Vector",
@@ -48,6 +49,8 @@ __all__ = [
 
 # The time as the logic sees it: injected, so tests and replays choose it.
 Clock = Callable[[], datetime]
+# The ledger entries that book exactly the facts given (those an indexer marked indexed).
+Pricing = Callable[[Sequence[Fact]], Sequence[LedgerEntry]]
 Vector = npt.NDArray[np.float32]
 MetadataValue = str | int | float | bool
 
@@ -165,12 +168,7 @@ class IndexOutbox(Protocol):
 
     def pending_count(self) -> int: ...
 
-    def mark_indexed(
-        self,
-        facts: Sequence[Fact],
-        at: datetime,
-        ledger_for: Callable[[Sequence[Fact]], Sequence[LedgerEntry]],
-    ) -> list[Fact]:
+    def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         """Mark the versions still pending as indexed and book `ledger_for(marked)` with them,
         atomically; returns the facts marked (a version is marked, and booked, once)."""
         ...

@@ -86,15 +86,17 @@ def run_demo(settings: Settings, keep_services: bool = False) -> int:
 
 
 def _print_users(c: wiring.Core, users: list[str]) -> None:
-    service = wiring.context_service(c)
-    for user_id in users:
-        state = c.memory.load_state(user_id)
-        facts = c.memory.facts(user_id)
-        print(f"══ {user_id} (memory version {state.version}, {len(facts)} active facts)")
-        print("W:", state.working_memory)
-        print("S:", json.dumps(state.scaffold, ensure_ascii=False, sort_keys=True)[:1200])
-        query = SAMPLE_QUERIES["default"]
-        bundle = service.assemble(user_id, query)
-        top = bundle.facts[0] if bundle.facts else None
-        shown = f"{top.fact.content} (similarity {top.similarity:.2f})" if top else "(none)"
-        print(f"retrieval for {query!r}: {shown}  [{bundle.latency_ms:.1f} ms]\n")
+    # The read path's background writers (audit rows, recall counters) must finish before the
+    # core closes its pool, or what they hold is dropped.
+    with wiring.read_path(c) as service:
+        for user_id in users:
+            state = c.memory.load_state(user_id)
+            facts = c.memory.facts(user_id)
+            print(f"══ {user_id} (memory version {state.version}, {len(facts)} active facts)")
+            print("W:", state.working_memory)
+            print("S:", json.dumps(state.scaffold, ensure_ascii=False, sort_keys=True)[:1200])
+            query = SAMPLE_QUERIES["default"]
+            bundle = service.assemble(user_id, query)
+            top = bundle.facts[0] if bundle.facts else None
+            shown = f"{top.fact.content} (similarity {top.similarity:.2f})" if top else "(none)"
+            print(f"retrieval for {query!r}: {shown}  [{bundle.latency_ms:.1f} ms]\n")

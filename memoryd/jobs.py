@@ -13,6 +13,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from consumers.flush import BudgetPolicy
 from memoryd import wiring
 from store.errors import StoreError
+from store.postgres import translated
 
 log = logging.getLogger(__name__)
 INDEX_DRAIN_LOCK = 0x6D656D6F72796432
@@ -21,7 +22,7 @@ INDEX_DRAIN_EVERY_S = 30
 
 def drain_index_once(c: wiring.Core) -> int | None:
     """Index pending facts if no other process is doing it; None when the lock was taken."""
-    with c.pool.connection() as conn:
+    with translated("index drain lock"), c.pool.connection() as conn:
         conn.autocommit = True
         got = conn.execute("SELECT pg_try_advisory_lock(%s)", (INDEX_DRAIN_LOCK,)).fetchone()
         if not got or not got[0]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +23,7 @@ from consumers.kafka_client import ConsumerSettings, make_consumer
 from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor
+from domain.ports import Clock
 from memoryd.settings import Settings
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
@@ -64,13 +65,13 @@ class Core:
     prices: PriceTable
     registry: CollectorRegistry
     metrics: PipelineMetrics
-    clock: Callable[[], datetime]
+    clock: Clock
     # One per process, shared by every read path in it: a memory's vectors are fetched once.
     dense_cache: DenseCache
 
 
 @contextmanager
-def core(settings: Settings, clock: Callable[[], datetime] = utc_clock) -> Iterator[Core]:
+def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
     # Each flush holds a connection for its user lock and needs another meanwhile, and the
     # read path and the indexer want theirs: size the pool so concurrency is never capped by it.
     pool_size = max(settings.postgres.pool_max_size, 2 * settings.processor.concurrency + 4)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+from producers._user_events import UserEventClient
 from producers.contract import (
     ContextEvent,
     EventType,
@@ -17,18 +18,10 @@ from producers.contract import (
     RetractionReason,
     Source,
     SourceMetadata,
-    new_event_id,
-    utc_now,
 )
-from producers.publisher import EventPublisher
 
 
-class FactCorrections:
-    def __init__(self, publisher: EventPublisher, user_id: str, organization_id: str) -> None:
-        self._publisher = publisher
-        self._user_id = user_id
-        self._organization_id = organization_id
-
+class FactCorrections(UserEventClient):
     def delete_fact(
         self, fact_id: uuid.UUID, *, idempotency_key: str | None = None
     ) -> ContextEvent:
@@ -50,14 +43,12 @@ class FactCorrections:
         retraction = self._retraction(
             fact_id, RetractionReason.CORRECTED, idempotency_key, connection_id
         )
-        correction = ContextEvent(
-            event_id=new_event_id(None if idempotency_key is None else f"{idempotency_key}:new"),
-            user_id=self._user_id,
-            organization_id=self._organization_id,
-            event_type=EventType.CORRECTION,
-            content=content,
-            source_metadata=SourceMetadata(source=Source.INTERACTIVE, connection_id=connection_id),
-            occurred_at=retraction.occurred_at,
+        correction = self._event(
+            EventType.CORRECTION,
+            content,
+            SourceMetadata(source=Source.INTERACTIVE, connection_id=connection_id),
+            key=None if idempotency_key is None else f"{idempotency_key}:new",
+            at=retraction.occurred_at,
         )
         events = [retraction, correction]
         self._publisher.publish(events)
@@ -70,12 +61,9 @@ class FactCorrections:
         idempotency_key: str | None,
         connection_id: str | None,
     ) -> ContextEvent:
-        return ContextEvent(
-            event_id=new_event_id(idempotency_key),
-            user_id=self._user_id,
-            organization_id=self._organization_id,
-            event_type=EventType.FACT_RETRACTION,
-            content=FactRetraction(fact_id=fact_id, reason=reason).model_dump_json(),
-            source_metadata=SourceMetadata(source=Source.INTERACTIVE, connection_id=connection_id),
-            occurred_at=utc_now(),
+        return self._event(
+            EventType.FACT_RETRACTION,
+            FactRetraction(fact_id=fact_id, reason=reason).model_dump_json(),
+            SourceMetadata(source=Source.INTERACTIVE, connection_id=connection_id),
+            key=idempotency_key,
         )

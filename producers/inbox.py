@@ -6,23 +6,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from producers.contract import (
-    ContextEvent,
-    EventType,
-    Source,
-    SourceMetadata,
-    new_event_id,
-    utc_now,
-)
-from producers.publisher import EventPublisher
+from producers._user_events import UserEventClient
+from producers.contract import ContextEvent, EventType, Source, SourceMetadata, utc_now
 
 
-class InboxContextUpdates:
-    def __init__(self, publisher: EventPublisher, user_id: str, organization_id: str) -> None:
-        self._publisher = publisher
-        self._user_id = user_id
-        self._organization_id = organization_id
-
+class InboxContextUpdates(UserEventClient):
     def update_user_context(
         self,
         scaffold_updates: Mapping[str, Any],
@@ -42,27 +30,19 @@ class InboxContextUpdates:
             return None if cycle_id is None else "\x1f".join((self._user_id, cycle_id, *parts))
 
         events = [
-            ContextEvent(
-                event_id=new_event_id(key("scaffold", name)),
-                user_id=self._user_id,
-                organization_id=self._organization_id,
-                event_type=EventType.SCAFFOLD_UPDATE,
+            self._event(
+                EventType.SCAFFOLD_UPDATE,
+                json.dumps(value, sort_keys=True, ensure_ascii=False),
+                meta,
+                key=key("scaffold", name),
+                at=now,
                 scaffold_key=name,
-                content=json.dumps(value, sort_keys=True, ensure_ascii=False),
-                source_metadata=meta,
-                occurred_at=now,
             )
             for name, value in scaffold_updates.items()
         ]
         events += [
-            ContextEvent(
-                event_id=new_event_id(key("learned", str(i), text)),
-                user_id=self._user_id,
-                organization_id=self._organization_id,
-                event_type=EventType.LEARNED_FACT,
-                content=text,
-                source_metadata=meta,
-                occurred_at=now,
+            self._event(
+                EventType.LEARNED_FACT, text, meta, key=key("learned", str(i), text), at=now
             )
             for i, text in enumerate(persistent_info_additions)
         ]

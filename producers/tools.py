@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
+from producers._user_events import UserEventClient
 from producers.contract import (
     MAX_CONTENT_CHARS,
     ContextEvent,
     EventType,
     Source,
     SourceMetadata,
-    new_event_id,
     utc_now,
 )
-from producers.publisher import EventPublisher
 
 
-class ToolContextPublisher:
-    def __init__(self, publisher: EventPublisher, user_id: str, organization_id: str) -> None:
-        self._publisher = publisher
-        self._user_id = user_id
-        self._organization_id = organization_id
-
+class ToolContextPublisher(UserEventClient):
     def index_tool_output(
         self,
         content: str,
@@ -48,22 +42,13 @@ class ToolContextPublisher:
             filename=filename,
         )
         now = utc_now()
+
+        def key(i: int) -> str | None:
+            parts = (self._user_id, tool_id, message_id or "", attachment_id or "", str(i))
+            return "\x1f".join(parts) if stable else None
+
         events = [
-            ContextEvent(
-                event_id=new_event_id(
-                    "\x1f".join(
-                        (self._user_id, tool_id, message_id or "", attachment_id or "", str(i))
-                    )
-                    if stable
-                    else None
-                ),
-                user_id=self._user_id,
-                organization_id=self._organization_id,
-                event_type=EventType.TOOL_OUTPUT,
-                content=chunk,
-                source_metadata=meta,
-                occurred_at=now,
-            )
+            self._event(EventType.TOOL_OUTPUT, chunk, meta, key=key(i), at=now)
             for i, chunk in enumerate(chunks)
         ]
         self._publisher.publish(events)
@@ -71,15 +56,8 @@ class ToolContextPublisher:
 
     def update_connection_context(self, connection_id: str, learned_info: str) -> ContextEvent:
         """Add to what memoryd knows about one tool connection (e.g. a mailbox, a CRM)."""
-        event = ContextEvent(
-            event_id=new_event_id(),
-            user_id=self._user_id,
-            organization_id=self._organization_id,
-            event_type=EventType.CONNECTION_UPDATE,
-            content=learned_info,
-            source_metadata=SourceMetadata(source=Source.TOOL, connection_id=connection_id),
-            occurred_at=utc_now(),
-        )
+        meta = SourceMetadata(source=Source.TOOL, connection_id=connection_id)
+        event = self._event(EventType.CONNECTION_UPDATE, learned_info, meta)
         self._publisher.publish([event])
         return event
 

@@ -1,4 +1,5 @@
-"""Mapping between `Fact` and the `memory_facts` row, and the upsert a run makes."""
+"""Mapping between the memory values and their rows (`memory_facts`, `user_memory`), and the
+upsert a run makes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from domain.codec import fact_to_json
-from domain.model import Fact, FactChange, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.model import (
+    Fact,
+    FactChange,
+    FactStatus,
+    FactType,
+    MemoryState,
+    Provenance,
+    SurfacePolicy,
+)
 from domain.upsert import RUN_OVERWRITES
 
 COLUMNS = (
@@ -30,6 +39,26 @@ _UPSERT = (
     + ", indexed_at = NULL, version = memory_facts.version + 1,"
     " updated_by_run = EXCLUDED.updated_by_run WHERE NOT memory_facts.pinned"
 )
+
+
+# The `user_memory` columns `state_from_row` reads, in its order.
+STATE_COLUMNS = (
+    "organization_id, working_memory, information_scaffold, persistent_learned_info, version,"
+    " updated_at"
+)
+
+
+def state_from_row(user_id: str, row: Sequence[Any]) -> MemoryState:
+    org, w, s, learned, version, updated_at = row
+    return MemoryState(
+        user_id=user_id,
+        organization_id=org,
+        working_memory=w,
+        scaffold=s,
+        learned_info=tuple(learned),
+        version=version,
+        updated_at=updated_at,
+    )
 
 
 def from_row(row: Sequence[Any]) -> Fact:

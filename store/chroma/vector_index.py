@@ -18,11 +18,13 @@ from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Embeddable, EmbeddingFunction, Metadata
 
+from domain.codec import fact_metadata
 from domain.model import Fact, FactStatus
-from domain.ports import Embedder, Vector, VectorHit
+from domain.ports import Embedder, MetadataValue, Vector, VectorHit
 from store.chroma._translate import translated
-from store.chroma.metadata import build_where, fact_metadata, plain_metadata
+from store.chroma.filters import build_where
 from store.embeddings import ChromaEmbeddingFunction
+from store.exact_search import nearest
 
 DEFAULT_COLLECTION = "memory_facts"
 
@@ -85,12 +87,12 @@ class ChromaVectorIndex:
                 ids=[str(f.fact_id) for f in fresh],
                 embeddings=np.stack(vectors),
                 documents=[f.content for f in fresh],
-                metadatas=[fact_metadata(f) for f in fresh],
+                metadatas=[_as_metadata(f) for f in fresh],
             )
         if known:
             collection.update(
                 ids=[str(f.fact_id) for f in known],
-                metadatas=[fact_metadata(f) for f in known],
+                metadatas=[_as_metadata(f) for f in known],
             )
         return len(fresh)
 
@@ -155,7 +157,7 @@ class ChromaVectorIndex:
                 fact_id=uuid.UUID(fact_id),
                 similarity=1.0 - float(distance),
                 content=document or "",
-                metadata=plain_metadata(metadata),
+                metadata=_plain_metadata(metadata),
             )
             for fact_id, distance, document, metadata in zip(
                 ids, distances, documents, metadatas, strict=True
@@ -194,12 +196,11 @@ class ChromaVectorIndex:
         stored = self.embeddings(fact_ids)
         if not stored:
             return [], {}
-        ids = sorted(stored, key=str)  # ties rank by fact id, as in the cached search
+        # Ties rank by fact id, as in the cached dense search.
+        stored = {k: stored[k] for k in sorted(stored, key=str)}
         (query,) = self._embedder.embed([text])
-        similarity = np.stack([stored[i] for i in ids]) @ query
-        best = np.argsort(-similarity, kind="stable")[:n]
         # The vectors go back too: the caller's diversity step (MMR) needs them as well.
-        return [VectorHit(ids[k], float(similarity[k]), "", {}) for k in best], stored
+        return nearest(query, stored, n), stored
 
     def delete(self, fact_ids: Sequence[uuid.UUID]) -> None:
         ids = [str(f) for f in fact_ids]
@@ -239,3 +240,13 @@ class ChromaVectorIndex:
             # A network call on the HTTP client, so asked once.
             self._batch_size = self._client.get_max_batch_size()
         return self._batch_size
+
+
+def _plain_metadata(metadata: Mapping[str, object] | None) -> dict[str, MetadataValue]:
+    if metadata is None:
+        return {}
+    return {k: v for k, v in metadata.items() if isinstance(v, str | int | float | bool)}
+
+
+def _as_metadata(fact: Fact) -> Metadata:
+    return fact_metadata(fact)

@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from domain.codec import fact_from_json
-from domain.model import Fact, FactStatus, MemoryState
+from domain.model import Fact, FactStatus
 from domain.reads import ContextLogRow, Injection, Recall, Scope
 from store import fact_rows
 from store.postgres import transaction
@@ -80,18 +80,9 @@ class PostgresReadModel:
             row = conn.execute(_INJECTION, (user_id,)).fetchone()
         if row is None:
             return None
-        org, w, s, learned, version, updated_at, connections, pinned = row
-        state = MemoryState(
-            user_id=user_id,
-            organization_id=org,
-            working_memory=w,
-            scaffold=s,
-            learned_info=tuple(learned),
-            version=version,
-            updated_at=updated_at,
-        )
+        *state, connections, pinned = row
         return Injection(
-            state=state,
+            state=fact_rows.state_from_row(user_id, state),
             connections={k: tuple(v) for k, v in connections.items()},
             pinned=tuple(fact_from_json(f) for f in pinned),
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
@@ -29,6 +29,7 @@ from domain.model import (
     MemoryUpdate,
     RunRecord,
 )
+from domain.ports import Pricing
 from store import fact_rows
 from store.errors import (
     EventsAlreadyConsolidated,
@@ -70,22 +71,12 @@ class PostgresMemoryStore:
     def load_state(self, user_id: str, organization_id: str = "") -> MemoryState:
         with transaction(self._pool) as conn:
             row = conn.execute(
-                "SELECT organization_id, working_memory, information_scaffold,"
-                " persistent_learned_info, version, updated_at FROM user_memory WHERE user_id = %s",
+                f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE user_id = %s",
                 (user_id,),
             ).fetchone()
         if row is None:
             return MemoryState(user_id=user_id, organization_id=organization_id)
-        org, w, s, learned, version, updated_at = row
-        return MemoryState(
-            user_id=user_id,
-            organization_id=org,
-            working_memory=w,
-            scaffold=s,
-            learned_info=tuple(learned),
-            version=version,
-            updated_at=updated_at,
-        )
+        return fact_rows.state_from_row(user_id, row)
 
     def facts(
         self, user_id: str, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
@@ -219,12 +210,7 @@ class PostgresMemoryStore:
             ).fetchone()
         return int(row[0]) if row else 0
 
-    def mark_indexed(
-        self,
-        facts: Sequence[Fact],
-        at: datetime,
-        ledger_for: Callable[[Sequence[Fact]], Sequence[LedgerEntry]],
-    ) -> list[Fact]:
+    def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         """Mark these fact versions indexed and book their cost, in one transaction.
 
         Only versions still pending are marked (a newer version stays pending, one another

@@ -9,7 +9,7 @@ import pytest
 
 from store.migrate import migrate
 from store.postgres import make_pool
-from tests.support import Deployment, deployment_settings
+from tests.support.deployment import Deployment, deployment_settings
 
 
 @pytest.fixture

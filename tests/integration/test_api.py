@@ -14,8 +14,8 @@ from memoryd import wiring
 from memoryd.api.auth import hash_token
 from memoryd.settings import ApiSettings
 from producers.contract import EventType
-from tests.read_path_support import make_fact, seed
-from tests.support import Deployment, make_event
+from tests.support.builders import make_event, make_fact
+from tests.support.deployment import Deployment, seed_core
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def api(deployment: Deployment) -> Iterator[tuple[TestClient, wiring.Core]]:
 def test_tokens_are_required_and_scoped_to_their_organization(deployment: Deployment) -> None:
     with api(deployment) as (client, c):
         (fact,) = [make_fact("ada", "Ada takes her coffee black")]
-        seed(c, "ada", [fact], org="org-a")
+        seed_core(c, "ada", [fact], org="org-a")
         fid = fact.fact_id
         body = {"user_id": "ada", "query": "coffee"}
         calls = [
@@ -65,7 +65,7 @@ def test_tokens_are_required_and_scoped_to_their_organization(deployment: Deploy
 
 def test_context_and_memory_for_the_right_token(deployment: Deployment) -> None:
     with api(deployment) as (client, c):
-        seed(
+        seed_core(
             c,
             "ada",
             [

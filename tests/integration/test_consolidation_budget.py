@@ -16,9 +16,9 @@ from consumers.flush import BudgetPolicy
 from memoryd import wiring
 from memoryd.jobs import drain_index_once
 from memoryd.redrive import redrive
-from tests.consolidation_support import gemini_backend, headers_of, tuned
-from tests.fake_gemini import FakeGemini, FakeReply
-from tests.support import Deployment, dead_letters, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment, dead_letters, gemini_backend, headers_of, tuned
+from tests.support.fake_gemini import FakeGemini, FakeReply
 
 pytestmark = pytest.mark.integration
 

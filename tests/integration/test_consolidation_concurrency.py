@@ -16,14 +16,15 @@ from consumers.flush import FlushKind
 from memoryd import wiring
 from processors.consolidate import Consolidator
 from processors.gate import WriteGate
-from tests.consolidation_support import (
+from tests.support.builders import make_event
+from tests.support.deployment import (
+    Deployment,
     ProcessorThread,
-    RecordingBackend,
     tuned,
     users_per_partition,
     wait_until,
 )
-from tests.support import Deployment, make_event
+from tests.support.fakes import RecordingBackend
 
 pytestmark = pytest.mark.integration
 

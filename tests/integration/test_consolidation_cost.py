@@ -24,9 +24,9 @@ from memoryd import wiring
 from memoryd.jobs import drain_index_once
 from processors.cost import PriceTable
 from producers.contract import EventType
-from tests.consolidation_support import gemini_backend
-from tests.fake_gemini import FakeGemini, FakeReply
-from tests.support import Deployment, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment, gemini_backend
+from tests.support.fake_gemini import FakeGemini, FakeReply
 
 pytestmark = pytest.mark.integration
 

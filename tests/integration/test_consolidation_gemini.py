@@ -16,9 +16,16 @@ import pytest
 from memoryd import wiring
 from memoryd.redrive import redrive
 from producers.contract import EventType
-from tests.consolidation_support import gemini_backend, headers_of, topic_size, tuned
-from tests.fake_gemini import FakeGemini, FakeReply
-from tests.support import Deployment, dead_letters, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import (
+    Deployment,
+    dead_letters,
+    gemini_backend,
+    headers_of,
+    topic_size,
+    tuned,
+)
+from tests.support.fake_gemini import FakeGemini, FakeReply
 
 pytestmark = pytest.mark.integration
 

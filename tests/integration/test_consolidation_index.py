@@ -21,11 +21,12 @@ from memoryd.dev import LocalChroma, free_port
 from memoryd.jobs import drain_index_once
 from memoryd.settings import ChromaSettings
 from processors.cost import embedding_entry
-from processors.offline import OfflineBackend
-from processors.schema import BackendResponse, ConsolidationRequest
+from processors.schema import ConsolidationRequest
 from producers.contract import EventType
 from store.chroma import close_client, http_client
-from tests.support import Deployment, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment
+from tests.support.fakes import FlakyBackend
 
 pytestmark = pytest.mark.integration
 
@@ -50,18 +51,15 @@ def over_http(deployment: Deployment, chroma: LocalChroma) -> Deployment:
     return Deployment(settings, deployment.dsn)
 
 
-class StopsChromaWhileThinking:
+class StopsChromaWhileThinking(FlakyBackend):
     """The offline backend, except that Chroma dies while it works on the batch."""
 
     def __init__(self, chroma: LocalChroma) -> None:
+        super().__init__()
         self._chroma = chroma
-        self._inner = OfflineBackend()
-        self.name, self.model = self._inner.name, self._inner.model
-        self.prompt_version = self._inner.prompt_version
 
-    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+    def before(self, request: ConsolidationRequest) -> None:
         self._chroma.stop()
-        return self._inner.consolidate(request)
 
 
 def chroma_contents(url: str, collection: str) -> dict[str, dict[str, Any]]:

@@ -21,11 +21,11 @@ from memoryd import wiring
 from processors.consolidate import Consolidator
 from processors.errors import BackendError
 from processors.gate import WriteGate
-from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import EventType
-from tests.consolidation_support import headers_of, topic_size
-from tests.support import Deployment, dead_letters, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment, dead_letters, headers_of, topic_size
+from tests.support.fakes import FlakyBackend
 
 pytestmark = pytest.mark.integration
 
@@ -53,21 +53,19 @@ def test_an_event_postgres_cannot_store_is_dead_lettered_alone(deployment: Deplo
     assert all(headers_of(x)["dlq.stage"] == "validate" for x in letters)
 
 
-class ChokesOn:
+class ChokesOn(FlakyBackend):
     """The offline backend, except for one user, on whom it fails with a bug."""
 
     def __init__(self, user_id: str) -> None:
+        super().__init__()
         self._user_id = user_id
-        self._inner = OfflineBackend()
-        self.name, self.model = self._inner.name, self._inner.model
-        self.prompt_version = self._inner.prompt_version
-        self.calls: list[str] = []
 
-    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
-        self.calls.append(request.user_id)
+    def before(self, request: ConsolidationRequest) -> None:
         if request.user_id == self._user_id:
             raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
-        return self._inner.consolidate(request)
+
+    def users(self) -> list[str]:
+        return [r.user_id for r in self.requests]
 
 
 def test_a_poison_batch_is_dead_lettered_and_its_offsets_pass(deployment: Deployment) -> None:
@@ -78,7 +76,7 @@ def test_a_poison_batch_is_dead_lettered_and_its_offsets_pass(deployment: Deploy
     deployment.run_processor(backend)
 
     assert consumed(deployment) == {e.event_id for e in fine}
-    assert backend.calls.count("ada") == 1  # a bug is not retried
+    assert backend.users().count("ada") == 1  # a bug is not retried
     k = deployment.settings.kafka
     letters = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=2)
     assert {headers_of(x)["dlq.stage"] for x in letters} == {"consolidate"}
@@ -92,7 +90,7 @@ def test_a_poison_batch_is_dead_lettered_and_its_offsets_pass(deployment: Deploy
     # The offsets went past the dead-lettered events: the group reads nothing again.
     again = ChokesOn("ada")
     deployment.run_processor(again)
-    assert again.calls == []
+    assert again.users() == []
     assert topic_size(k.bootstrap_servers, k.dead_letter_topic) == 2
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from memoryd.sample_stream import generate_sample_events
 from memoryd.settings import Settings
-from tests.support import Deployment
+from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,8 @@ from producers.contract import EventType
 from store.read.context_service import ContextService
 from store.read.dense import DenseCache, DenseReads, DenseSearch
 from store.read.ranking import Budget
-from tests.support import Deployment, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,8 @@ from consumers.dead_letter import HEADER_REASON, HEADER_STAGE
 from memoryd import wiring
 from memoryd.settings import ChromaSettings
 from producers.contract import EventType, Source
-from tests.support import Deployment, dead_letters, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment, dead_letters
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from store.read.bundle import ContextBundle
 from store.read.context_service import ContextService, TenantMismatch
 from store.read.ranking import Budget
 from store.read.rendering import SurfaceGroup, group_facts
-from tests.read_path_support import make_fact, seed
-from tests.support import Deployment
+from tests.support.builders import make_fact
+from tests.support.deployment import Deployment, seed_core
 
 pytestmark = pytest.mark.integration
 
@@ -23,11 +23,11 @@ def contents(bundle: ContextBundle) -> list[str]:
 
 def test_facts_never_cross_users_or_organizations(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
-        seed(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
+        seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
         # Better matches for the query, owned by someone else: same org, and another org.
         dessert = "The favourite dessert is tiramisu from the bakery on Rua Augusta"
-        seed(c, "bob", [make_fact("bob", dessert)], org="org-a")
-        seed(c, "eve", [make_fact("eve", dessert, org="org-b")], org="org-b")
+        seed_core(c, "bob", [make_fact("bob", dessert)], org="org-a")
+        seed_core(c, "eve", [make_fact("eve", dessert, org="org-b")], org="org-b")
         with wiring.read_path(c) as service:
             for budget in Budget:
                 bundle = service.assemble("ada", dessert, budget=budget, organization_id="org-a")
@@ -45,7 +45,7 @@ def test_a_connection_scoped_fact_appears_only_with_its_connection(
     deployment: Deployment,
 ) -> None:
     def check(c: wiring.Core) -> None:
-        seed(
+        seed_core(
             c,
             "ada",
             [
@@ -71,7 +71,7 @@ def test_contradicted_facts_never_appear_even_when_chroma_lags(deployment: Deplo
     old, new = "Ada lives in Lisbon", "Ada lives in Porto"
 
     def check(c: wiring.Core) -> None:
-        seed(c, "ada", [make_fact("ada", old), make_fact("ada", new)])
+        seed_core(c, "ada", [make_fact("ada", old), make_fact("ada", new)])
         # Postgres says contradicted; Chroma still holds the fact as active.
         with c.pool.connection() as conn:
             conn.execute(
@@ -92,7 +92,7 @@ def test_contradicted_facts_never_appear_even_when_chroma_lags(deployment: Deplo
 
 def test_pinned_in_always_and_avoid_never_relevant(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
-        seed(
+        seed_core(
             c,
             "ada",
             [
@@ -134,7 +134,7 @@ def test_budgets_keyword_search_and_near_duplicates(deployment: Deployment) -> N
         facts = [make_fact("ada", x) for x in paraphrases + others]
         facts.append(make_fact("ada", "Invoice INV-4411 from Acme totals 12,400 EUR"))
         facts.append(make_fact("ada", "Ada's manager at Initech is Grace"))
-        seed(c, "ada", facts)
+        seed_core(c, "ada", facts)
         with wiring.read_path(c) as service:
             sizes = {
                 b: len(service.assemble("ada", "Ada trip city visited", budget=b).facts)
@@ -156,7 +156,7 @@ def test_budgets_keyword_search_and_near_duplicates(deployment: Deployment) -> N
 
 def test_chroma_down_still_answers_from_keywords_degraded(deployment: Deployment) -> None:
     deployment.with_core(
-        lambda c: seed(c, "ada", [make_fact("ada", "Invoice INV-4411 totals 12,400 EUR")])
+        lambda c: seed_core(c, "ada", [make_fact("ada", "Invoice INV-4411 totals 12,400 EUR")])
     )
     dead = deployment.settings.model_copy(
         update={"chroma": ChromaSettings(mode="http", url="http://127.0.0.1:9")}
@@ -172,8 +172,8 @@ def test_audit_rows_and_recall_counters_are_written_off_the_hot_path(
     deployment: Deployment,
 ) -> None:
     def check(c: wiring.Core) -> ContextService:
-        seed(c, "ada", [make_fact("ada", "Ada lives in Porto", pinned=True)], org="org-a")
-        seed(c, "ada", [make_fact("ada", "Ada's bike is a green Brompton")], org="org-a")
+        seed_core(c, "ada", [make_fact("ada", "Ada lives in Porto", pinned=True)], org="org-a")
+        seed_core(c, "ada", [make_fact("ada", "Ada's bike is a green Brompton")], org="org-a")
         with wiring.read_path(c) as service:
             first = service.assemble("ada", "What bike does Ada ride?")
             service.assemble("ada", "Tell me about the Brompton bike")
@@ -204,11 +204,11 @@ def test_audit_rows_and_recall_counters_are_written_off_the_hot_path(
 
 def test_injection_is_cached_per_memory_version(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
-        seed(c, "ada", [], working_memory="Ada designs billing screens.")
+        seed_core(c, "ada", [], working_memory="Ada designs billing screens.")
         with wiring.read_path(c) as service:
             first = service.assemble("ada", "hi")
             second = service.assemble("ada", "hi")
-            seed(c, "ada", [], working_memory="Ada moved to the payments team.")
+            seed_core(c, "ada", [], working_memory="Ada moved to the payments team.")
             third = service.assemble("ada", "hi")
         assert first.working_memory == second.working_memory == "Ada designs billing screens."
         assert third.working_memory == "Ada moved to the payments team."
@@ -219,7 +219,7 @@ def test_injection_is_cached_per_memory_version(deployment: Deployment) -> None:
 
 def test_context_type_filter(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
-        seed(
+        seed_core(
             c,
             "ada",
             [

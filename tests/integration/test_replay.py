@@ -23,7 +23,8 @@ from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import ContextEvent, EventType, Source
-from tests.support import Deployment, make_event
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 

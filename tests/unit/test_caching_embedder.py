@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 
 from store.embeddings import CachingEmbedder
-from tests.fakes import BagOfWordsEmbedder
+from tests.support.fakes import BagOfWordsEmbedder
 
 
 def test_each_distinct_text_is_embedded_once_and_order_is_kept() -> None:

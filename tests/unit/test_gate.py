@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 
 import pytest
 
-from domain.ids import fact_id_for
-from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.model import Fact, FactType
 from processors.gate import (
     HOLD_BELOW_CONFIDENCE,
     MIN_CONFIDENCE,
@@ -21,7 +19,8 @@ from processors.gate import (
 )
 from processors.schema import FactProposal
 from store.embeddings import CachingEmbedder
-from tests.fakes import BagOfWordsEmbedder
+from tests.support.builders import make_fact
+from tests.support.fakes import BagOfWordsEmbedder
 
 AT = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -37,21 +36,7 @@ def proposal(
 
 
 def stored(content: str) -> Fact:
-    return Fact(
-        fact_id=fact_id_for("ada", content, None),
-        user_id="ada",
-        organization_id="org-a",
-        content=content,
-        fact_type=FactType.PROFILE,
-        surface=SurfacePolicy.SPEAK,
-        status=FactStatus.ACTIVE,
-        confidence=0.9,
-        salience=0.5,
-        provenance=Provenance(context_type="fact", source="interactive"),
-        created_by_run=uuid.UUID(int=1),
-        created_at=AT,
-        updated_at=AT,
-    )
+    return make_fact("ada", content, at=AT)
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from processors.schema import (
     FactOp,
 )
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
-from tests.fake_gemini import FakeGemini, FakeReply, fake_gemini  # noqa: F401
+from tests.support.fake_gemini import FakeGemini, FakeReply, fake_gemini  # noqa: F401
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

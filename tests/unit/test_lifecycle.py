@@ -17,13 +17,12 @@ from domain.model import (
     FactStatus,
     FactType,
     GateCounts,
-    Provenance,
-    SurfacePolicy,
 )
 from processors.gate import WriteGate
 from processors.lifecycle import REINFORCE_CONFIDENCE_STEP, FactLedger
 from processors.schema import FactOp, FactProposal, Observation
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
+from tests.support.builders import make_fact
 
 EARLIER = datetime(2026, 11, 1, tzinfo=UTC)
 NOW = datetime(2026, 11, 2, tzinfo=UTC)
@@ -47,23 +46,15 @@ def fact(
     pinned: bool = False,
     **extra: Any,
 ) -> Fact:
-    return Fact(
-        fact_id=fact_id_for("ada", content, None),
-        user_id="ada",
-        organization_id="org-a",
-        content=content,
+    return make_fact(
+        "ada",
+        content,
+        at=EARLIER,
         fact_type=kind,
-        surface=SurfacePolicy.SPEAK,
         status=status,
-        confidence=0.8,
-        salience=0.5,
-        provenance=Provenance(
-            context_type="fact", source="interactive", source_event_ids=(uuid.UUID(int=1),)
-        ),
-        created_by_run=uuid.UUID(int=1),
-        created_at=EARLIER,
-        updated_at=EARLIER,
         pinned=pinned,
+        confidence=0.8,
+        source_event_ids=(uuid.UUID(int=1),),
         indexed_at=EARLIER,
         **extra,
     )

@@ -25,7 +25,7 @@ from processors.schema import (
     scaffold_size,
 )
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
-from tests.fakes import BagOfWordsEmbedder
+from tests.support.fakes import BagOfWordsEmbedder
 
 BASE = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 USER, ORG = "u-maya", "northwind"

@@ -12,7 +12,7 @@ from domain.errors import QueryRewriteFailed
 from processors.llm.gemini import make_gemini_client
 from processors.llm.query_rewrite import GeminiQueryRewriter
 from store.read.query_rewrite import RewriteOutcome, TimeBoundRewriter
-from tests.fake_gemini import FakeGemini, FakeReply, fake_gemini  # noqa: F401
+from tests.support.fake_gemini import FakeGemini, FakeReply, fake_gemini  # noqa: F401
 
 
 @pytest.fixture

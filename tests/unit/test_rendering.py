@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
-from domain.ids import fact_id_for
-from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.model import Fact, SurfacePolicy
 from store.read.bundle import ContextBundle, RetrievedFact
 from store.read.rendering import SurfaceGroup, group_facts, render_prompt_block, surface_group
+from tests.support.builders import make_fact
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def fact(content: str, surface: SurfacePolicy) -> Fact:
-    return Fact(
-        fact_id=fact_id_for("ada", content, None),
-        user_id="ada",
-        organization_id="org-a",
-        content=content,
-        fact_type=FactType.PROFILE,
-        surface=surface,
-        status=FactStatus.ACTIVE,
-        confidence=0.9,
-        salience=0.5,
-        provenance=Provenance(context_type="fact", source="interactive"),
-        created_by_run=uuid.UUID(int=1),
-        created_at=NOW,
-        updated_at=NOW,
-    )
+    return make_fact("ada", content, at=NOW, surface=surface)
 
 
 def retrieved(content: str, surface: SurfacePolicy, pinned: bool = False) -> RetrievedFact:

@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 
 from consumers.replay import ShadowBatch, batches_by_size, batches_like_live, shadow_consolidate
-from domain.codec import fact_to_json
-from domain.ids import fact_id_for
 from domain.model import (
     Fact,
     FactChangeKind,
@@ -20,9 +18,7 @@ from domain.model import (
     FactType,
     LoggedRun,
     Provenance,
-    RunRecord,
     RunStatus,
-    SurfacePolicy,
 )
 from domain.upsert import merge_fact
 from processors.consolidate import Consolidator
@@ -32,32 +28,24 @@ from processors.errors import BackendError, TransientBackendError
 from processors.fold import FoldedMemory, FoldError, fold_runs, runs_until
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
-from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import ContextEvent, EventType
-from tests.fakes import BagOfWordsEmbedder
-from tests.support import make_event
+from tests.support.builders import make_event, make_fact, make_run
+from tests.support.fakes import BagOfWordsEmbedder, FlakyBackend
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 USER = "ada"
 
 
 def fact(content: str, at: datetime = T0, **changes: Any) -> Fact:
-    base = Fact(
-        fact_id=fact_id_for(USER, content, None),
-        user_id=USER,
-        organization_id="org-a",
-        content=content,
-        fact_type=FactType.PROFILE,
-        surface=SurfacePolicy.SPEAK,
-        status=FactStatus.ACTIVE,
+    return make_fact(
+        USER,
+        content,
+        at=at,
         confidence=0.85,
         salience=0.7,
-        provenance=Provenance("fact", "interactive"),
         created_by_run=uuid.uuid5(uuid.NAMESPACE_OID, f"run-{at.isoformat()}"),
-        created_at=at,
-        updated_at=at,
+        **changes,
     )
-    return replace(base, **changes)
 
 
 def run(
@@ -66,38 +54,12 @@ def run(
     version: int,
     facts: Sequence[tuple[FactChangeKind, Fact]] = (),
     w: str = "",
-    scaffold: dict[str, Any] | None = None,
-    learned: Sequence[str] = (),
-    connections: dict[str, list[str]] | None = None,
-    status: RunStatus = RunStatus.SUCCEEDED,
-    base: int | None = None,
     user: str = USER,
     minutes: int | None = None,
+    **kw: Any,
 ) -> LoggedRun:
     at = T0 + timedelta(minutes=seq if minutes is None else minutes)
-    applied = {
-        "working_memory": w,
-        "scaffold": scaffold or {},
-        "learned_info": list(learned),
-        "version": version,
-        "facts": [{"kind": k.value, "after": fact_to_json(f)} for k, f in facts],
-        "connection_additions": connections or {},
-    }
-    record = RunRecord(
-        run_id=uuid.uuid5(uuid.NAMESPACE_OID, f"{user}-{seq}"),
-        user_id=user,
-        organization_id="org-a",
-        input_event_ids=(uuid.uuid5(uuid.NAMESPACE_OID, f"event-{seq}"),),
-        backend="offline",
-        model="offline-deterministic-v1",
-        prompt_version="offline-v1",
-        status=status,
-        started_at=at,
-        duration_ms=5,
-        base_version=version - 1 if base is None else base,
-        output={"applied": applied} if status is RunStatus.SUCCEEDED else None,
-    )
-    return LoggedRun(seq=seq, finished_at=at, run=record)
+    return make_run(user, seq=seq, version=version, facts=facts, working_memory=w, at=at, **kw)
 
 
 LISBON = fact("The user lives in Lisbon")
@@ -341,26 +303,6 @@ def test_shadow_consolidation_folds_like_the_log_and_is_reproducible() -> None:
     assert fold_runs(logged) == first.memory
     statuses = {f.content: f.status for f in first.memory.facts.values()}
     assert FactStatus.CONTRADICTED in statuses.values(), statuses
-
-
-class FlakyBackend:
-    """Fails the way it is told to, batch by batch, then answers like the offline backend."""
-
-    name = "flaky"
-    model = "flaky-1"
-    prompt_version = "p1"
-
-    def __init__(self, failures: list[BackendError | None]) -> None:
-        self._failures = failures
-        self._inner = OfflineBackend()
-        self.calls = 0
-
-    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
-        self.calls += 1
-        failure = self._failures.pop(0) if self._failures else None
-        if failure is not None:
-            raise failure
-        return self._inner.consolidate(request)
 
 
 def test_shadow_retries_transient_errors_and_skips_batches_the_backend_cannot_do() -> None:

@@ -8,15 +8,11 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from domain.ids import fact_id_for
 from domain.model import (
     Fact,
     FactChangeKind,
     FactStatus,
-    FactType,
     MemoryState,
-    Provenance,
-    SurfacePolicy,
 )
 from processors.cost import PriceTable
 from processors.gate import WriteGate
@@ -37,29 +33,15 @@ from producers.contract import (
     SourceMetadata,
 )
 from producers.corrections import FactCorrections
-from tests.fakes import BagOfWordsEmbedder
+from tests.support.builders import make_fact
+from tests.support.fakes import BagOfWordsEmbedder
 
 NOW = datetime(2026, 11, 2, tzinfo=UTC)
 EARLIER = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def fact(content: str, user: str = "ada", pinned: bool = False) -> Fact:
-    return Fact(
-        fact_id=fact_id_for(user, content, None),
-        user_id=user,
-        organization_id="org-a",
-        content=content,
-        fact_type=FactType.PROFILE,
-        surface=SurfacePolicy.SPEAK,
-        status=FactStatus.ACTIVE,
-        confidence=0.9,
-        salience=0.5,
-        provenance=Provenance(context_type="fact", source="interactive"),
-        created_by_run=uuid.UUID(int=1),
-        created_at=EARLIER,
-        updated_at=EARLIER,
-        pinned=pinned,
-    )
+    return make_fact(user, content, at=EARLIER, pinned=pinned)
 
 
 LISBON = fact("Ada lives in Lisbon")

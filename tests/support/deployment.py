@@ -1,37 +1,141 @@
-"""Helpers of the consolidation tests: recording backends, processors in threads, polling.
-
-Kept apart from tests/support.py so the consolidation suite can grow without touching the
-pipeline's shared helpers.
-"""
+"""memoryd on the real Kafka, Postgres and Chroma the fixtures start: a deployment per test,
+processors in threads, the Gemini SDK against a fake server, topic and dead-letter reading."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
+import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from itertools import pairwise
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import psycopg
 from kafka import KafkaConsumer, TopicPartition
 from kafka.partitioner.default import murmur2
 from prometheus_client import CollectorRegistry
 
 from consumers.processor import MemoryProcessor
+from consumers.settings import ProcessorSettings
+from domain.model import Fact, MemoryUpdate
 from memoryd import wiring
-from memoryd.settings import Settings
-from processors.offline import OfflineBackend
-from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
-from tests.support import Deployment
+from memoryd.settings import (
+    ChromaSettings,
+    KafkaSettings,
+    MetricsSettings,
+    PostgresSettings,
+    Settings,
+)
+from processors.schema import ConsolidationBackend
+from producers.contract import ContextEvent
+from tests.support.builders import seed
 
 with warnings.catch_warnings():
     # google-genai 3.3.0 has an invalid escape in a docstring; see tests/unit/test_gemini_backend.
     warnings.filterwarnings("ignore", "invalid escape sequence", DeprecationWarning)
     warnings.filterwarnings("ignore", "invalid escape sequence", SyntaxWarning)
     from processors.llm.gemini import GeminiBackend, make_gemini_client
+
+
+@dataclass
+class Deployment:
+    settings: Settings
+    dsn: str
+
+    def publish(self, events: Sequence[ContextEvent]) -> None:
+        pub = wiring.publisher(self.settings)
+        try:
+            pub.publish(events)
+        finally:
+            pub.close()
+
+    def produce_raw(self, values: Sequence[bytes], key: bytes = b"raw") -> None:
+        from kafka import KafkaProducer  # noqa: PLC0415
+
+        producer = KafkaProducer(
+            bootstrap_servers=self.settings.kafka.bootstrap_servers, acks="all"
+        )
+        try:
+            for value in values:
+                producer.send(self.settings.kafka.topic, key=key, value=value)
+            producer.flush(timeout=30)
+        finally:
+            producer.close()
+
+    def run_log_writer(self, idle_s: float = 2.0) -> int:
+        with wiring.core(self.settings) as c:
+            return wiring.log_writer(c).drain(idle_s=idle_s)
+
+    def run_processor(
+        self, backend: ConsolidationBackend | None = None, idle_s: float = 2.0
+    ) -> None:
+        with wiring.core(self.settings) as c:
+            wiring.processor(c, backend).run_until_idle(idle_s=idle_s)
+
+    def run_both(self, backend: ConsolidationBackend | None = None) -> None:
+        writer = threading.Thread(target=self.run_log_writer, daemon=True)
+        writer.start()
+        self.run_processor(backend)
+        writer.join(timeout=120)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def with_core(self, fn: Callable[[wiring.Core], Any]) -> Any:
+        with wiring.core(self.settings) as c:
+            return fn(c)
+
+    def processor(
+        self, c: wiring.Core, backend: ConsolidationBackend | None = None
+    ) -> MemoryProcessor:
+        return wiring.processor(c, backend)
+
+
+def deployment_settings(
+    bootstrap: str, dsn: str, topic: str, dlq: str, chroma_path: Path, **tuning: Any
+) -> Settings:
+    run = uuid.uuid4().hex[:8]
+    return Settings(
+        kafka=KafkaSettings(
+            bootstrap_servers=bootstrap,
+            topic=topic,
+            dead_letter_topic=dlq,
+            partitions=3,
+            log_writer_group=f"log-{run}",
+            processor_group=f"proc-{run}",
+            session_timeout_ms=10_000,
+        ),
+        postgres=PostgresSettings(dsn=dsn),
+        chroma=ChromaSettings(mode="embedded", path=chroma_path),
+        processor=ProcessorSettings(
+            **{"max_batch": 10, "max_wait_s": 0.5, "concurrency": 4, **tuning}
+        ),
+        metrics=MetricsSettings(enabled=False),
+    )
+
+
+def dead_letters(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[Any]:
+    """Read `expected` records from the dead-letter topic (from the beginning)."""
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=f"dlq-reader-{uuid.uuid4().hex[:8]}",
+    )
+    records: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(records) < expected and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+    finally:
+        consumer.close()
+    return records
 
 
 @contextmanager
@@ -68,88 +172,6 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
         time.sleep(0.05)
-
-
-@dataclass(frozen=True)
-class Call:
-    user_id: str
-    started: float
-    ended: float
-    events: int
-
-
-@dataclass
-class RecordingBackend:
-    """A `ConsolidationBackend` that takes `latency_s` and records when each call ran.
-
-    The intervals show what ran at the same time: overall (concurrency) and per user (which
-    must never overlap). Wraps the offline backend, so memory comes out as usual.
-    """
-
-    latency_s: float = 0.0
-    inner: ConsolidationBackend = field(default_factory=OfflineBackend)
-    calls: list[Call] = field(default_factory=list)
-    started: int = 0  # calls begun, finished or not
-    # The first `rendezvous` calls wait (up to 30 s) until that many are in flight together,
-    # so a loaded machine starting threads late cannot hide the concurrency the test is
-    # about; a processor that cannot run that many at once leaves them waiting alone.
-    rendezvous: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _barrier: threading.Barrier | None = None
-
-    def __post_init__(self) -> None:
-        if self.rendezvous > 1:
-            self._barrier = threading.Barrier(self.rendezvous, timeout=30)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
-
-    @property
-    def prompt_version(self) -> str:
-        return self.inner.prompt_version
-
-    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
-        with self._lock:
-            self.started += 1
-            meet = self._barrier is not None and self.started <= self.rendezvous
-        if meet:
-            assert self._barrier is not None
-            with contextlib.suppress(threading.BrokenBarrierError):
-                self._barrier.wait()
-        started = time.monotonic()
-        time.sleep(self.latency_s)
-        response = self.inner.consolidate(request)
-        ended = time.monotonic()
-        with self._lock:
-            self.calls.append(Call(request.user_id, started, ended, len(request.observations)))
-        return response
-
-    def max_overlap(self) -> int:
-        """The largest number of calls that were running at one instant."""
-        edges = sorted(
-            [(c.started, 1) for c in self.calls] + [(c.ended, -1) for c in self.calls],
-            key=lambda e: (e[0], e[1]),  # an end before a start at the same instant
-        )
-        running = peak = 0
-        for _, step in edges:
-            running += step
-            peak = max(peak, running)
-        return peak
-
-    def same_user_overlaps(self) -> list[tuple[Call, Call]]:
-        by_user: dict[str, list[Call]] = {}
-        for call in self.calls:
-            by_user.setdefault(call.user_id, []).append(call)
-        overlaps = []
-        for calls in by_user.values():
-            ordered = sorted(calls, key=lambda c: c.started)
-            overlaps += [(a, b) for a, b in pairwise(ordered) if b.started < a.ended]
-        return overlaps
 
 
 class ProcessorThread:
@@ -219,3 +241,14 @@ def users_per_partition(prefix: str, partitions: int, per_partition: int) -> lis
             bucket.append(user)
         n += 1
     return [u for p in range(partitions) for u in chosen[p]]
+
+
+def seed_core(
+    c: wiring.Core, user_id: str, facts: Sequence[Fact], *, index: bool = True, **kw: Any
+) -> MemoryUpdate:
+    """Memory seeded through the real store (`builders.seed`), indexed like the processor
+    indexes a finished run."""
+    update = seed(c.memory, user_id, facts, **kw)
+    if index:
+        wiring.indexer(c).index_changes(update)
+    return update

@@ -1,4 +1,4 @@
-"""The VectorIndex contract, run unchanged against an embedded Chroma and a `chroma run` server.
+"""What only the Chroma adapter does: its filter, batching, persistence and outages.
 
 The server variant uses the session's shared `chroma_url` (a fresh collection per test). The
 outage tests need a server they may stop or freeze, so they start their own.
@@ -14,60 +14,26 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 from chromadb.api import ClientAPI
 from chromadb.errors import ChromaError
 
-from domain.ids import NO_CONNECTION, fact_id_for
-from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
-from domain.ports import Vector, VectorHit, VectorIndex
+from domain.ids import NO_CONNECTION
+from domain.model import FactStatus
+from domain.ports import VectorHit, VectorIndex
 from store.chroma import ChromaVectorIndex, close_client, embedded_client, http_client
-from store.chroma.metadata import build_where
+from store.chroma.filters import build_where
 from store.embeddings import MiniLmEmbedder
 from store.errors import VectorIndexUnavailable
+from tests.support.builders import make_fact
+from tests.support.fakes import LetterCountEmbedder
 
 integration = pytest.mark.integration
 
-RUN_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 OUTAGE_BOUND_S = 5.0
-
-
-def make_fact(
-    user_id: str,
-    content: str,
-    *,
-    connection_id: str | None = None,
-    context_type: str = "chat",
-    status: FactStatus = FactStatus.ACTIVE,
-    salience: float = 0.5,
-) -> Fact:
-    return Fact(
-        fact_id=fact_id_for(user_id, content, connection_id),
-        user_id=user_id,
-        organization_id="org-1",
-        content=content,
-        fact_type=FactType.PROFILE,
-        surface=SurfacePolicy.SPEAK,
-        status=status,
-        confidence=0.9,
-        salience=salience,
-        provenance=Provenance(
-            context_type=context_type,
-            source="interactive",
-            connection_id=connection_id,
-            source_event_ids=(uuid.UUID(int=1), uuid.UUID(int=2)),
-        ),
-        created_by_run=RUN_ID,
-        created_at=T0,
-        updated_at=T0 + timedelta(hours=1),
-    )
 
 
 def contents(hits: Sequence[VectorHit]) -> set[str]:
@@ -137,7 +103,7 @@ def test_build_where_refuses_empty_statuses() -> None:
         build_where(user_id="u", connection_ids=[], statuses=[])
 
 
-# --- the contract ---------------------------------------------------------------------------------
+# --- Chroma ---------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -168,44 +134,14 @@ def collection_name(client: ClientAPI) -> Iterator[str]:
         client.delete_collection(name)
 
 
-@pytest.fixture
-def index(client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str) -> VectorIndex:
-    return ChromaVectorIndex(client, embedder, collection_name)
-
-
 def _query(index: VectorIndex, user_id: str, text: str, **kwargs: object) -> list[VectorHit]:
     params: dict[str, object] = {"connection_ids": [], "n": 10, **kwargs}
     return index.query(user_id=user_id, text=text, **params)  # type: ignore[arg-type]
 
 
 @integration
-def test_upsert_is_idempotent_and_embeds_only_new_text(index: VectorIndex) -> None:
-    facts = [make_fact("u1", "lives in Berlin"), make_fact("u1", "likes green tea")]
-    assert index.upsert(facts) == 2
-    assert index.count() == 2
-    assert index.upsert(facts) == 0
-    assert index.count() == 2
-    assert index.upsert([*facts, make_fact("u1", "has a cat named Miso")]) == 1
-    assert index.count() == 3
-
-
 @integration
-def test_upsert_of_known_text_refreshes_metadata(index: VectorIndex) -> None:
-    fact = make_fact("u1", "lives in Berlin", salience=0.2)
-    index.upsert([fact])
-    assert index.upsert([replace(fact, salience=0.8, pinned=True)]) == 0
-    (hit,) = _query(index, "u1", "lives in Berlin")
-    assert hit.metadata["salience"] == pytest.approx(0.8)
-    assert hit.metadata["pinned"] is True
-
-
 @integration
-def test_duplicate_ids_in_one_upsert_are_indexed_once(index: VectorIndex) -> None:
-    fact = make_fact("u1", "lives in Berlin")
-    assert index.upsert([fact, fact]) == 1
-    assert index.count() == 1
-
-
 @integration
 def test_upsert_respects_the_batch_size(
     client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
@@ -221,135 +157,14 @@ def test_upsert_respects_the_batch_size(
 
 
 @integration
-def test_query_returns_similarity_content_and_metadata(index: VectorIndex) -> None:
-    fact = make_fact("u1", "lives in Berlin")
-    index.upsert([fact, make_fact("u1", "likes green tea")])
-    hits = _query(index, "u1", "lives in Berlin")
-    assert [h.content for h in hits] == ["lives in Berlin", "likes green tea"]
-    best = hits[0]
-    assert best.fact_id == fact.fact_id
-    assert best.similarity == pytest.approx(1.0, abs=1e-4)
-    assert hits[1].similarity < best.similarity
-    assert best.metadata == {
-        "user_id": "u1",
-        "organization_id": "org-1",
-        "connection_id": NO_CONNECTION,
-        "context_type": "chat",
-        "source": "interactive",
-        "tool_id": "",
-        "message_id": "",
-        "attachment_id": "",
-        "filename": "",
-        "fact_type": "profile",
-        "surface": "speak",
-        "status": "active",
-        "pinned": False,
-        "confidence": pytest.approx(0.9),
-        "salience": pytest.approx(0.5),
-        "created_at": pytest.approx(T0.timestamp()),
-        "updated_at": pytest.approx(T0.timestamp() + 3600),
-        "source_event_ids": f"{uuid.UUID(int=1)},{uuid.UUID(int=2)}",
-    }
-
-
 @integration
-def test_n_limits_the_hits(index: VectorIndex) -> None:
-    index.upsert([make_fact("u1", f"enjoys hobby number {i}") for i in range(4)])
-    assert len(_query(index, "u1", "hobby", n=2)) == 2
-    assert _query(index, "u1", "hobby", n=0) == []
-
-
 @integration
-def test_another_users_better_match_is_never_returned(index: VectorIndex) -> None:
-    index.upsert(
-        [
-            make_fact("alice", "is based in Berlin"),
-            make_fact("bob", "lives in Berlin"),
-            make_fact("bob", "lives in Berlin, Germany"),
-        ]
-    )
-    hits = _query(index, "alice", "lives in Berlin")
-    assert contents(hits) == {"is based in Berlin"}
-    assert all(h.metadata["user_id"] == "alice" for h in hits)
-    assert index.count("alice") == 1
-    assert index.count("bob") == 2
-
-
 @integration
-def test_connection_scoping(index: VectorIndex) -> None:
-    index.upsert(
-        [
-            make_fact("u1", "uses Jira for sprint planning", connection_id="c1"),
-            make_fact("u1", "uses Linear for bug tracking", connection_id="c2"),
-            make_fact("u1", "prefers short answers"),
-        ]
-    )
-    no_connections = contents(_query(index, "u1", "tools", connection_ids=[]))
-    assert no_connections == {"prefers short answers"}
-    with_c1 = contents(_query(index, "u1", "tools", connection_ids=["c1"]))
-    assert with_c1 == {"prefers short answers", "uses Jira for sprint planning"}
-    with_both = contents(_query(index, "u1", "tools", connection_ids=["c1", "c2", "c9"]))
-    assert len(with_both) == 3
-
-
 @integration
-def test_status_filter(index: VectorIndex) -> None:
-    berlin = make_fact("u1", "lives in Berlin")
-    index.upsert([berlin, make_fact("u1", "likes green tea")])
-    index.update_status({berlin.fact_id: FactStatus.CONTRADICTED})
-    assert contents(_query(index, "u1", "Berlin")) == {"likes green tea"}
-    both = _query(index, "u1", "Berlin", statuses=[FactStatus.ACTIVE, FactStatus.CONTRADICTED])
-    assert contents(both) == {"lives in Berlin", "likes green tea"}
-    (only,) = _query(index, "u1", "Berlin", statuses=[FactStatus.CONTRADICTED])
-    assert only.metadata["status"] == "contradicted"
-    assert only.metadata["user_id"] == "u1"  # the status update left the rest alone
-    assert _query(index, "u1", "Berlin", statuses=[]) == []
-
-
 @integration
-def test_update_status_of_an_unindexed_fact_is_ignored(index: VectorIndex) -> None:
-    index.update_status({uuid.uuid4(): FactStatus.ARCHIVED})
-    index.update_status({})
-    assert index.count() == 0
-
-
 @integration
-def test_context_type_filter(index: VectorIndex) -> None:
-    index.upsert(
-        [
-            make_fact("u1", "lives in Berlin", context_type="chat"),
-            make_fact("u1", "flight to Berlin on Friday", context_type="email"),
-            make_fact("u1", "Berlin office wiki page", context_type="tool_output"),
-        ]
-    )
-    assert contents(_query(index, "u1", "Berlin", context_types=["email"])) == {
-        "flight to Berlin on Friday"
-    }
-    assert len(_query(index, "u1", "Berlin", context_types=["email", "chat"])) == 2
-    assert len(_query(index, "u1", "Berlin")) == 3
-
-
 @integration
-def test_delete(index: VectorIndex) -> None:
-    berlin = make_fact("u1", "lives in Berlin")
-    index.upsert([berlin, make_fact("u1", "likes green tea")])
-    index.delete([berlin.fact_id])
-    index.delete([berlin.fact_id])  # already gone: still fine
-    index.delete([])
-    assert contents(_query(index, "u1", "Berlin")) == {"likes green tea"}
-    assert index.count() == 1
-
-
 @integration
-def test_empty_collection_and_new_user_return_nothing(index: VectorIndex) -> None:
-    assert _query(index, "nobody", "anything") == []
-    assert index.count() == 0
-    assert index.count("nobody") == 0
-    assert index.upsert([]) == 0
-    index.upsert([make_fact("u1", "lives in Berlin")])
-    assert _query(index, "new-user", "lives in Berlin") == []
-
-
 @integration
 def test_a_second_index_reads_the_same_collection(
     client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
@@ -373,23 +188,6 @@ def test_embedded_index_survives_reopening(tmp_path: Path, embedder: MiniLmEmbed
         assert ChromaVectorIndex(second, embedder).count("u1") == 1
     finally:
         close_client(second)
-
-
-class LetterCountEmbedder:
-    """A tiny deterministic stand-in: the index must work with any Embedder, not just MiniLM."""
-
-    model_name = "letter-count"
-    dimension = 26
-
-    def embed(self, texts: Sequence[str]) -> list[Vector]:
-        vectors = []
-        for text in texts:
-            v = np.zeros(26, dtype=np.float32)
-            for ch in text.lower():
-                if "a" <= ch <= "z":
-                    v[ord(ch) - ord("a")] += 1
-            vectors.append(v / max(float(np.linalg.norm(v)), 1e-12))
-        return vectors
 
 
 @integration

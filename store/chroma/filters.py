@@ -1,0 +1,45 @@
+"""The filter that scopes a Chroma query to what one turn may see.
+
+Chroma has no `$exists` (so "no connection" is the `NO_CONNECTION` sentinel of the metadata,
+`domain.codec.fact_metadata`), `$and` needs two clauses or more and `$in` a non-empty list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from chromadb.api.types import Where
+from chromadb.base_types import InclusionExclusionOperator, LiteralValue
+
+from domain.ids import NO_CONNECTION
+from domain.model import FactStatus
+
+
+def build_where(
+    *,
+    user_id: str,
+    connection_ids: Sequence[str],
+    statuses: Sequence[FactStatus],
+    context_types: Sequence[str] = (),
+) -> Where:
+    """user AND connection IN (active + none) AND status IN statuses [AND context_type IN ...].
+
+    Always an `$and` of at least three clauses, and every `$in` list is non-empty (Chroma
+    rejects `$and` with fewer than two clauses and `$in []`): NO_CONNECTION is always in the
+    connection list, the caller checks `statuses`, and context types only add a clause when
+    given. Lists are deduplicated and sorted so equal queries build equal filters.
+    """
+    if not statuses:
+        raise ValueError("statuses must not be empty: nothing could match")
+    clauses: list[Where] = [
+        {"user_id": user_id},
+        {"connection_id": _one_of([*connection_ids, NO_CONNECTION])},
+        {"status": _one_of(s.value for s in statuses)},
+    ]
+    if context_types:
+        clauses.append({"context_type": _one_of(context_types)})
+    return {"$and": clauses}
+
+
+def _one_of(values: Iterable[str]) -> dict[InclusionExclusionOperator, list[LiteralValue]]:
+    return {"$in": sorted(set(values))}

@@ -1,0 +1,172 @@
+"""`MemoryStore` and `IndexOutbox` in memory: the behaviour of `store.write.memory_store`."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
+
+from domain.model import (
+    ConnectionContext,
+    Fact,
+    FactChange,
+    FactStatus,
+    LedgerEntry,
+    LoggedRun,
+    MemoryState,
+    MemoryUpdate,
+    RunRecord,
+)
+from domain.ports import Pricing
+from domain.upsert import merge_fact
+from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion
+from store.inmemory.database import InMemoryDatabase
+
+
+class InMemoryMemoryStore:
+    def __init__(self, db: InMemoryDatabase) -> None:
+        self._db = db
+        self._user_locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def load_state(self, user_id: str, organization_id: str = "") -> MemoryState:
+        with self._db.lock:
+            state = self._db.memory.get(user_id)
+        return state or MemoryState(user_id=user_id, organization_id=organization_id)
+
+    def facts(
+        self, user_id: str, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
+    ) -> list[Fact]:
+        with self._db.lock:
+            return [f for f in self._db.user_facts(user_id) if f.status in statuses]
+
+    def facts_by_id(self, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
+        with self._db.lock:
+            return [self._db.facts[i] for i in dict.fromkeys(fact_ids) if i in self._db.facts]
+
+    def connections(self, user_id: str, connection_ids: Sequence[str]) -> list[ConnectionContext]:
+        with self._db.lock:
+            return [
+                ConnectionContext(c, self._db.connections[(user_id, c)])
+                for c in sorted(set(connection_ids))
+                if (user_id, c) in self._db.connections
+            ]
+
+    def already_consolidated(self, event_ids: Iterable[uuid.UUID]) -> frozenset[uuid.UUID]:
+        with self._db.lock:
+            return frozenset(e for e in event_ids if e in self._db.consolidated)
+
+    def balance(self, user_id: str) -> int | None:
+        with self._db.lock:
+            return self._db.balance(user_id)
+
+    # -- the user lock --------------------------------------------------------------------
+
+    @contextmanager
+    def user_lock(self, user_id: str) -> Iterator[None]:
+        with self._locks_lock:
+            lock = self._user_locks.setdefault(user_id, threading.Lock())
+        with lock:
+            yield
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def apply(self, update: MemoryUpdate) -> None:
+        """All of the run's effect or, raising StaleMemoryVersion or EventsAlreadyConsolidated,
+        none of it: every check comes before the first write."""
+        run, state = update.run, update.state
+        with self._db.lock:
+            current = self._db.memory.get(state.user_id)
+            version = 0 if current is None else current.version
+            if version != run.base_version:
+                raise StaleMemoryVersion(
+                    f"user {state.user_id}: planned on {run.base_version}, now {version}"
+                )
+            taken = frozenset(run.input_event_ids) & self._db.consolidated.keys()
+            if taken:
+                raise EventsAlreadyConsolidated(frozenset(taken))
+            for event_id in run.input_event_ids:
+                self._db.consolidated[event_id] = run.run_id
+            self._insert_run(run)
+            # Through JSON, as Postgres stores S (jsonb): what is read back is a copy.
+            scaffold = json.loads(json.dumps(dict(state.scaffold)))
+            self._db.memory[state.user_id] = replace(
+                state, scaffold=scaffold, learned_info=tuple(state.learned_info)
+            )
+            self._write_changes(update.fact_changes)
+            for connection_id, additions in update.connection_additions.items():
+                key = (state.user_id, connection_id)
+                self._db.connections[key] = (*self._db.connections.get(key, ()), *additions)
+            self._insert_ledger(update.ledger)
+
+    def record_run(self, run: RunRecord) -> None:
+        with self._db.lock:
+            self._insert_run(run)
+
+    def record_ledger(self, entries: Sequence[LedgerEntry]) -> None:
+        with self._db.lock:
+            self._insert_ledger(entries)
+
+    def set_credit(self, user_id: str, credit_micro_usd: int) -> None:
+        with self._db.lock:
+            self._db.credits[user_id] = credit_micro_usd
+
+    # -- the index outbox -----------------------------------------------------------------
+
+    def pending_index(self, limit: int = 500, *, skip_out_of_credit: bool = False) -> list[Fact]:
+        with self._db.lock:
+            pending = [
+                f
+                for f in self._db.facts.values()
+                if f.indexed_at is None
+                and not (skip_out_of_credit and self._out_of_credit(f.user_id))
+            ]
+        return sorted(pending, key=lambda f: (f.updated_at, f.fact_id))[:limit]
+
+    def pending_count(self) -> int:
+        with self._db.lock:
+            return sum(1 for f in self._db.facts.values() if f.indexed_at is None)
+
+    def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
+        with self._db.lock:
+            marked = []
+            for fact in facts:
+                stored = self._db.facts.get(fact.fact_id)
+                if (
+                    stored is not None
+                    and stored.indexed_at is None
+                    and (stored.version, stored.updated_at) == (fact.version, fact.updated_at)
+                ):
+                    self._db.facts[fact.fact_id] = replace(stored, indexed_at=at)
+                    marked.append(fact)
+            self._insert_ledger(ledger_for(marked))
+        return marked
+
+    # -- statements -----------------------------------------------------------------------
+
+    def _insert_run(self, run: RunRecord) -> None:
+        if run.run_id not in self._db.runs:
+            seq = len(self._db.runs) + 1
+            self._db.runs[run.run_id] = LoggedRun(seq, self._db.clock(), run)
+
+    def _write_changes(self, changes: Sequence[FactChange]) -> None:
+        for change in changes:
+            after = change.after
+            stored = self._db.facts.get(after.fact_id)
+            # New rows are pending for the index whatever the caller's value says.
+            written = merge_fact(stored, replace(after, indexed_at=None))
+            self._db.facts[after.fact_id] = written
+
+    def _insert_ledger(self, entries: Sequence[LedgerEntry]) -> None:
+        for entry in entries:
+            self._db.ledger.setdefault(entry.entry_id, entry)
+
+    def _out_of_credit(self, user_id: str) -> bool:
+        balance = self._db.balance(user_id)
+        return balance is not None and balance <= 0

@@ -1,0 +1,114 @@
+"""The adapters a contract suite runs against: each test runs once per implementation.
+
+`memory` needs nothing; `postgres` a fresh database of the session's Postgres and the
+`chroma-*` ones a Chroma (embedded in a temporary directory, or the session's server), which
+is why those are marked `integration`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+from chromadb.api import ClientAPI
+
+from domain.ports import EventLog, IndexOutbox, MemoryStore, ReadModel, RunLog, VectorIndex
+from producers.contract import ContextEvent
+from store.chroma import ChromaVectorIndex, close_client, embedded_client, http_client
+from store.embeddings import MiniLmEmbedder
+from store.inmemory import (
+    InMemoryDatabase,
+    InMemoryEventLog,
+    InMemoryMemoryStore,
+    InMemoryReadModel,
+    InMemoryRunLog,
+    InMemoryVectorIndex,
+)
+from store.migrate import migrate
+from store.postgres import make_pool
+from store.read.fact_queries import PostgresReadModel
+from store.write.event_log import PostgresEventLog
+from store.write.memory_store import PostgresMemoryStore
+from store.write.run_log import PostgresRunLog
+
+integration = pytest.mark.integration
+
+
+class Store(MemoryStore, IndexOutbox, Protocol):
+    """Both ports of the memory store, and the credit line tests set."""
+
+    def set_credit(self, user_id: str, credit_micro_usd: int) -> None: ...
+
+
+class Reads(ReadModel, Protocol):
+    def context_logs(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True)
+class Stores:
+    """The adapters over one database, which see each other's writes."""
+
+    memory: Store
+    reads: Reads
+    runs: RunLog
+    events: EventLog[ContextEvent]
+
+
+@pytest.fixture(params=["memory", pytest.param("postgres", marks=integration)])
+def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
+    if request.param == "memory":
+        db = InMemoryDatabase()
+        yield Stores(
+            InMemoryMemoryStore(db), InMemoryReadModel(db), InMemoryRunLog(db), InMemoryEventLog(db)
+        )
+        return
+    pool = make_pool(request.getfixturevalue("fresh_database"), max_size=4)
+    try:
+        migrate(pool)
+        yield Stores(
+            PostgresMemoryStore(pool),
+            PostgresReadModel(pool),
+            PostgresRunLog(pool),
+            PostgresEventLog(pool),
+        )
+    finally:
+        pool.close()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> MiniLmEmbedder:
+    e = MiniLmEmbedder()
+    e.load()
+    return e
+
+
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("chroma-embedded", marks=integration),
+        pytest.param("chroma-server", marks=integration),
+    ]
+)
+def vector_index(
+    request: pytest.FixtureRequest, embedder: MiniLmEmbedder, tmp_path: Path
+) -> Iterator[VectorIndex]:
+    if request.param == "memory":
+        yield InMemoryVectorIndex(embedder)
+        return
+    client: ClientAPI
+    if request.param == "chroma-embedded":
+        client = embedded_client(tmp_path / "chroma")
+    else:
+        client = http_client(request.getfixturevalue("chroma_url"))
+    # Unique per test: the server is shared by the whole session.
+    name = f"facts-{uuid.uuid4().hex[:12]}"
+    try:
+        yield ChromaVectorIndex(client, embedder, name)
+    finally:
+        if name in {c.name for c in client.list_collections()}:
+            client.delete_collection(name)
+        close_client(client)

@@ -1,0 +1,286 @@
+"""The memory store contract (`MemoryStore`, `IndexOutbox`), run unchanged against the
+in-memory store and Postgres; the last test holds the fold of the run log to the live tables."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from domain.ids import ledger_entry_id_for
+from domain.model import (
+    Fact,
+    FactChange,
+    FactChangeKind,
+    FactStatus,
+    LedgerEntry,
+    MemoryUpdate,
+    RunStatus,
+)
+from processors.consolidate import Consolidator
+from processors.cost import PriceTable
+from processors.fold import fold_runs, live_image
+from processors.gate import WriteGate
+from processors.offline import OfflineBackend
+from processors.schema import REQUEST_STATUSES, ConsolidationRequest
+from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion
+from tests.contracts.conftest import Stores
+from tests.support.builders import BASE_TIME, make_event, make_fact, seed, seed_update
+
+LATER = BASE_TIME + timedelta(hours=1)
+
+
+def entry(update: MemoryUpdate, cost: int, detail: str = "") -> LedgerEntry:
+    run = update.run
+    return LedgerEntry(
+        ledger_entry_id_for(run.run_id, "llm", detail),
+        run.user_id,
+        run.organization_id,
+        run.run_id,
+        "llm",
+        "m",
+        10,
+        cost,
+        BASE_TIME,
+    )
+
+
+def test_a_new_user_has_empty_memory(stores: Stores) -> None:
+    state = stores.memory.load_state("ada", "org-a")
+    assert (state.user_id, state.organization_id, state.version) == ("ada", "org-a", 0)
+    assert (state.working_memory, dict(state.scaffold), state.learned_info) == ("", {}, ())
+    assert stores.memory.facts("ada") == []
+    assert stores.memory.balance("ada") is None
+    assert stores.memory.already_consolidated([uuid.uuid4()]) == frozenset()
+    assert stores.runs.runs("ada") == []
+
+
+def test_apply_writes_the_whole_run(stores: Stores) -> None:
+    berlin = make_fact("ada", "Ada lives in Berlin")
+    held = make_fact("ada", "Ada may move to Oslo", status=FactStatus.HELD)
+    update = seed_update(
+        stores.memory,
+        "ada",
+        [berlin, held],
+        working_memory="Ada is moving",
+        learned_info=["prefers email"],
+        connections={"mail": ("Acme pays in EUR",)},
+    )
+    update = replace(update, state=replace(update.state, scaffold={"Location": ["Berlin"]}))
+    stores.memory.apply(update)
+
+    state = stores.memory.load_state("ada")
+    assert (state.working_memory, state.version, state.learned_info) == (
+        "Ada is moving",
+        1,
+        ("prefers email",),
+    )
+    assert dict(state.scaffold) == {"Location": ["Berlin"]}
+    assert [f.content for f in stores.memory.facts("ada")] == ["Ada lives in Berlin"]
+    assert {f.content for f in stores.memory.facts("ada", REQUEST_STATUSES)} == {
+        "Ada lives in Berlin",
+        "Ada may move to Oslo",
+    }
+    assert stores.memory.already_consolidated(update.consumed_event_ids) == frozenset(
+        update.consumed_event_ids
+    )
+    assert [r.run.run_id for r in stores.runs.runs("ada")] == [update.run.run_id]
+    (mail,) = stores.memory.connections("ada", ["mail", "calendar"])
+    assert (mail.connection_id, mail.learned_info) == ("mail", ("Acme pays in EUR",))
+
+
+def test_a_stale_or_repeated_run_writes_nothing(stores: Stores) -> None:
+    first = seed(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin")])
+    stale = seed_update(stores.memory, "ada", [make_fact("ada", "Ada likes tea")])
+    stale = replace(stale, run=replace(stale.run, base_version=0))
+    with pytest.raises(StaleMemoryVersion):
+        stores.memory.apply(stale)
+    again = seed_update(stores.memory, "ada", [make_fact("ada", "Ada likes tea")])
+    again = replace(again, run=replace(again.run, input_event_ids=first.run.input_event_ids))
+    with pytest.raises(EventsAlreadyConsolidated):
+        stores.memory.apply(again)
+    assert stores.memory.load_state("ada").version == 1
+    assert [f.content for f in stores.memory.facts("ada")] == ["Ada lives in Berlin"]
+    assert [r.run.run_id for r in stores.runs.runs("ada")] == [first.run.run_id]
+
+
+def test_a_failed_run_is_recorded_once(stores: Stores) -> None:
+    update = seed_update(stores.memory, "ada", [])
+    failed = replace(update.run, status=RunStatus.FAILED, error="backend down")
+    stores.memory.record_run(failed)
+    stores.memory.record_run(failed)
+    (logged,) = stores.runs.runs("ada")
+    assert (logged.run.status, logged.run.error) == (RunStatus.FAILED, "backend down")
+    assert stores.memory.load_state("ada").version == 0  # a failed run changes no memory
+
+
+def _rewrite(stores: Stores, fact: Fact, kind: FactChangeKind, **changes: object) -> Fact:
+    update = seed_update(stores.memory, fact.user_id, [], at=LATER)
+    after = replace(fact, updated_at=LATER, **changes)  # type: ignore[arg-type]
+    stores.memory.apply(replace(update, fact_changes=(FactChange(kind, after, fact),)))
+    (stored,) = stores.memory.facts_by_id([fact.fact_id])
+    return stored
+
+
+def test_a_run_overwrites_what_it_owns_and_keeps_the_rest(stores: Stores) -> None:
+    seed(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin", message_id="m1")])
+    (first,) = stores.memory.facts("ada")
+    stored = _rewrite(
+        stores,
+        replace(first, created_by_run=uuid.uuid4(), recall_count=7),
+        FactChangeKind.REINFORCE,
+        confidence=0.123456789,
+        reinforce_count=1,
+        last_reinforced_at=LATER,
+        provenance=replace(first.provenance, message_id=None),
+    )
+    assert (stored.confidence, stored.reinforce_count, stored.updated_at) == (
+        0.12345679,  # a 32-bit real, as Postgres stores it
+        1,
+        LATER,
+    )
+    # Origin, creation and the read path's counters stay; every write counts in version.
+    assert stored.created_by_run == first.created_by_run
+    assert stored.created_at == first.created_at
+    assert stored.recall_count == 0
+    assert stored.provenance == first.provenance
+    assert stored.version == first.version + 1
+
+
+def test_a_run_never_changes_a_pinned_fact(stores: Stores) -> None:
+    seed(stores.memory, "ada", [make_fact("ada", "Ada's daughter is Mia", pinned=True)])
+    (pinned,) = stores.memory.facts("ada")
+    stored = _rewrite(stores, pinned, FactChangeKind.CONTRADICT, status=FactStatus.CONTRADICTED)
+    assert stored == pinned
+
+
+def test_connection_info_is_appended_run_after_run(stores: Stores) -> None:
+    seed(stores.memory, "ada", [], connections={"mail": ("one",)})
+    seed(stores.memory, "ada", [], connections={"mail": ("two",), "cal": ("three",)})
+    found = stores.memory.connections("ada", ["mail", "cal", "none"])
+    assert [(c.connection_id, c.learned_info) for c in found] == [
+        ("cal", ("three",)),
+        ("mail", ("one", "two")),
+    ]
+    assert stores.memory.connections("ada", []) == []
+
+
+def test_credit_and_ledger(stores: Stores) -> None:
+    update = seed_update(stores.memory, "ada", [])
+    stores.memory.apply(replace(update, ledger=(entry(update, 300), entry(update, 300))))
+    assert stores.memory.balance("ada") is None  # no credit line: unlimited
+    stores.memory.set_credit("ada", 1_000)
+    assert stores.memory.balance("ada") == 700  # the same entry id is booked once
+    stores.memory.set_credit("ada", 200)
+    assert stores.memory.balance("ada") == -100
+
+
+def test_the_index_outbox(stores: Stores) -> None:
+    early = make_fact("ada", "Ada lives in Berlin")
+    late = make_fact("ada", "Ada likes tea", at=LATER)
+    seed(stores.memory, "ada", [late, early])
+    seed(stores.memory, "bob", [make_fact("bob", "Bob likes chess")])
+    assert stores.memory.pending_count() == 3
+    pending = stores.memory.pending_index(limit=2)
+    assert [f.content for f in pending] == ["Ada lives in Berlin", "Bob likes chess"]
+
+    asked: list[Sequence[Fact]] = []
+
+    def ledger_for(marked: Sequence[Fact]) -> list[LedgerEntry]:
+        asked.append(list(marked))
+        return []
+
+    stale = replace(pending[1], version=pending[1].version + 5)  # not the stored version
+    marked = stores.memory.mark_indexed([pending[0], stale], LATER, ledger_for)
+    assert [f.content for f in marked] == ["Ada lives in Berlin"]
+    # Marked once: a second indexer racing over the same versions books nothing.
+    assert stores.memory.mark_indexed([pending[0]], LATER, ledger_for) == []
+    assert [len(a) for a in asked] == [1, 0]
+    assert stores.memory.pending_count() == 2
+    (indexed,) = stores.memory.facts_by_id([pending[0].fact_id])
+    assert indexed.indexed_at == LATER
+    # A new version of an indexed fact is pending again.
+    _rewrite(stores, indexed, FactChangeKind.UPDATE, salience=0.9)
+    assert stores.memory.pending_count() == 3
+
+
+def test_the_outbox_can_leave_users_out_of_credit(stores: Stores) -> None:
+    update = seed_update(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin")])
+    stores.memory.apply(replace(update, ledger=(entry(update, 500),)))
+    seed(stores.memory, "bob", [make_fact("bob", "Bob likes chess")])
+    stores.memory.set_credit("ada", 500)
+    assert len(stores.memory.pending_index()) == 2
+    assert [f.user_id for f in stores.memory.pending_index(skip_out_of_credit=True)] == ["bob"]
+
+
+def test_facts_by_id_ignores_unknown_ids(stores: Stores) -> None:
+    fact = make_fact("ada", "Ada lives in Berlin")
+    seed(stores.memory, "ada", [fact])
+    found = stores.memory.facts_by_id([fact.fact_id, uuid.uuid4(), fact.fact_id])
+    assert [f.fact_id for f in found] == [fact.fact_id]
+    assert stores.memory.facts_by_id([]) == []
+
+
+def test_the_user_lock_lets_one_holder_in_at_a_time(stores: Stores) -> None:
+    inside = 0
+    most = 0
+    guard = threading.Lock()
+
+    def hold() -> None:
+        nonlocal inside, most
+        with stores.memory.user_lock("ada"):
+            with guard:
+                inside += 1
+                most = max(most, inside)
+            time.sleep(0.05)
+            with guard:
+                inside -= 1
+
+    threads = [threading.Thread(target=hold) for _ in range(3)]
+    for t in threads:
+        t.start()
+    with stores.memory.user_lock("bob"):  # another user's lock does not wait for ada's
+        pass
+    for t in threads:
+        t.join(timeout=30)
+    assert most == 1
+
+
+def test_folding_the_run_log_gives_the_live_tables(stores: Stores) -> None:
+    """The store's upsert and the fold's merge_fact follow one rule (domain.upsert)."""
+    consolidator = Consolidator(WriteGate(None), PriceTable({}))
+    backend = OfflineBackend()
+    batches = [
+        [make_event("ada", "I live in Berlin"), make_event("ada", "I like green tea")],
+        [make_event("ada", "I live in Berlin", minutes=5)],  # reinforces the first fact
+        [make_event("ada", "Actually I moved to Lisbon", minutes=9)],
+    ]
+    for events in batches:
+        state = stores.memory.load_state("ada", "org-a")
+        active = tuple(stores.memory.facts("ada", REQUEST_STATUSES))
+        request = ConsolidationRequest.build(state, active, events, events[-1].occurred_at)
+        update = consolidator.plan(
+            request,
+            backend.consolidate(request),
+            run_id=uuid.uuid4(),
+            backend=backend.name,
+            prompt_version=backend.prompt_version,
+            started_at=request.now,
+            duration_ms=1,
+        )
+        stores.memory.apply(update)
+
+    folded = fold_runs(stores.runs.runs("ada"))
+    live = live_image(
+        stores.memory.load_state("ada"), stores.memory.facts("ada", tuple(FactStatus)), []
+    )
+    assert folded.version == live.version == 3
+    assert any(f.reinforce_count for f in live.facts.values())
+    for fact_id, fact in live.facts.items():
+        assert replace(folded.facts[fact_id], indexed_at=None) == replace(fact, indexed_at=None)
+    assert folded.state() == replace(live.state(), updated_at=folded.updated_at)

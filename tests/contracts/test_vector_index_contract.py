@@ -1,0 +1,219 @@
+"""The VectorIndex contract, run unchanged against the in-memory index, an embedded Chroma and
+a `chroma run` server (see conftest.py); the Chroma-only behaviour is in
+tests/integration/test_chroma_index.py."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from domain.ids import NO_CONNECTION
+from domain.model import Fact, FactStatus
+from domain.ports import VectorHit, VectorIndex
+from tests.support.builders import make_fact
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def indexed_fact(user_id: str, content: str, **changes: Any) -> Fact:
+    """A fact as the index tests expect it: org-1, chat context, two source events."""
+    changes.setdefault("context_type", "chat")
+    return make_fact(
+        user_id,
+        content,
+        org="org-1",
+        at=T0,
+        updated_at=T0 + timedelta(hours=1),
+        source_event_ids=(uuid.UUID(int=1), uuid.UUID(int=2)),
+        **changes,
+    )
+
+
+def contents(hits: Sequence[VectorHit]) -> set[str]:
+    return {h.content for h in hits}
+
+
+def _query(index: VectorIndex, user_id: str, text: str, **kwargs: object) -> list[VectorHit]:
+    params: dict[str, object] = {"connection_ids": [], "n": 10, **kwargs}
+    return index.query(user_id=user_id, text=text, **params)  # type: ignore[arg-type]
+
+
+def test_upsert_is_idempotent_and_embeds_only_new_text(vector_index: VectorIndex) -> None:
+    facts = [indexed_fact("u1", "lives in Berlin"), indexed_fact("u1", "likes green tea")]
+    assert vector_index.upsert(facts) == 2
+    assert vector_index.count() == 2
+    assert vector_index.upsert(facts) == 0
+    assert vector_index.count() == 2
+    assert vector_index.upsert([*facts, indexed_fact("u1", "has a cat named Miso")]) == 1
+    assert vector_index.count() == 3
+
+
+def test_upsert_of_known_text_refreshes_metadata(vector_index: VectorIndex) -> None:
+    fact = indexed_fact("u1", "lives in Berlin", salience=0.2)
+    vector_index.upsert([fact])
+    assert vector_index.upsert([replace(fact, salience=0.8, pinned=True)]) == 0
+    (hit,) = _query(vector_index, "u1", "lives in Berlin")
+    assert hit.metadata["salience"] == pytest.approx(0.8)
+    assert hit.metadata["pinned"] is True
+
+
+def test_duplicate_ids_in_one_upsert_are_indexed_once(vector_index: VectorIndex) -> None:
+    fact = indexed_fact("u1", "lives in Berlin")
+    assert vector_index.upsert([fact, fact]) == 1
+    assert vector_index.count() == 1
+
+
+def test_query_returns_similarity_content_and_metadata(vector_index: VectorIndex) -> None:
+    fact = indexed_fact("u1", "lives in Berlin")
+    vector_index.upsert([fact, indexed_fact("u1", "likes green tea")])
+    hits = _query(vector_index, "u1", "lives in Berlin")
+    assert [h.content for h in hits] == ["lives in Berlin", "likes green tea"]
+    best = hits[0]
+    assert best.fact_id == fact.fact_id
+    assert best.similarity == pytest.approx(1.0, abs=1e-4)
+    assert hits[1].similarity < best.similarity
+    assert best.metadata == {
+        "user_id": "u1",
+        "organization_id": "org-1",
+        "connection_id": NO_CONNECTION,
+        "context_type": "chat",
+        "source": "interactive",
+        "tool_id": "",
+        "message_id": "",
+        "attachment_id": "",
+        "filename": "",
+        "fact_type": "profile",
+        "surface": "speak",
+        "status": "active",
+        "pinned": False,
+        "confidence": pytest.approx(0.9),
+        "salience": pytest.approx(0.5),
+        "created_at": pytest.approx(T0.timestamp()),
+        "updated_at": pytest.approx(T0.timestamp() + 3600),
+        "source_event_ids": f"{uuid.UUID(int=1)},{uuid.UUID(int=2)}",
+    }
+
+
+def test_n_limits_the_hits(vector_index: VectorIndex) -> None:
+    vector_index.upsert([indexed_fact("u1", f"enjoys hobby number {i}") for i in range(4)])
+    assert len(_query(vector_index, "u1", "hobby", n=2)) == 2
+    assert _query(vector_index, "u1", "hobby", n=0) == []
+
+
+def test_another_users_better_match_is_never_returned(vector_index: VectorIndex) -> None:
+    vector_index.upsert(
+        [
+            indexed_fact("alice", "is based in Berlin"),
+            indexed_fact("bob", "lives in Berlin"),
+            indexed_fact("bob", "lives in Berlin, Germany"),
+        ]
+    )
+    hits = _query(vector_index, "alice", "lives in Berlin")
+    assert contents(hits) == {"is based in Berlin"}
+    assert all(h.metadata["user_id"] == "alice" for h in hits)
+    assert vector_index.count("alice") == 1
+    assert vector_index.count("bob") == 2
+
+
+def test_connection_scoping(vector_index: VectorIndex) -> None:
+    vector_index.upsert(
+        [
+            indexed_fact("u1", "uses Jira for sprint planning", connection_id="c1"),
+            indexed_fact("u1", "uses Linear for bug tracking", connection_id="c2"),
+            indexed_fact("u1", "prefers short answers"),
+        ]
+    )
+    no_connections = contents(_query(vector_index, "u1", "tools", connection_ids=[]))
+    assert no_connections == {"prefers short answers"}
+    with_c1 = contents(_query(vector_index, "u1", "tools", connection_ids=["c1"]))
+    assert with_c1 == {"prefers short answers", "uses Jira for sprint planning"}
+    with_both = contents(_query(vector_index, "u1", "tools", connection_ids=["c1", "c2", "c9"]))
+    assert len(with_both) == 3
+
+
+def test_status_filter(vector_index: VectorIndex) -> None:
+    berlin = indexed_fact("u1", "lives in Berlin")
+    vector_index.upsert([berlin, indexed_fact("u1", "likes green tea")])
+    vector_index.update_status({berlin.fact_id: FactStatus.CONTRADICTED})
+    assert contents(_query(vector_index, "u1", "Berlin")) == {"likes green tea"}
+    both = _query(
+        vector_index, "u1", "Berlin", statuses=[FactStatus.ACTIVE, FactStatus.CONTRADICTED]
+    )
+    assert contents(both) == {"lives in Berlin", "likes green tea"}
+    (only,) = _query(vector_index, "u1", "Berlin", statuses=[FactStatus.CONTRADICTED])
+    assert only.metadata["status"] == "contradicted"
+    assert only.metadata["user_id"] == "u1"  # the status update left the rest alone
+    assert _query(vector_index, "u1", "Berlin", statuses=[]) == []
+
+
+def test_update_status_of_an_unindexed_fact_is_ignored(vector_index: VectorIndex) -> None:
+    vector_index.update_status({uuid.uuid4(): FactStatus.ARCHIVED})
+    vector_index.update_status({})
+    assert vector_index.count() == 0
+
+
+def test_context_type_filter(vector_index: VectorIndex) -> None:
+    vector_index.upsert(
+        [
+            indexed_fact("u1", "lives in Berlin", context_type="chat"),
+            indexed_fact("u1", "flight to Berlin on Friday", context_type="email"),
+            indexed_fact("u1", "Berlin office wiki page", context_type="tool_output"),
+        ]
+    )
+    assert contents(_query(vector_index, "u1", "Berlin", context_types=["email"])) == {
+        "flight to Berlin on Friday"
+    }
+    assert len(_query(vector_index, "u1", "Berlin", context_types=["email", "chat"])) == 2
+    assert len(_query(vector_index, "u1", "Berlin")) == 3
+
+
+def test_delete(vector_index: VectorIndex) -> None:
+    berlin = indexed_fact("u1", "lives in Berlin")
+    vector_index.upsert([berlin, indexed_fact("u1", "likes green tea")])
+    vector_index.delete([berlin.fact_id])
+    vector_index.delete([berlin.fact_id])  # already gone: still fine
+    vector_index.delete([])
+    assert contents(_query(vector_index, "u1", "Berlin")) == {"likes green tea"}
+    assert vector_index.count() == 1
+
+
+def test_empty_collection_and_new_user_return_nothing(vector_index: VectorIndex) -> None:
+    assert _query(vector_index, "nobody", "anything") == []
+    assert vector_index.count() == 0
+    assert vector_index.count("nobody") == 0
+    assert vector_index.upsert([]) == 0
+    vector_index.upsert([indexed_fact("u1", "lives in Berlin")])
+    assert _query(vector_index, "new-user", "lives in Berlin") == []
+
+
+def test_embeddings_are_the_stored_vectors(vector_index: VectorIndex) -> None:
+    berlin, tea = indexed_fact("u1", "lives in Berlin"), indexed_fact("u1", "likes green tea")
+    vector_index.upsert([berlin, tea])
+    vectors = vector_index.embeddings([berlin.fact_id, uuid.uuid4()])
+    assert set(vectors) == {berlin.fact_id}  # one not indexed is absent
+    assert float(np.linalg.norm(vectors[berlin.fact_id])) == pytest.approx(1.0, abs=1e-4)
+    assert vector_index.embeddings([]) == {}
+
+
+def test_score_ranks_the_given_facts_exactly(vector_index: VectorIndex) -> None:
+    facts = [
+        indexed_fact("u1", "lives in Berlin"),
+        indexed_fact("u1", "likes green tea"),
+        indexed_fact("u2", "lives in Berlin, Germany"),
+    ]
+    vector_index.upsert(facts)
+    ids = [f.fact_id for f in facts[:2]]
+    hits, vectors = vector_index.score("lives in Berlin", ids, n=1)
+    assert [h.fact_id for h in hits] == [facts[0].fact_id]
+    assert hits[0].similarity == pytest.approx(1.0, abs=1e-4)
+    assert set(vectors) == set(ids)  # every vector fetched goes back, for MMR
+    both, _ = vector_index.score("green tea", ids, n=5)
+    assert [h.fact_id for h in both] == [facts[1].fact_id, facts[0].fact_id]
+    assert vector_index.score("anything", [], n=5) == ([], {})
+    assert vector_index.score("anything", ids, n=0) == ([], {})

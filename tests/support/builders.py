@@ -1,0 +1,185 @@
+"""Values for tests, with one set of defaults: events, facts, runs, seeded memory."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import fields, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from domain.codec import fact_to_json
+from domain.ids import fact_id_for
+from domain.model import (
+    Fact,
+    FactChange,
+    FactChangeKind,
+    FactStatus,
+    FactType,
+    LoggedRun,
+    MemoryUpdate,
+    Provenance,
+    RunRecord,
+    RunStatus,
+    SurfacePolicy,
+)
+from domain.ports import MemoryStore
+from producers.contract import ContextEvent, EventType, Source, SourceMetadata
+
+BASE_TIME = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+SEED_RUN = uuid.UUID(int=1)
+
+_PROVENANCE = frozenset(f.name for f in fields(Provenance))
+
+
+def make_event(
+    user_id: str,
+    content: str,
+    event_type: EventType = EventType.FACT,
+    *,
+    minutes: int = 0,
+    org: str = "org-a",
+    source: Source = Source.INTERACTIVE,
+    connection_id: str | None = None,
+    **extra: Any,
+) -> ContextEvent:
+    meta = {
+        k: extra.pop(k)
+        for k in ("tool_id", "attachment_id", "filename", "message_id", "session_id")
+        if k in extra
+    }
+    return ContextEvent(
+        event_id=uuid.uuid4(),
+        user_id=user_id,
+        organization_id=org,
+        event_type=event_type,
+        content=content,
+        source_metadata=SourceMetadata(source=source, connection_id=connection_id, **meta),
+        occurred_at=BASE_TIME + timedelta(minutes=minutes),
+        **extra,
+    )
+
+
+def make_fact(
+    user_id: str,
+    content: str,
+    *,
+    org: str = "org-a",
+    connection_id: str | None = None,
+    at: datetime = BASE_TIME,
+    **changes: Any,
+) -> Fact:
+    """An active profile fact with its deterministic id; `changes` set any field of the fact
+    or of its provenance (`status=`, `pinned=`, `context_type=`, `source_event_ids=`...)."""
+    on_provenance = {k: changes.pop(k) for k in list(changes) if k in _PROVENANCE}
+    fact = Fact(
+        fact_id=fact_id_for(user_id, content, connection_id),
+        user_id=user_id,
+        organization_id=org,
+        content=content,
+        fact_type=FactType.PROFILE,
+        surface=SurfacePolicy.SPEAK,
+        status=FactStatus.ACTIVE,
+        confidence=0.9,
+        salience=0.5,
+        provenance=Provenance(
+            context_type="fact", source="interactive", connection_id=connection_id
+        ),
+        created_by_run=SEED_RUN,
+        created_at=at,
+        updated_at=at,
+    )
+    return replace(fact, provenance=replace(fact.provenance, **on_provenance), **changes)
+
+
+def make_run(
+    user_id: str,
+    *,
+    seq: int,
+    version: int,
+    facts: Sequence[tuple[FactChangeKind, Fact]] = (),
+    working_memory: str = "",
+    scaffold: Mapping[str, Any] | None = None,
+    learned: Sequence[str] = (),
+    connections: Mapping[str, Sequence[str]] | None = None,
+    status: RunStatus = RunStatus.SUCCEEDED,
+    base: int | None = None,
+    at: datetime | None = None,
+) -> LoggedRun:
+    """A logged run whose recorded `applied` effect a fold can replay."""
+    at = BASE_TIME + timedelta(minutes=seq) if at is None else at
+    applied = {
+        "working_memory": working_memory,
+        "scaffold": dict(scaffold or {}),
+        "learned_info": list(learned),
+        "version": version,
+        "facts": [{"kind": k.value, "after": fact_to_json(f)} for k, f in facts],
+        "connection_additions": {k: list(v) for k, v in (connections or {}).items()},
+    }
+    record = RunRecord(
+        run_id=uuid.uuid5(uuid.NAMESPACE_OID, f"{user_id}-{seq}"),
+        user_id=user_id,
+        organization_id="org-a",
+        input_event_ids=(uuid.uuid5(uuid.NAMESPACE_OID, f"{user_id}-event-{seq}"),),
+        backend="offline",
+        model="offline-deterministic-v1",
+        prompt_version="offline-v1",
+        status=status,
+        started_at=at,
+        duration_ms=5,
+        base_version=version - 1 if base is None else base,
+        output={"applied": applied} if status is RunStatus.SUCCEEDED else None,
+    )
+    return LoggedRun(seq=seq, finished_at=at, run=record)
+
+
+def seed_update(
+    store: MemoryStore,
+    user_id: str,
+    facts: Sequence[Fact],
+    *,
+    org: str = "org-a",
+    working_memory: str = "",
+    learned_info: Sequence[str] = (),
+    connections: Mapping[str, tuple[str, ...]] | None = None,
+    at: datetime = BASE_TIME,
+) -> MemoryUpdate:
+    """One run's worth of memory for a user, planned on what the store holds now (not
+    applied: `seed` applies it)."""
+    state = store.load_state(user_id, org)
+    run_id = uuid.uuid4()
+    run = RunRecord(
+        run_id=run_id,
+        user_id=user_id,
+        organization_id=org,
+        input_event_ids=(uuid.uuid4(),),
+        backend="seed",
+        model="seed",
+        prompt_version="seed",
+        status=RunStatus.SUCCEEDED,
+        started_at=at,
+        duration_ms=0,
+        base_version=state.version,
+    )
+    return MemoryUpdate(
+        run=run,
+        state=replace(
+            state,
+            organization_id=org,
+            working_memory=working_memory or state.working_memory,
+            learned_info=(*state.learned_info, *learned_info),
+            version=state.version + 1,
+            updated_at=at,
+        ),
+        fact_changes=tuple(
+            FactChange(FactChangeKind.ADD, replace(f, created_by_run=run_id)) for f in facts
+        ),
+        connection_additions=dict(connections or {}),
+    )
+
+
+def seed(store: MemoryStore, user_id: str, facts: Sequence[Fact], **kw: Any) -> MemoryUpdate:
+    """Memory written through the store as a consolidation run would write it."""
+    update = seed_update(store, user_id, facts, **kw)
+    store.apply(update)
+    return update

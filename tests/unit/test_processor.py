@@ -1,0 +1,213 @@
+"""The MemoryProcessor's loop on a fake Kafka consumer and the in-memory stores: retries,
+dead letters, the offsets it commits, and what a rebalance does to buffered and running work."""
+
+from __future__ import annotations
+
+import threading
+
+from consumers.processor import MemoryProcessor
+from processors.errors import BackendError, TransientBackendError
+from processors.schema import ConsolidationRequest
+from producers.contract import ContextEvent
+from tests.support.builders import make_event
+from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
+from tests.support.inmemory import FAST, TOPIC, InMemoryMemoryd, step_until
+
+
+def publish(consumer: FakeConsumer, partition: int, *events: ContextEvent) -> list[int]:
+    return [consumer.produce(partition, e.to_bytes(), e.kafka_key) for e in events]
+
+
+def consolidated(m: InMemoryMemoryd, events: list[ContextEvent]) -> bool:
+    return m.memory.already_consolidated(e.event_id for e in events) == {e.event_id for e in events}
+
+
+def started(processor: MemoryProcessor) -> MemoryProcessor:
+    processor.start()
+    return processor
+
+
+def test_events_are_consolidated_and_offsets_committed_past_them() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC, partitions=2), ListDeadLetters()
+    ada = [make_event("ada", f"I like topic {i}") for i in range(3)]
+    bob = [make_event("bob", "I live in Porto")]
+    publish(consumer, 0, *ada)
+    consumer.produce(0, b"not json")
+    publish(consumer, 1, *bob)
+    processor = started(m.processor(consumer, FlakyBackend(), letters))
+
+    step_until(processor, lambda: consumer.committed == {0: 4, 1: 1})
+    processor.shutdown()
+
+    assert consolidated(m, ada + bob)
+    (letter,) = letters.letters
+    assert (letter.stage, letter.offset, letter.value) == ("decode", 3, b"not json")
+    assert consumer.closed
+    assert letters.closed
+
+
+class BusyFor(FlakyBackend):
+    """Rate-limited (a transient error) for one user until released; fine for the others."""
+
+    def __init__(self, user_id: str) -> None:
+        super().__init__()
+        self.user_id = user_id
+        self.released = threading.Event()
+        self.refused = 0
+
+    def before(self, request: ConsolidationRequest) -> None:
+        if request.user_id == self.user_id and not self.released.is_set():
+            self.refused += 1
+            raise TransientBackendError("429")
+
+
+def test_a_transient_failure_is_retried_and_holds_its_offsets_back() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    backend = BusyFor("ada")
+    ada, bob = make_event("ada", "I live in Lisbon"), make_event("bob", "I live in Porto")
+    publish(consumer, 0, ada, bob)
+    settings = FAST.model_copy(update={"max_attempts": 100})
+    processor = started(m.processor(consumer, backend, letters, settings))
+
+    step_until(processor, lambda: consolidated(m, [bob]) and backend.refused >= 2)
+    # bob (offset 1) is done, ada (offset 0) is not: nothing may be committed past ada.
+    assert consumer.committed.get(0, 0) == 0
+    backend.released.set()
+    step_until(processor, lambda: consumer.committed.get(0) == 2)
+    processor.shutdown()
+
+    assert consolidated(m, [ada])
+    (run,) = m.runs.runs("ada")
+    assert run.run.attempt == backend.refused
+    assert letters.letters == []
+
+
+def test_a_batch_that_keeps_failing_is_dead_lettered_with_its_failed_run() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    backend = FlakyBackend([TransientBackendError("503", raw_response="busy")] * 10)
+    events = [make_event("ada", "I live in Lisbon"), make_event("ada", "I like tea")]
+    publish(consumer, 0, *events)
+    processor = started(
+        m.processor(consumer, backend, letters, FAST.model_copy(update={"max_attempts": 3}))
+    )
+
+    step_until(processor, lambda: consumer.committed.get(0) == 2)
+    processor.shutdown()
+
+    assert backend.calls == 3
+    assert [(x.stage, x.offset) for x in letters.letters] == [
+        ("consolidate", 0),
+        ("consolidate", 1),
+    ]
+    assert letters.letters[0].reason == "gave up after 3 attempts: 503"
+    (failed,) = [r.run for r in m.runs.runs("ada")]
+    assert (failed.status.value, failed.raw_response, failed.attempt) == ("failed", "busy", 2)
+    assert m.memory.load_state("ada").version == 0
+
+
+def test_an_unusable_answer_is_not_retried() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    backend = FlakyBackend([BackendError("unparseable", raw_response="{oops")])
+    publish(consumer, 0, make_event("ada", "I live in Lisbon"))
+    processor = started(m.processor(consumer, backend, letters))
+    step_until(processor, lambda: consumer.committed.get(0) == 1)
+    processor.shutdown()
+    assert backend.calls == 1
+    (letter,) = letters.letters
+    assert letter.reason == "backend error: unparseable"
+
+
+def test_a_dead_letter_topic_outage_retries_only_the_delivery() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    letters.refuse = 2
+    backend = FlakyBackend([BackendError("unparseable")])
+    publish(consumer, 0, make_event("ada", "I live in Lisbon"))
+    processor = started(m.processor(consumer, backend, letters))
+    step_until(processor, lambda: len(letters.letters) == 1)
+    assert consumer.committed.get(0, 0) == 0 or consumer.committed[0] == 1
+    step_until(processor, lambda: consumer.committed.get(0) == 1)
+    processor.shutdown()
+    assert backend.calls == 1  # the backend is not asked again
+    assert len(m.runs.runs("ada")) == 1  # nor is the failed run recorded twice
+
+
+class Gate(FlakyBackend):
+    """A backend whose calls wait until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened = threading.Event()
+        self.entered = threading.Event()
+
+    def before(self, request: ConsolidationRequest) -> None:
+        self.entered.set()
+        assert self.opened.wait(20)
+
+
+def test_a_revocation_drops_the_buffer_and_rereads_it_when_the_partition_comes_back() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    settings = FAST.model_copy(update={"max_batch": 2, "max_wait_s": 60.0})
+    first, second, third = (make_event("ada", f"I like topic {i}") for i in range(3))
+    publish(consumer, 0, first, second, third)
+    processor = started(m.processor(consumer, FlakyBackend(), letters, settings))
+    # Batches of two: the third event waits in the buffer for a fourth that does not come.
+    step_until(processor, lambda: consolidated(m, [first, second]))
+    step_until(processor, lambda: consumer.committed.get(0) == 2)
+
+    consumer.rebalance(revoke={0}, assign={0})  # kafka-python keeps its fetch position
+    processor.step()
+    # The third event was dropped from the buffer: it is read again, not skipped.
+    assert consumer.seeks == [(0, 2)]
+    assert consumer.position[0] == 3
+    assert not consolidated(m, [third])
+    processor.shutdown()  # flushes what is buffered
+    assert consolidated(m, [third])
+    assert consumer.committed[0] == 3
+
+
+def test_a_flush_still_running_at_a_revocation_finishes_as_an_orphan() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    gate = Gate()
+    event = make_event("ada", "I live in Lisbon")
+    publish(consumer, 0, event)
+    settings = FAST.model_copy(update={"revoke_wait_s": 0.01})
+    processor = started(m.processor(consumer, gate, letters, settings))
+    step_until(processor, gate.entered.is_set)
+
+    consumer.rebalance(revoke={0}, assign=set())
+    processor.step()
+    assert consumer.committed.get(0, 0) == 0  # not done: nothing committed past it
+    assert processor.assignment() == set()
+    gate.opened.set()
+    step_until(processor, lambda: consolidated(m, [event]))  # its effect is durable
+    processor.shutdown()
+    assert consumer.committed.get(0, 0) == 0  # the next owner re-reads it and finds it done
+
+
+def test_lost_partitions_commit_nothing() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    gate = Gate()
+    events = [make_event("ada", "I live in Lisbon")]
+    publish(consumer, 0, *events)
+    processor = started(m.processor(consumer, gate, letters))
+    step_until(processor, gate.entered.is_set)
+    consumer.rebalance(revoke={0}, assign=set(), lost=True)
+    processor.step()
+    gate.opened.set()
+    step_until(processor, lambda: consolidated(m, events))
+    processor.shutdown()
+    assert all(c.get(0, 0) == 0 for c in consumer.commits)  # nothing past the event
+
+
+def test_backpressure_pauses_and_resumes_the_consumer() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    gate = Gate()
+    events = [make_event(f"user-{i}", "I live in Lisbon") for i in range(6)]
+    publish(consumer, 0, *events)
+    settings = FAST.model_copy(update={"max_buffered": 4, "concurrency": 1})
+    processor = started(m.processor(consumer, gate, letters, settings))
+    step_until(processor, lambda: bool(consumer.paused()))
+    gate.opened.set()
+    step_until(processor, lambda: not consumer.paused())
+    step_until(processor, lambda: consolidated(m, events))
+    processor.shutdown()

@@ -1,0 +1,70 @@
+"""The inbox and tool clients: what they publish, and ids stable exactly when asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from producers.contract import MAX_CONTENT_CHARS, ContextEvent, EventType, Source
+from producers.inbox import InboxContextUpdates
+from producers.tools import ToolContextPublisher
+
+
+class Published:
+    def __init__(self) -> None:
+        self.batches: list[list[ContextEvent]] = []
+
+    def publish(self, events: Sequence[ContextEvent]) -> None:
+        self.batches.append(list(events))
+
+
+def test_an_inbox_cycle_publishes_one_batch_with_ids_from_its_cycle() -> None:
+    sent = Published()
+    inbox = InboxContextUpdates(sent, "ada", "org-a")
+    first = inbox.update_user_context({"Role": "Designer"}, ["Pays in EUR"], cycle_id="c1")
+    again = inbox.update_user_context({"Role": "Designer"}, ["Pays in EUR"], cycle_id="c1")
+    fresh = inbox.update_user_context({"Role": "Designer"}, ["Pays in EUR"])
+    assert [e.event_id for e in first] == [e.event_id for e in again]
+    assert {e.event_id for e in fresh}.isdisjoint(e.event_id for e in first)
+    scaffold, learned = first
+    assert (scaffold.event_type, scaffold.scaffold_key, scaffold.content) == (
+        EventType.SCAFFOLD_UPDATE,
+        "Role",
+        '"Designer"',
+    )
+    assert (learned.event_type, learned.content) == (EventType.LEARNED_FACT, "Pays in EUR")
+    assert {(e.user_id, e.organization_id, e.source_metadata.source) for e in first} == {
+        ("ada", "org-a", Source.AUTONOMOUS)
+    }
+    assert scaffold.occurred_at == learned.occurred_at
+    assert len(sent.batches) == 3
+    assert inbox.update_user_context({}, []) == []
+    assert len(sent.batches) == 3  # nothing to say, nothing sent
+
+
+def test_tool_output_is_chunked_with_ids_stable_when_the_message_is_named() -> None:
+    sent = Published()
+    tools = ToolContextPublisher(sent, "ada", "org-a")
+    text = "\n\n".join(["a" * (MAX_CONTENT_CHARS // 2)] * 3)
+    named = tools.index_tool_output(text, tool_id="gmail", message_id="m1")
+    again = tools.index_tool_output(text, tool_id="gmail", message_id="m1")
+    anonymous = tools.index_tool_output(text, tool_id="gmail")
+    assert len(named) == 3  # two halves do not fit in one chunk with their separator
+    assert all(len(e.content) <= MAX_CONTENT_CHARS for e in named)
+    assert [e.event_id for e in named] == [e.event_id for e in again]
+    assert {e.event_id for e in anonymous}.isdisjoint(e.event_id for e in named)
+    assert {(e.event_type, e.source_metadata.tool_id) for e in named} == {
+        (EventType.TOOL_OUTPUT, "gmail")
+    }
+
+
+def test_connection_context() -> None:
+    sent = Published()
+    event = ToolContextPublisher(sent, "ada", "org-a").update_connection_context(
+        "crm", "Acme is a key account"
+    )
+    assert (event.event_type, event.source_metadata.connection_id, event.content) == (
+        EventType.CONNECTION_UPDATE,
+        "crm",
+        "Acme is a key account",
+    )
+    assert sent.batches == [[event]]
