@@ -189,7 +189,7 @@ class ReadModel(InjectionReads, Protocol):
         """Facts in scope sharing a word with text, best match first."""
         ...
 
-    def indexed_ids(self, scope: Scope) -> list[uuid.UUID]:
+    def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:
         """Ids of facts in scope whose current version is in the vector index."""
         ...
 

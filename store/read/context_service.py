@@ -181,7 +181,8 @@ class ContextService:
         """
         if self._dense_search is not None:
             return self._dense_search.search(scope, version, text, pool)
-        return self._index.score(text, self._reads.indexed_ids(scope), pool)
+        ids = self._reads.indexed_ids(scope, UNCACHED_SEARCH_MAX_FACTS)
+        return self._index.score(text, ids, pool)
 
     def _retrieve(
         self,
@@ -295,6 +296,8 @@ class ContextService:
 
 
 CONNECTIONS_KEY = "Connections"
+# Without a DenseSearch every turn fetches the vectors it scores: a bound on that fetch.
+UNCACHED_SEARCH_MAX_FACTS = 100_000
 
 
 def scoped_scaffold(scaffold: Mapping[str, Any], connection_ids: Sequence[str]) -> dict[str, Any]:

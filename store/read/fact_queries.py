@@ -103,13 +103,16 @@ class PostgresReadModel:
             rows = conn.execute(sql, {**_params(scope), "text": text, "limit": limit}).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
-    def indexed_ids(self, scope: Scope) -> list[uuid.UUID]:
-        """Ids of facts in scope whose current version is in the vector index."""
-        if not scope.statuses:
+    def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:
+        """Ids of facts in scope whose current version is in the vector index, at most limit."""
+        if limit <= 0 or not scope.statuses:
             return []
-        sql = f"SELECT fact_id FROM memory_facts WHERE indexed_at IS NOT NULL AND {_SCOPE}"
+        sql = (
+            "SELECT fact_id FROM memory_facts"
+            f" WHERE indexed_at IS NOT NULL AND {_SCOPE} LIMIT %(limit)s"
+        )
         with self._transaction() as conn:
-            rows = conn.execute(sql, _params(scope)).fetchall()
+            rows = conn.execute(sql, {**_params(scope), "limit": limit}).fetchall()
         return [r[0] for r in rows]
 
     def facts_in_scope(self, scope: Scope, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:

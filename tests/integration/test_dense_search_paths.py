@@ -55,7 +55,7 @@ def test_cached_exact_and_ann_dense_searches_agree(deployment: Deployment) -> No
         version = c.memory.load_state("omar").version
         for connections in [(), ("gh",)]:
             scope = Scope("omar", connections, organization_id="org-a")
-            ids = reads.indexed_ids(scope)
+            ids = reads.indexed_ids(scope, 1_000)
             for query in QUERIES:
                 cached, vectors = search.search(scope, version, query, 4)
                 exact, _ = c.index.score(query, ids, 4)

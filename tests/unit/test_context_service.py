@@ -14,7 +14,6 @@ from domain.model import FactStatus
 from domain.ports import Vector, VectorHit
 from store.errors import VectorIndexUnavailable
 from store.inmemory import InMemoryVectorIndex
-from store.read import context_service
 from store.read.bundle import ContextBundle
 from store.read.context_service import TenantMismatch
 from store.read.query_rewrite import RewriteOutcome
@@ -155,15 +154,3 @@ def test_the_audit_row_recalls_and_observer_get_every_turn() -> None:
     assert row["retrieved"][0]["fact_id"] == str(bees.fact_id)
     (stored,) = m.memory.facts_by_id([bees.fact_id])
     assert stored.recall_count == 2
-
-
-def test_exact_and_approximate_dense_search_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    m = InMemoryMemoryd()
-    m.seed("ada", [make_fact("ada", f"Ada keeps note number {i}") for i in range(5)])
-    service = m.context_service()
-    exact = service.assemble("ada", "note number 3")
-    monkeypatch.setattr(context_service, "EXACT_SEARCH_MAX_FACTS", 2)
-    approximate = service.assemble("ada", "note number 3")
-    service.close()
-    assert contents(exact) == contents(approximate)
-    assert contents(exact)[0] == "Ada keeps note number 3"
