@@ -13,7 +13,7 @@ Reported per concurrency:
 - users/s: users / wall time from the first publish to the last fact indexed, with the
   processor already in its group (joining is not counted); "ideal" is what the fake LLM
   alone would allow (concurrency / latency);
-- overhead per batch: the processor's mean flush time (user lock, reads, the backend call,
+- overhead per batch: the processor's mean flush time (memory lock, reads, the backend call,
   gate, planning, one Postgres transaction: `memoryd_flush_seconds`) minus the backend's
   own mean call time; per event: the same divided by the batch size;
 - indexing, which runs after the flush in one background thread per processor, coalescing

@@ -40,6 +40,7 @@ import numpy as np
 from bench import services
 from bench import synthetic_memory as synthetic
 from bench.locomo.metrics import markdown_table
+from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.settings import ChromaSettings, MetricsSettings, Settings
 from store.embeddings import MiniLmEmbedder
@@ -137,7 +138,7 @@ def _assemble(
     for user, connection, query in requests:
         started = time.perf_counter()
         bundle = service.assemble(
-            user, query, [connection], budget, organization_id=synthetic.ORGANIZATION
+            MemoryKey(synthetic.ORGANIZATION, user), query, [connection], budget
         )
         total.append((time.perf_counter() - started) * 1000)
         for stage, ms in bundle.timings_ms.items():

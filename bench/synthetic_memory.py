@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from domain.ports import Embedder, Vector
 from memoryd import wiring
@@ -265,7 +265,7 @@ def make_facts(
         at = NOW - timedelta(days=rng.uniform(0, 180))
         facts.append(
             Fact(
-                fact_id=fact_id_for(user, content, connection),
+                fact_id=fact_id_for(MemoryKey(ORGANIZATION, user), content, connection),
                 user_id=user,
                 organization_id=ORGANIZATION,
                 content=content,

@@ -1,4 +1,7 @@
-"""Per-user buffers and per-partition offset tracking, as plain data structures.
+"""Per-memory buffers and per-partition offset tracking, as plain data structures.
+
+A buffer belongs to one memory, (organization, user): two organizations' users of the same id
+never share a buffer, so a batch never mixes organizations.
 
 The processor commits, per partition, the offset just below the earliest record that is not
 yet done (consolidated, skipped as a duplicate, or dead-lettered). A crash therefore replays
@@ -13,6 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from domain.ids import MemoryKey
 from producers.contract import ContextEvent
 
 if TYPE_CHECKING:  # only for the annotation: flush imports the store, batching stays plain
@@ -31,11 +35,14 @@ class BufferedEvent:
     offset: int
     event: ContextEvent
 
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.event.organization_id, self.event.user_id)
+
 
 @dataclass
 class UserBuffer:
-    user_id: str
-    organization_id: str
+    key: MemoryKey
     first_at: float
     items: list[BufferedEvent] = field(default_factory=list)
 
@@ -52,10 +59,10 @@ class Rejection:
 
 @dataclass
 class Batch:
-    """A user's events taken for one flush: in flight, waiting for a retry, or given up and
+    """A memory's events taken for one flush: in flight, waiting for a retry, or given up and
     waiting for its dead letter."""
 
-    user_id: str
+    key: MemoryKey
     items: list[BufferedEvent]
     attempt: int = 0
     not_before: float = 0.0
@@ -68,63 +75,72 @@ class Batch:
 
 
 class UserBuffers:
-    """Events waiting for their user's next flush, in arrival order."""
+    """Events waiting for their memory's next flush, in arrival order."""
 
     def __init__(self, max_batch: int, max_wait_s: float) -> None:
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
-        self._buffers: dict[str, UserBuffer] = {}
+        self._buffers: dict[MemoryKey, UserBuffer] = {}
 
     def add(self, item: BufferedEvent, now: float) -> None:
-        event = item.event
-        buffer = self._buffers.get(event.user_id)
+        key = item.key
+        buffer = self._buffers.get(key)
         if buffer is None:
-            buffer = UserBuffer(event.user_id, event.organization_id, now)
-            self._buffers[event.user_id] = buffer
+            buffer = UserBuffer(key, now)
+            self._buffers[key] = buffer
         buffer.items.append(item)
 
-    def ready(self, now: float, *, force: bool = False, exclude: Iterable[str] = ()) -> list[str]:
-        """Users whose buffer is full or old enough, oldest first."""
+    def ready(
+        self, now: float, *, force: bool = False, exclude: Iterable[MemoryKey] = ()
+    ) -> list[MemoryKey]:
+        """Memories whose buffer is full or old enough, oldest first."""
         skip = set(exclude)
-        users = [
+        ready = [
             b
             for b in self._buffers.values()
-            if b.user_id not in skip
+            if b.key not in skip
             and (force or len(b.items) >= self.max_batch or now - b.first_at >= self.max_wait_s)
         ]
-        return [b.user_id for b in sorted(users, key=lambda b: b.first_at)]
+        return [b.key for b in sorted(ready, key=lambda b: b.first_at)]
 
-    def take(self, user_id: str) -> UserBuffer:
+    def take(self, key: MemoryKey) -> UserBuffer:
         """Remove and return up to `max_batch` events; the rest stay and keep their age (they
-        have waited that long already), so they flush as soon as the user is free again."""
-        buffer = self._buffers.pop(user_id)
+        have waited that long already), so they flush as soon as the memory is free again."""
+        buffer = self._buffers.pop(key)
         if len(buffer.items) > self.max_batch:
             rest = buffer.items[self.max_batch :]
             buffer.items = buffer.items[: self.max_batch]
-            self._buffers[user_id] = UserBuffer(
-                user_id, buffer.organization_id, buffer.first_at, rest
-            )
+            self._buffers[key] = UserBuffer(key, buffer.first_at, rest)
         return buffer
+
+    def drop_memory(self, key: MemoryKey) -> list[BufferedEvent]:
+        """Forget every buffered event of a memory (it was erased); returns them."""
+        buffer = self._buffers.pop(key, None)
+        return [] if buffer is None else buffer.items
 
     def drop_partitions(self, tps: Iterable[TopicPartition]) -> int:
         """Forget events of revoked partitions; their new owner re-reads them."""
         gone = set(tps)
         dropped = 0
-        for user_id in list(self._buffers):
-            buffer = self._buffers[user_id]
+        for key in list(self._buffers):
+            buffer = self._buffers[key]
             kept = [i for i in buffer.items if i.tp not in gone]
             dropped += len(buffer.items) - len(kept)
             if kept:
                 buffer.items = kept
             else:
-                del self._buffers[user_id]
+                del self._buffers[key]
         return dropped
 
     def __len__(self) -> int:
         return sum(len(b.items) for b in self._buffers.values())
 
-    def users(self) -> list[str]:
+    def memories(self) -> list[MemoryKey]:
         return list(self._buffers)
+
+    def events(self) -> list[ContextEvent]:
+        """Every buffered event (what an erasure must not leave behind in this process)."""
+        return [i.event for b in self._buffers.values() for i in b.items]
 
 
 class OffsetTracker:

@@ -1,4 +1,5 @@
-"""Turning a Kafka record into a `ContextEvent`, or into the reason it is not one."""
+"""Turning a Kafka record into a `ContextEvent` (or a memory's tombstone), or into the reason
+it is neither."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pydantic import ValidationError
 
 from consumers.batching import TopicPartition
 from consumers.dead_letter import DeadLetter
-from producers.contract import ContextEvent
+from producers.contract import TOMBSTONE_KIND, ContextEvent, MemoryTombstone
 
 MAX_REASON_CHARS = 900
 
@@ -27,6 +28,21 @@ class Rejected:
         return DeadLetter(key, value, self.stage, self.reason, tp.topic, tp.partition, offset)
 
 
+def decode_record(value: bytes | None) -> ContextEvent | MemoryTombstone | Rejected:
+    """An event, a tombstone (`kind` = memory_forgotten, which no event has), or why neither."""
+    if value is not None and TOMBSTONE_KIND.encode() in value:
+        try:
+            data = json.loads(value)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            data = None
+        if isinstance(data, dict) and data.get("kind") == TOMBSTONE_KIND:
+            try:
+                return MemoryTombstone.model_validate(data)
+            except ValidationError as e:
+                return Rejected("validate", f"invalid MemoryTombstone: {_problems(e)}")
+    return decode_event(value)
+
+
 def decode_event(value: bytes | None) -> ContextEvent | Rejected:
     if value is None:
         return Rejected("decode", "record has no value (tombstone)")
@@ -41,11 +57,13 @@ def decode_event(value: bytes | None) -> ContextEvent | Rejected:
     try:
         return ContextEvent.model_validate(data)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-            for err in e.errors()
-        )
-        return Rejected("validate", f"invalid ContextEvent: {problems}"[:MAX_REASON_CHARS])
+        return Rejected("validate", f"invalid ContextEvent: {_problems(e)}"[:MAX_REASON_CHARS])
+
+
+def _problems(e: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors()
+    )[:MAX_REASON_CHARS]
 
 
 def _has_nul(value: Any) -> bool:

@@ -1,9 +1,10 @@
-"""One user's flush: from buffered events to committed memory, then to the vector index.
+"""One memory's flush: from buffered events to committed memory, then to the vector index.
 
-Runs in a worker thread. Under the user's advisory lock it drops events already consumed,
-reads the current memory, asks the backend, plans the update with the write gate and applies
-it in one transaction. Indexing happens after the commit, in the background (`IndexQueue`);
-if it fails the facts stay pending in Postgres and the scheduled drain picks them up.
+Runs in a worker thread. Under the memory's advisory lock it drops events an erasure forgot
+and events already consumed, reads the current memory, asks the backend, plans the update
+with the write gate and applies it in one transaction. Indexing happens after the commit, in
+the background (`IndexQueue`); if it fails the facts stay pending in Postgres and the
+scheduled drain picks them up.
 
 Budget: a user with a credit line whose balance is spent (<= 0) before a flush gets the
 configured policy, decided under the lock and written down: DEFER records a deferred run and
@@ -21,9 +22,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
+from consumers.batching import BufferedEvent
+from consumers.forgetting import ForgottenEvents
 from consumers.indexer import IndexQueue
 from consumers.observers import FlushObserver
-from domain.ids import run_id_for
+from domain.ids import MemoryKey, run_id_for
 from domain.model import MemoryState, MemoryUpdate, RunStatus
 from domain.ports import Clock, MemoryStore
 from processors.consolidate import Consolidator, failed_run
@@ -40,6 +43,7 @@ class FlushKind(StrEnum):
     CONSOLIDATED = "consolidated"
     NOTHING_NEW = "nothing_new"
     DEFERRED = "deferred"
+    FORGOTTEN = "forgotten"  # every event was of an erased memory, before its tombstone
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class FlushResult:
     update: MemoryUpdate | None = None
     reason: str = ""
     skip_embeddings: bool = False
+    forgotten: int = 0  # events left out because an erasure forgot them
 
 
 class UserFlusher:
@@ -61,9 +66,11 @@ class UserFlusher:
         index_queue: IndexQueue,
         observer: FlushObserver,
         clock: Clock,
+        forgotten: ForgottenEvents,
         budget_policy: BudgetPolicy = BudgetPolicy.DEFER,
     ) -> None:
         self._store = store
+        self._forgotten = forgotten
         self._backend = backend
         self._consolidator = consolidator
         self._index_queue = index_queue
@@ -79,11 +86,16 @@ class UserFlusher:
         """Index what finished runs changed, then stop the index thread."""
         self._index_queue.close()
 
-    def flush(self, user_id: str, events: Sequence[ContextEvent], attempt: int) -> FlushResult:
+    def flush(self, key: MemoryKey, items: Sequence[BufferedEvent], attempt: int) -> FlushResult:
         """Raises the backend's and the store's errors; the runtime decides retry or dead letter."""
         started = time.monotonic()
-        with self._store.user_lock(user_id):
-            result = self._consolidate(user_id, events, attempt)
+        with self._store.memory_lock(key):
+            kept = self._forgotten.remembered(key, items)
+            if kept:
+                result = self._consolidate(key, [i.event for i in kept], attempt)
+            else:
+                result = FlushResult(FlushKind.FORGOTTEN, 0)
+            result = replace(result, forgotten=len(items) - len(kept))
         if result.update is not None and not result.skip_embeddings:
             self._index_queue.submit(result.update)
         self._observer.flushed(self._backend.name, time.monotonic() - started)
@@ -91,14 +103,14 @@ class UserFlusher:
 
     def record_failure(
         self,
-        user_id: str,
+        key: MemoryKey,
         events: Sequence[ContextEvent],
         attempt: int,
         error: str,
         raw: str | None,
     ) -> uuid.UUID:
         """Write the failed run record for events about to be dead-lettered."""
-        state = self._store.load_state(user_id, events[0].organization_id)
+        state = self._store.load_state(key)
         return self._record_unapplied(
             state, events, self._clock(), attempt, error, raw, RunStatus.FAILED
         )
@@ -134,24 +146,24 @@ class UserFlusher:
         return run_id
 
     def _consolidate(
-        self, user_id: str, events: Sequence[ContextEvent], attempt: int
+        self, key: MemoryKey, events: Sequence[ContextEvent], attempt: int
     ) -> FlushResult:
         unique = list({e.event_id: e for e in events}.values())
-        done = self._store.already_consolidated(e.event_id for e in unique)
+        done = self._store.already_consolidated(key, (e.event_id for e in unique))
         fresh = [e for e in unique if e.event_id not in done]
         if not fresh:
             return FlushResult(FlushKind.NOTHING_NEW, 0)
-        state = self._store.load_state(user_id, fresh[0].organization_id)
+        state = self._store.load_state(key)
         now = self._clock()
-        balance = self._store.balance(user_id)
+        balance = self._store.balance(key)
         exhausted = balance is not None and balance <= 0
         if exhausted:
             self._observer.budget_applied(self._budget_policy.value)
             if self._budget_policy is BudgetPolicy.DEFER:
                 return self._defer(state, fresh, now, attempt, f"balance {balance} micro-USD")
-        active = tuple(self._store.facts(user_id, REQUEST_STATUSES))
+        active = tuple(self._store.facts(key, REQUEST_STATUSES))
         request = ConsolidationRequest.build(state, active, fresh, now)
-        run_id = run_id_for(user_id, request.event_ids)
+        run_id = run_id_for(key, request.event_ids)
         started = time.monotonic()
         response = self._backend.consolidate(request)
         duration_ms = int((time.monotonic() - started) * 1000)

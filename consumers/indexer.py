@@ -90,14 +90,29 @@ class FactIndexer:
             return booked
 
         marked = self._store.mark_indexed(facts, now, ledger_for)
+        if len(marked) < len(facts):
+            self._drop_erased(facts)
         self._observer.indexed(embedded, sum(e.cost_micro_usd for e in booked))
         return len(marked)
 
+    def _drop_erased(self, facts: Sequence[Fact]) -> None:
+        """Take back the vectors of facts erased while they were being indexed.
+
+        An erasure deletes a memory's vectors after its rows; facts this indexer read before
+        the rows went and upserted after the vectors went would outlive it in the index.
+        """
+        gone = self._store.missing_facts([f.fact_id for f in facts])
+        if gone:
+            self._index.delete(gone)
+            log.info("removed %d vector(s) of facts erased while indexing", len(gone))
+
     def _entries(self, facts: Sequence[Fact], at: datetime) -> list[LedgerEntry]:
-        """One entry per (user, run that created the facts); its id is derived from the
+        """One entry per (memory, run that created the facts); its id is derived from the
         exact fact versions, so the same versions can never be booked twice."""
         entries = []
-        for (user_id, run_id), group in groupby(sorted(facts, key=_group_key), key=_group_key):
+        for (_org, user_id, run_id), group in groupby(
+            sorted(facts, key=_group_key), key=_group_key
+        ):
             members = list(group)
             key = ",".join(f"{f.fact_id}:{f.version}:{f.updated_at.isoformat()}" for f in members)
             entries.append(
@@ -115,8 +130,8 @@ class FactIndexer:
         return entries
 
 
-def _group_key(fact: Fact) -> tuple[str, str]:
-    return (fact.user_id, str(fact.created_by_run))
+def _group_key(fact: Fact) -> tuple[str, str, str]:
+    return (fact.organization_id, fact.user_id, str(fact.created_by_run))
 
 
 class IndexQueue:

@@ -12,6 +12,7 @@ from kafka.structs import OffsetAndMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from consumers.batching import TopicPartition
+from consumers.errors import ConsumerError
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,24 @@ def make_consumer(settings: ConsumerSettings) -> EventConsumer:
         heartbeat_interval_ms=settings.heartbeat_interval_ms,
     )
     return consumer
+
+
+def end_offsets(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+    """Partition -> the offset the next record will get, read without joining any group."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        client_id="memoryd-end-offsets",
+        enable_auto_commit=False,
+        request_timeout_ms=int(timeout_s * 1000),
+    )
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise ConsumerError(f"topic {topic} has no partitions (does it exist?)")
+        ends = consumer.end_offsets([KafkaTopicPartition(topic, p) for p in partitions])
+        return {tp.partition: int(offset) for tp, offset in ends.items()}
+    finally:
+        consumer.close()
 
 
 def subscribe(consumer: EventConsumer, topic: str, listener: Any | None = None) -> None:

@@ -1,8 +1,10 @@
 """The log writer: every event on the topic into Postgres `context_events`, exactly once.
 
 A polled batch is decoded, bad records go to the dead-letter topic, good ones are inserted in
-one transaction (`ON CONFLICT (event_id) DO NOTHING`), and only then are offsets committed. A
-crash between insert and commit replays the batch, and the replay inserts nothing.
+one transaction (`ON CONFLICT DO NOTHING` on the memory and event id), and only then are
+offsets committed. A crash between insert and commit replays the batch, and the replay
+inserts nothing. Events of an erased memory recorded before its tombstone are not inserted
+(`PostgresEventLog.append` checks the erasure's cut-offs); tombstones themselves are not events.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ import threading
 import time
 
 from consumers.dead_letter import DeadLetter, DeadLetterSink
-from consumers.decoding import Rejected, decode_event
+from consumers.decoding import Rejected, decode_record
 from consumers.kafka_client import EventConsumer, commit, from_kafka, subscribe
 from consumers.metrics import PipelineMetrics
 from domain.model import KafkaCoordinates
 from domain.ports import EventLog
 from domain.retry import Backoff
-from producers.contract import ContextEvent
+from producers.contract import ContextEvent, MemoryTombstone
 from store.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,9 @@ class LogWriter:
             tp = from_kafka(ktp)
             first[ktp] = records[0].offset
             for record in records:
-                decoded = decode_event(record.value)
+                decoded = decode_record(record.value)
+                if isinstance(decoded, MemoryTombstone):
+                    continue  # its erasure wrote the cut-offs this writer checks
                 if isinstance(decoded, Rejected):
                     bad.append(
                         DeadLetter(
@@ -97,7 +101,7 @@ class LogWriter:
         self._metrics.records.labels(CONSUMER_NAME).inc(count)
         try:
             self._dead_letters.send(bad)
-            inserted = self._log.append(good)
+            appended = self._log.append(good)
         except Exception:
             # Nothing of this batch is committed: rewind so the next poll reads it again.
             for ktp, offset in first.items():
@@ -113,8 +117,11 @@ class LogWriter:
                 letter.stage,
                 letter.reason,
             )
-        self._metrics.events_logged.inc(inserted)
-        self._metrics.events_duplicate.labels(CONSUMER_NAME).inc(len(good) - inserted)
+        self._metrics.events_logged.inc(appended.inserted)
+        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(appended.forgotten)
+        self._metrics.events_duplicate.labels(CONSUMER_NAME).inc(
+            len(good) - appended.inserted - appended.forgotten
+        )
         commit(self._consumer, positions)
         return count
 

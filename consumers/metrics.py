@@ -1,8 +1,9 @@
 """Prometheus metrics of the consumer runtimes, registered on the registry they are given.
 
-Labels stay low-cardinality: consumer, stage, outcome, backend — never a user id.
-`PipelineMetrics` is also the Prometheus implementation of the flush and index observers
-(`consumers.observers`), so the flush and index logic never touch a metric themselves.
+Labels stay low-cardinality: consumer, stage, outcome, backend — never a user or
+organization id. `PipelineMetrics` is also the Prometheus implementation of the flush and
+index observers (`consumers.observers`), so the flush and index logic never touch a metric
+themselves.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ class PipelineMetrics:
         self.events_duplicate = Counter(
             "memoryd_events_duplicate_total",
             "Events already present, skipped",
+            ["consumer"],
+            registry=registry,
+        )
+        self.events_forgotten = Counter(
+            "memoryd_events_forgotten_total",
+            "Events of an erased memory recorded before its tombstone, dropped (not dead-lettered)",
             ["consumer"],
             registry=registry,
         )

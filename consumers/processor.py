@@ -1,9 +1,10 @@
-"""The MemoryProcessor consumer: per-user batches, concurrent flushes, safe offsets.
+"""The MemoryProcessor consumer: per-memory batches, concurrent flushes, safe offsets.
 
 One thread owns the Kafka consumer (kafka-python's consumer is not thread-safe): it polls,
-buffers events per user, hands ready users to a thread pool, collects results, and commits
-per partition the offset below the earliest record not yet done. A user is never flushed
-twice at once: while a batch is in flight or waiting for a retry, newer events wait.
+buffers events per memory (organization, user), hands ready memories to a thread pool,
+collects results, and commits per partition the offset below the earliest record not yet
+done. A memory is never flushed twice at once: while a batch is in flight or waiting for a
+retry, newer events wait. A memory's tombstone drops what is buffered of it.
 
 kafka-python runs the rebalance listener on its own IO thread, where a blocking call into the
 consumer (a synchronous commit) raises. So a revocation settles what already finished,
@@ -30,9 +31,10 @@ from consumers.batching import (
     UserBuffers,
 )
 from consumers.dead_letter import DeadLetter, DeadLetterSink, event_letters
-from consumers.decoding import Rejected, decode_event
+from consumers.decoding import Rejected, decode_record
 from consumers.errors import DeadLetterError
 from consumers.flush import FlushKind, FlushResult, UserFlusher
+from consumers.forgetting import drop_held, held_events
 from consumers.kafka_client import (
     EventConsumer,
     RevocationListener,
@@ -44,7 +46,9 @@ from consumers.kafka_client import (
 )
 from consumers.metrics import PipelineMetrics
 from consumers.settings import ProcessorSettings
+from domain.ids import MemoryKey
 from processors.errors import BackendError, TransientBackendError
+from producers.contract import ContextEvent, MemoryTombstone
 from store.errors import (
     DatabaseUnavailable,
     EventsAlreadyConsolidated,
@@ -76,9 +80,9 @@ class MemoryProcessor:
         self._monotonic = monotonic
         self._buffers = UserBuffers(settings.max_batch, settings.max_wait_s)
         self._offsets = OffsetTracker()
-        self._batches: dict[str, Batch] = {}  # in flight or waiting for a retry, by user
-        # Flushes still running for partitions this processor lost: their users wait for them.
-        self._orphans: dict[str, Future[FlushResult]] = {}
+        self._batches: dict[MemoryKey, Batch] = {}  # in flight or waiting for a retry
+        # Flushes still running for partitions this processor lost: their memories wait.
+        self._orphans: dict[MemoryKey, Future[FlushResult]] = {}
         # Where each revoked partition must be read again from, should it come back to us.
         self._resume: dict[TopicPartition, int] = {}
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="flush")
@@ -92,6 +96,10 @@ class MemoryProcessor:
     def assignment(self) -> set[TopicPartition]:
         """The partitions this processor owns now."""
         return {from_kafka(tp) for tp in self._consumer.assignment()}
+
+    def held_events(self) -> list[ContextEvent]:
+        """Every event this processor holds in memory: buffered, or in a batch not settled."""
+        return held_events(self._buffers, self._batches)
 
     def run(self, stop: threading.Event) -> None:
         self.start()
@@ -148,9 +156,12 @@ class MemoryProcessor:
             for record in records:
                 count += 1
                 self._offsets.received(tp, record.offset)
-                decoded = decode_event(record.value)
+                decoded = decode_record(record.value)
                 if isinstance(decoded, Rejected):
                     letters.append(decoded.letter(record.key, record.value, tp, record.offset))
+                elif isinstance(decoded, MemoryTombstone):
+                    self._forget(decoded)
+                    self._offsets.done(tp, record.offset)
                 else:
                     self._buffers.add(BufferedEvent(tp, record.offset, decoded), now)
         self._metrics.records.labels(CONSUMER_NAME).inc(count)
@@ -176,16 +187,22 @@ class MemoryProcessor:
                     # never the backend call.
                     self._deliver(batch)
         busy = set(self._batches) | set(self._orphans)
-        for user_id in self._buffers.ready(now, force=force, exclude=busy):
-            taken = self._buffers.take(user_id)
-            batch = Batch(user_id, taken.items)
-            self._batches[user_id] = batch
+        for key in self._buffers.ready(now, force=force, exclude=busy):
+            taken = self._buffers.take(key)
+            batch = Batch(key, taken.items)
+            self._batches[key] = batch
             self._submit(batch)
 
     def _submit(self, batch: Batch) -> None:
         batch.future = self._pool.submit(
-            self._flusher.flush, batch.user_id, batch.events, batch.attempt
+            self._flusher.flush, batch.key, list(batch.items), batch.attempt
         )
+
+    def _forget(self, tombstone: MemoryTombstone) -> None:
+        dropped = drop_held(tombstone, self._buffers, self._batches)
+        for item in dropped:
+            self._offsets.done(item.tp, item.offset)
+        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(len(dropped))
 
     def _collect(self, wait_s: float) -> None:
         deadline = self._monotonic() + wait_s
@@ -209,7 +226,7 @@ class MemoryProcessor:
             result = future.result()
         except (EventsAlreadyConsolidated, StaleMemoryVersion) as e:
             # Another run got there first; planning again on fresh state drops what it did.
-            log.info("re-planning %s: %s", batch.user_id, e)
+            log.info("re-planning %s: %s", batch.key, e)
             self._metrics.flushes.labels("replanned").inc()
             return
         except TransientBackendError as e:
@@ -218,15 +235,16 @@ class MemoryProcessor:
         except BackendError as e:
             self._reject(batch, Rejection("consolidate", f"backend error: {e}", e.raw_response))
             return
-        except DatabaseUnavailable as e:
-            self._retry_later(batch, f"database unavailable: {e}", count_attempt=False)
+        except DatabaseUnavailable as e:  # also MemoryBeingErased: asked again once it is done
+            self._retry_later(batch, f"{type(e).__name__}: {e}", count_attempt=False)
             return
         except Exception as e:
             # A poison batch must not stall its partition: it goes to the dead-letter topic
             # with the error, and the traceback goes to the log for whoever fixes the bug.
-            log.exception("flush of %s failed unexpectedly", batch.user_id)
+            log.exception("flush of %s failed unexpectedly", batch.key)
             self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
             return
+        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(result.forgotten)
         if result.kind is FlushKind.DEFERRED:
             # The flusher recorded the deferred run itself, under the user's lock.
             self._reject(batch, Rejection("budget", result.reason, recorded=True))
@@ -248,7 +266,7 @@ class MemoryProcessor:
         batch.not_before = self._monotonic() + delay
         if count_attempt:
             batch.attempt += 1
-        log.warning("flush of %s failed (%s); retry in %.2fs", batch.user_id, reason, delay)
+        log.warning("flush of %s failed (%s); retry in %.2fs", batch.key, reason, delay)
 
     def _reject(self, batch: Batch, rejection: Rejection) -> None:
         batch.rejection = rejection
@@ -261,7 +279,7 @@ class MemoryProcessor:
         if not rejection.recorded:
             try:
                 self._flusher.record_failure(
-                    batch.user_id,
+                    batch.key,
                     batch.events,
                     batch.attempt,
                     rejection.reason,
@@ -273,7 +291,7 @@ class MemoryProcessor:
             except StoreError as e:
                 # A record Postgres refuses for good must not hold the partition forever: the
                 # dead letter carries the reason, and says the run record is missing.
-                log.error("failed run of %s not recorded: %s", batch.user_id, e)
+                log.error("failed run of %s not recorded: %s", batch.key, e)
                 rejection.reason = f"{rejection.reason} (failed run not recorded: {e})"
             rejection.recorded = True
         letters = event_letters(batch.items, rejection.stage, rejection.reason)
@@ -286,7 +304,7 @@ class MemoryProcessor:
         log.error(
             "dead-lettered %d event(s) of %s (%s): %s",
             len(letters),
-            batch.user_id,
+            batch.key,
             rejection.stage,
             rejection.reason,
         )
@@ -295,7 +313,7 @@ class MemoryProcessor:
     def _finish(self, batch: Batch, outcome: str) -> None:
         for item in batch.items:
             self._offsets.done(item.tp, item.offset)
-        del self._batches[batch.user_id]
+        del self._batches[batch.key]
         self._metrics.flushes.labels(outcome).inc()
 
     # -- offsets and flow control ---------------------------------------------------------
@@ -342,10 +360,10 @@ class MemoryProcessor:
             positions = {tp: p for tp, p in self._offsets.committable().items() if tp in gone}
             commit_async(self._consumer, positions)
         for batch in [b for b in self._batches.values() if b.items[0].tp in gone]:
-            del self._batches[batch.user_id]
+            del self._batches[batch.key]
             if batch.future is not None:
-                # Still running: its user waits for it before a new flush starts here.
-                self._orphans[batch.user_id] = batch.future
+                # Still running: its memory waits for it before a new flush starts here.
+                self._orphans[batch.key] = batch.future
         dropped = self._buffers.drop_partitions(gone)
         if not lost:
             for tp in gone:
@@ -374,9 +392,9 @@ class MemoryProcessor:
         self._resume.clear()  # the others are someone else's now
 
     def _reap_orphans(self) -> None:
-        for user_id, future in list(self._orphans.items()):
+        for key, future in list(self._orphans.items()):
             if future.done():
-                del self._orphans[user_id]
+                del self._orphans[key]
                 if future.exception() is not None:
                     # Not lost: the partition's owner re-reads these events and retries them.
-                    log.info("orphaned flush of %s failed: %r", user_id, future.exception())
+                    log.info("orphaned flush of %s failed: %r", key, future.exception())

@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
-from domain.ids import run_id_for
+from domain.ids import MemoryKey, run_id_for
 from domain.model import LoggedRun, RunRecord, RunStatus
 from domain.retry import Backoff
 from processors.consolidate import Consolidator
@@ -103,7 +103,7 @@ def batches_like_live(
 
 
 def shadow_consolidate(
-    user_id: str,
+    key: MemoryKey,
     batches: Sequence[ShadowBatch],
     backend: ConsolidationBackend,
     consolidator: Consolidator,
@@ -115,12 +115,10 @@ def shadow_consolidate(
     A batch the backend cannot handle is recorded as failed and skipped, as the processor
     would dead-letter it; a transient error is retried a few times with backoff first.
     """
-    memory = FoldedMemory(user_id=user_id)
+    memory = FoldedMemory(user_id=key.user_id, organization_id=key.organization_id)
     runs: list[RunRecord] = []
     failed: list[FailedBatch] = []
     for batch in batches:
-        if not memory.organization_id:
-            memory = replace(memory, organization_id=batch.events[0].organization_id)
         request = ConsolidationRequest.build(
             memory.state(), memory.facts_in(REQUEST_STATUSES), list(batch.events), batch.now
         )
@@ -154,7 +152,7 @@ def _plan(
     update = consolidator.plan(
         request,
         response,
-        run_id=run_id_for(request.user_id, request.event_ids),
+        run_id=run_id_for(request.key, request.event_ids),
         backend=backend.name,
         prompt_version=backend.prompt_version,
         started_at=request.now,

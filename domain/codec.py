@@ -4,7 +4,7 @@ form a vector index keeps beside a fact's vector."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from domain.ids import NO_CONNECTION
@@ -18,6 +18,11 @@ def _dt(value: datetime | None) -> str | None:
 
 def _parse_dt(value: Any) -> datetime | None:
     return None if value is None else datetime.fromisoformat(str(value))
+
+
+def _parse_date(value: Any) -> date | None:
+    # Postgres' to_jsonb writes a date as "2023-05-07"; a timestamp would not parse as one.
+    return None if value is None else date.fromisoformat(str(value)[:10])
 
 
 def fact_to_json(fact: Fact) -> dict[str, Any]:
@@ -50,6 +55,9 @@ def fact_to_json(fact: Fact) -> dict[str, Any]:
         "last_recalled_at": _dt(fact.last_recalled_at),
         "superseded_by": None if fact.superseded_by is None else str(fact.superseded_by),
         "version": fact.version,
+        "observed_at": _dt(fact.observed_at),
+        "event_date": None if fact.event_date is None else fact.event_date.isoformat(),
+        "subject": fact.subject,
     }
 
 
@@ -89,6 +97,10 @@ def fact_from_json(data: dict[str, Any]) -> Fact:
         last_recalled_at=_parse_dt(data.get("last_recalled_at")),
         superseded_by=None if superseded is None else uuid.UUID(superseded),
         version=int(data.get("version", 1)),
+        # Runs recorded before these fields existed fold to facts without them.
+        observed_at=_parse_dt(data.get("observed_at")),
+        event_date=_parse_date(data.get("event_date")),
+        subject=data.get("subject"),
     )
 
 

@@ -2,18 +2,49 @@
 
 This is what makes every write idempotent: a redelivered event or a replayed batch derives the
 ids it had the first time, and `ON CONFLICT DO NOTHING` does the rest.
+
+The identity of a memory is the pair (organization, user): customers choose their user ids,
+and two organizations' "alice" are two memories. Every id below that belongs to a memory is
+derived from both halves, so equal user ids and equal fact texts never meet across tenants.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import uuid
+from dataclasses import dataclass, field
 
 FACT_NAMESPACE = uuid.UUID("2b0c8a8e-5b1e-4a8f-9a6e-8a3f4f0b9d21")
 RUN_NAMESPACE = uuid.UUID("0f5e7c1a-2d4b-4c8e-9e1f-6a7b8c9d0e1f")
 LEDGER_NAMESPACE = uuid.UUID("9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f")
+ERASURE_NAMESPACE = uuid.UUID("5e2a7c41-0d3b-4f6e-a819-2c7b4d6e8f03")
 
 # Chroma metadata cannot hold null: "no connection" is stored as this sentinel.
 NO_CONNECTION = "__none__"
+
+# The separator of the two halves of a key. Identifiers never contain it (the event contract
+# allows [A-Za-z0-9_.:@-] only), so ("a", "b\x1fc") and ("a\x1fb", "c") cannot collide.
+KEY_SEPARATOR = "\x1f"
+
+
+@dataclass(frozen=True, order=True)
+class MemoryKey:
+    """Whose memory: an organization's user. Every key, lock, cache and filter carries both."""
+
+    organization_id: str
+    user_id: str
+
+    def __post_init__(self) -> None:
+        if not self.organization_id or not self.user_id:
+            raise ValueError(f"a memory needs an organization and a user, got {self!r}")
+
+    def __str__(self) -> str:
+        return f"{self.organization_id}/{self.user_id}"
+
+    @property
+    def joined(self) -> str:
+        return f"{self.organization_id}{KEY_SEPARATOR}{self.user_id}"
 
 
 def normalize_content(content: str) -> str:
@@ -21,17 +52,53 @@ def normalize_content(content: str) -> str:
     return " ".join(content.split()).casefold()
 
 
-def fact_id_for(user_id: str, content: str, connection_id: str | None) -> uuid.UUID:
-    """UUID5 of (user, content, scope): the same fact observed twice has one id."""
+def fact_id_for(key: MemoryKey, content: str, connection_id: str | None) -> uuid.UUID:
+    """UUID5 of (organization, user, content, scope): the same fact observed twice has one id."""
     scope = connection_id or NO_CONNECTION
-    return uuid.uuid5(FACT_NAMESPACE, f"{user_id}\x1f{scope}\x1f{normalize_content(content)}")
+    return uuid.uuid5(
+        FACT_NAMESPACE,
+        f"{key.joined}{KEY_SEPARATOR}{scope}{KEY_SEPARATOR}{normalize_content(content)}",
+    )
 
 
-def run_id_for(user_id: str, event_ids: frozenset[uuid.UUID], attempt: int = 0) -> uuid.UUID:
-    """A run is identified by the events it consolidates, so a replayed batch is the same run."""
+def run_id_for(key: MemoryKey, event_ids: frozenset[uuid.UUID], attempt: int = 0) -> uuid.UUID:
+    """A run is identified by the memory and the events it consolidates, so a replayed batch
+    is the same run."""
     joined = ",".join(sorted(str(e) for e in event_ids))
-    return uuid.uuid5(RUN_NAMESPACE, f"{user_id}\x1f{attempt}\x1f{joined}")
+    return uuid.uuid5(RUN_NAMESPACE, f"{key.joined}{KEY_SEPARATOR}{attempt}{KEY_SEPARATOR}{joined}")
 
 
 def ledger_entry_id_for(run_id: uuid.UUID, operation: str, detail: str = "") -> uuid.UUID:
     return uuid.uuid5(LEDGER_NAMESPACE, f"{run_id}\x1f{operation}\x1f{detail}")
+
+
+def subject_digest(secret: bytes, key: MemoryKey) -> str:
+    """A keyed hash of a memory's identity, for the records that must outlive its erasure.
+
+    The erasure audit and the replay cut-offs find an erased memory again by this digest, never
+    by its ids: without the secret, a digest cannot be matched against guessed user ids.
+    """
+    if not secret:
+        raise ValueError("the subject digest needs a non-empty secret")
+    return hmac.new(secret, key.joined.encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class SubjectHasher:
+    """`subject_digest` with the deployment's secret, handed to whatever must find an erased
+    memory again (the erasure audit, the replay cut-offs)."""
+
+    secret: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.secret:
+            raise ValueError("the subject digest needs a non-empty secret")
+
+    def __call__(self, key: MemoryKey) -> str:
+        return subject_digest(self.secret, key)
+
+
+def erasure_id_for(subject: str, request_id: str) -> uuid.UUID:
+    """The id of an erasure asked for with the caller's own request id: asking again with it
+    finds the same erasure (and its receipt) instead of starting another."""
+    return uuid.uuid5(ERASURE_NAMESPACE, f"{subject}{KEY_SEPARATOR}{request_id}")

@@ -9,9 +9,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
+
+from domain.ids import MemoryKey
 
 E = TypeVar("E")
 
@@ -85,6 +87,16 @@ class Fact:
     superseded_by: uuid.UUID | None = None
     indexed_at: datetime | None = None
     version: int = 1
+    # When the events behind the fact happened (their occurred_at, latest first seen), not when
+    # a run consolidated them; the date the fact's own words name ("yesterday" resolved), if
+    # any; and who it is about when that is not the user (a transcript's speaker).
+    observed_at: datetime | None = None
+    event_date: date | None = None
+    subject: str | None = None
+
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.organization_id, self.user_id)
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,14 @@ class MemoryState:
     learned_info: tuple[str, ...] = ()
     version: int = 0
     updated_at: datetime | None = None
+
+    @classmethod
+    def empty(cls, key: MemoryKey) -> MemoryState:
+        return cls(user_id=key.user_id, organization_id=key.organization_id)
+
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.organization_id, self.user_id)
 
 
 @dataclass(frozen=True)
@@ -160,6 +180,10 @@ class RunRecord:
     error: str | None = None
     attempt: int = 0
 
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.organization_id, self.user_id)
+
 
 class FactChangeKind(StrEnum):
     ADD = "add"
@@ -192,6 +216,16 @@ class MemoryUpdate:
     @property
     def consumed_event_ids(self) -> tuple[uuid.UUID, ...]:
         return self.run.input_event_ids
+
+    def strangers(self) -> list[MemoryKey]:
+        """Memories other than the run's that this update would write into: a stored update
+        has none (a run is one memory's), so a store refuses one that has any."""
+        keys = {
+            self.state.key,
+            *(c.after.key for c in self.fact_changes),
+            *(MemoryKey(e.organization_id, e.user_id) for e in self.ledger),
+        }
+        return sorted(keys - {self.run.key})
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from domain.ids import MemoryKey
 from domain.model import (
     ConnectionContext,
     Fact,
@@ -29,9 +30,10 @@ from domain.model import (
     MemoryUpdate,
     RunRecord,
 )
-from domain.reads import ContextLogRow, Injection, Recall, Scope
+from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
 
 __all__ = [
+    "Appended",
     "Clock",
     "Embedder",
     "EventLog",
@@ -57,6 +59,12 @@ MetadataValue = str | int | float | bool
 E = TypeVar("E")
 
 
+@dataclass(frozen=True)
+class Appended:
+    inserted: int  # new rows
+    forgotten: int  # events of an erased memory recorded before its tombstone: not stored
+
+
 class Embedder(Protocol):
     """Texts to L2-normalised vectors; deterministic for a given model file."""
 
@@ -75,7 +83,7 @@ class VectorHit:
 
 
 class VectorIndex(Protocol):
-    """Tier V: facts embedded and filtered by user, connection, status and context type.
+    """Tier V: facts embedded and filtered by memory, connection, status and context type.
 
     Derived from the memory store and rebuilt by upserting every fact again. Failures raise
     `store.errors.VectorIndexUnavailable`; the facts then stay pending in the store.
@@ -93,14 +101,14 @@ class VectorIndex(Protocol):
     def query(
         self,
         *,
-        user_id: str,
+        key: MemoryKey,
         text: str,
         connection_ids: Sequence[str],
         n: int,
         statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
         context_types: Sequence[str] = (),
     ) -> list[VectorHit]:
-        """The user's n facts nearest to text, from the active connections or none.
+        """The memory's n facts nearest to text, from the active connections or none.
 
         An empty `statuses` matches nothing; an empty `context_types` does not filter.
         """
@@ -118,7 +126,11 @@ class VectorIndex(Protocol):
 
     def delete(self, fact_ids: Sequence[uuid.UUID]) -> None: ...
 
-    def count(self, user_id: str | None = None) -> int: ...
+    def delete_memory(self, key: MemoryKey) -> None:
+        """Delete every vector of the memory, whatever ids the store still knows."""
+        ...
+
+    def count(self, key: MemoryKey | None = None) -> int: ...
 
 
 class MemoryStore(Protocol):
@@ -128,26 +140,37 @@ class MemoryStore(Protocol):
     `EventsAlreadyConsolidated` having written nothing; that is what makes redelivery harmless.
     """
 
-    def user_lock(self, user_id: str) -> AbstractContextManager[None]:
-        """Held for a whole flush: no two flushes of one user run at once, in any process."""
+    def memory_lock(self, key: MemoryKey) -> AbstractContextManager[None]:
+        """Held for a whole flush (or erasure): no two of one memory run at once, anywhere."""
         ...
 
-    def load_state(self, user_id: str, organization_id: str = "") -> MemoryState: ...
+    def load_state(self, key: MemoryKey) -> MemoryState: ...
 
     def facts(
-        self, user_id: str, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
+        self, key: MemoryKey, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
     ) -> list[Fact]:
-        """The user's facts with these statuses, by creation time then fact id."""
+        """The memory's facts with these statuses, by creation time then fact id."""
         ...
 
     def connections(
-        self, user_id: str, connection_ids: Sequence[str]
+        self, key: MemoryKey, connection_ids: Sequence[str]
     ) -> list[ConnectionContext]: ...
 
-    def already_consolidated(self, event_ids: Iterable[uuid.UUID]) -> frozenset[uuid.UUID]: ...
+    def already_consolidated(
+        self, key: MemoryKey, event_ids: Iterable[uuid.UUID]
+    ) -> frozenset[uuid.UUID]: ...
 
-    def balance(self, user_id: str) -> int | None:
-        """Credit minus spend in micro-USD, or None when the user has no credit line."""
+    def balance(self, key: MemoryKey) -> int | None:
+        """Credit minus spend in micro-USD, or None when the memory has no credit line."""
+        ...
+
+    def forgotten_before(self, subject: str) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> the first offset an erasure of the memory with this digest
+        did not forget; empty for a memory never erased."""
+        ...
+
+    def memory_erasure_open(self, key: MemoryKey) -> bool:
+        """Whether an erasure of the whole memory is under way (its flushes wait)."""
         ...
 
     def apply(self, update: MemoryUpdate) -> None: ...
@@ -161,6 +184,10 @@ class IndexOutbox(Protocol):
     """The facts the vector index has not got yet, and the booking of those it got."""
 
     def facts_by_id(self, fact_ids: Sequence[uuid.UUID]) -> list[Fact]: ...
+
+    def missing_facts(self, fact_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        """The ids among these no row holds (erased while they were being indexed)."""
+        ...
 
     def pending_index(self, limit: int = 500, *, skip_out_of_credit: bool = False) -> list[Fact]:
         """Facts whose current version is not indexed, oldest change first."""
@@ -177,9 +204,11 @@ class IndexOutbox(Protocol):
 class InjectionReads(Protocol):
     """What every turn is given whatever its query, and the version that says it changed."""
 
-    def memory_version(self, user_id: str) -> int | None: ...
+    def memory_stamp(self, key: MemoryKey) -> MemoryStamp | None: ...
 
-    def injection(self, user_id: str) -> Injection | None: ...
+    def memory_stamps(self, keys: Sequence[MemoryKey]) -> dict[MemoryKey, MemoryStamp]: ...
+
+    def injection(self, key: MemoryKey) -> Injection | None: ...
 
 
 class ReadModel(InjectionReads, Protocol):
@@ -211,18 +240,18 @@ class EventLog(Protocol[E]):
     `domain`, not below it, so the domain cannot name it.
     """
 
-    def append(self, events: Sequence[tuple[E, KafkaCoordinates | None]]) -> int:
-        """Insert in one transaction; returns how many were new (the rest were duplicates)."""
+    def append(self, events: Sequence[tuple[E, KafkaCoordinates | None]]) -> Appended:
+        """Insert in one transaction what no erasure forgot; duplicates insert nothing."""
         ...
 
     def user_events(
-        self, user_id: str, *, until: datetime | None = None
+        self, key: MemoryKey, *, until: datetime | None = None
     ) -> list[LoggedEvent[E]]: ...
 
 
 class RunLog(Protocol):
     """The append-only log of consolidation runs, the derived log that replay folds."""
 
-    def runs(self, user_id: str) -> list[LoggedRun]:
-        """Every run of the user (all statuses), in log order."""
+    def runs(self, key: MemoryKey) -> list[LoggedRun]:
+        """Every run of the memory (all statuses), in log order."""
         ...

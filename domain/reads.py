@@ -8,30 +8,38 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus, MemoryState
 
 
 @dataclass(frozen=True)
 class Scope:
-    """Which facts a read may see: the user's, from their active connections or none, with
-    these statuses and context types, and of this organization when the caller names one."""
+    """Which facts a read may see: the memory's (an organization's user), from its active
+    connections or none, with these statuses and context types."""
 
-    user_id: str
+    key: MemoryKey
     connection_ids: tuple[str, ...] = ()
     statuses: tuple[FactStatus, ...] = (FactStatus.ACTIVE,)
     context_types: tuple[str, ...] = ()
-    organization_id: str | None = None
 
     def admits(self, fact: Fact) -> bool:
         """The rule every adapter's scope filter implements."""
         connection = fact.provenance.connection_id
         return (
-            fact.user_id == self.user_id
+            fact.key == self.key
             and (connection is None or connection in self.connection_ids)
             and fact.status in self.statuses
             and (not self.context_types or fact.provenance.context_type in self.context_types)
-            and (self.organization_id is None or fact.organization_id == self.organization_id)
         )
+
+
+@dataclass(frozen=True)
+class MemoryStamp:
+    """What says a cached injection is current: the same generation of the memory (a forget
+    or a fact erasure starts a new one) at the same version (a run increments it)."""
+
+    generation: uuid.UUID | None
+    version: int
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,11 @@ class Injection:
     state: MemoryState
     connections: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     pinned: tuple[Fact, ...] = ()
+    generation: uuid.UUID | None = None  # None: the memory does not exist (yet, or any more)
+
+    @property
+    def stamp(self) -> MemoryStamp:
+        return MemoryStamp(self.generation, self.state.version)
 
 
 @dataclass(frozen=True)
@@ -55,7 +68,7 @@ class ContextLogRow:
 
     log_id: uuid.UUID
     user_id: str
-    organization_id: str | None
+    organization_id: str
     query: str
     rewritten_query: str | None
     memory_version: int
@@ -67,3 +80,6 @@ class ContextLogRow:
     degraded: bool
     degraded_reason: str | None
     created_at: datetime
+    # The memory's generation the turn read (None: the memory did not exist). A row written
+    # once the memory was erased since is dropped: its query may say what was erased.
+    generation: uuid.UUID | None = None

@@ -30,6 +30,9 @@ RUN_OVERWRITES = (
     "last_reinforced_at",
     "superseded_by",
     "updated_at",
+    "observed_at",
+    "event_date",
+    "subject",
 )
 
 _PROVENANCE = frozenset(f.name for f in fields(Provenance))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from memoryd import wiring
 from memoryd.analyst.commands import add_commands as add_analyst_commands
+from memoryd.analyst.commands import add_memory_arguments, memory_key
 from memoryd.settings import Settings, load_settings
 
 log = logging.getLogger("memoryd")
@@ -93,9 +94,56 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_context(settings: Settings, args: argparse.Namespace) -> int:
     from store.read.ranking import Budget  # noqa: PLC0415
 
+    key = memory_key(args)
     with wiring.core(settings) as c, wiring.read_path(c) as service:
-        bundle = service.assemble(args.user, args.query, args.connection or [], Budget(args.budget))
+        bundle = service.assemble(key, args.query, args.connection or [], Budget(args.budget))
     print(bundle.prompt_block)
+    return 0
+
+
+def cmd_forget(settings: Settings, args: argparse.Namespace) -> int:
+    """Erase a user's memory (or with --fact one fact) everywhere; prints the receipt."""
+    import json  # noqa: PLC0415
+    import uuid  # noqa: PLC0415
+
+    from memoryd.erasure import ErasureRequest  # noqa: PLC0415
+
+    with wiring.core(settings) as c:
+        pub = wiring.publisher(settings)
+        try:
+            eraser = wiring.eraser(c, pub)
+            if args.resume:
+                receipts = eraser.resume_pending()
+                print(json.dumps([r.to_json() for r in receipts], indent=2))
+                return 0
+            if args.user is None or args.org is None:
+                print("memoryd forget: --org ORG USER is required (or --resume)", file=sys.stderr)
+                return 2
+            request = ErasureRequest(
+                args.actor or settings.erasure.actor, args.reason, args.request_id
+            )
+            key = memory_key(args)
+            if args.fact:
+                receipt = eraser.erase_fact(key, uuid.UUID(args.fact), request)
+            else:
+                receipt = eraser.forget(key, request)
+        finally:
+            pub.close()
+    print(json.dumps(receipt.to_json(), indent=2))
+    return 0
+
+
+def cmd_erasures(settings: Settings, args: argparse.Namespace) -> int:
+    """The stored receipts of a user's erasures, found by the keyed digest of their ids."""
+    import json  # noqa: PLC0415
+
+    with wiring.core(settings) as c:
+        records = c.erasures.receipts(c.subjects(memory_key(args)))
+    doc = [
+        {**r.receipt().to_json(), "status": r.status.value, "stored_digest": r.digest}
+        for r in records
+    ]
+    print(json.dumps(doc, indent=2, default=str))
     return 0
 
 
@@ -172,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.set_defaults(fn=cmd_produce)
     p = sub.add_parser("context", help="print the context a chat turn would get")
-    p.add_argument("user")
+    add_memory_arguments(p)
     p.add_argument("--query", required=True)
     p.add_argument("--connection", action="append")
     p.add_argument("--budget", choices=["lean", "balanced", "deep"], default="balanced")
@@ -195,6 +243,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("index-pending", help="index facts Chroma has not got yet").set_defaults(
         fn=cmd_index_pending
     )
+    p = sub.add_parser("forget", help="erase a user's memory (or one fact) everywhere")
+    p.add_argument("--org", help="the organization the user belongs to")
+    p.add_argument("user", nargs="?")
+    p.add_argument("--fact", help="erase only this fact (its id), not the whole memory")
+    p.add_argument("--reason", default="erasure request", help="recorded in the erasure audit")
+    p.add_argument("--actor", help="who asked (recorded); default: erasure.actor")
+    p.add_argument("--request-id", help="idempotency key: asked again, the same receipt")
+    p.add_argument("--resume", action="store_true", help="finish erasures a crash left open")
+    p.set_defaults(fn=cmd_forget)
+    p = sub.add_parser("erasures", help="the receipts of a user's erasures")
+    add_memory_arguments(p)
+    p.set_defaults(fn=cmd_erasures)
     p = sub.add_parser("api", help="serve the HTTP API (and its metrics) with uvicorn")
     p.add_argument("--openapi", metavar="PATH", help="write the OpenAPI document and exit")
     p.add_argument(

@@ -8,6 +8,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.dev.stack import DevPorts, DevStack
 from memoryd.sample_stream import read_jsonl
@@ -78,25 +79,25 @@ def run_demo(settings: Settings, keep_services: bool = False) -> int:
                 f"all {c.events.count()} logged events consolidated "
                 f"in {time.monotonic() - started:.1f}s\n"
             )
-            _print_users(c, sorted({e.user_id for e in events}))
+            _print_users(c, sorted({MemoryKey(e.organization_id, e.user_id) for e in events}))
         return 0
     finally:
         if not keep_services:
             stack.down()
 
 
-def _print_users(c: wiring.Core, users: list[str]) -> None:
+def _print_users(c: wiring.Core, memories: list[MemoryKey]) -> None:
     # The read path's background writers (audit rows, recall counters) must finish before the
     # core closes its pool, or what they hold is dropped.
     with wiring.read_path(c) as service:
-        for user_id in users:
-            state = c.memory.load_state(user_id)
-            facts = c.memory.facts(user_id)
-            print(f"══ {user_id} (memory version {state.version}, {len(facts)} active facts)")
+        for key in memories:
+            state = c.memory.load_state(key)
+            facts = c.memory.facts(key)
+            print(f"══ {key} (memory version {state.version}, {len(facts)} active facts)")
             print("W:", state.working_memory)
             print("S:", json.dumps(state.scaffold, ensure_ascii=False, sort_keys=True)[:1200])
             query = SAMPLE_QUERIES["default"]
-            bundle = service.assemble(user_id, query)
+            bundle = service.assemble(key, query)
             top = bundle.facts[0] if bundle.facts else None
             shown = f"{top.fact.content} (similarity {top.similarity:.2f})" if top else "(none)"
             print(f"retrieval for {query!r}: {shown}  [{bundle.latency_ms:.1f} ms]\n")

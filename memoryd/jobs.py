@@ -1,4 +1,5 @@
-"""Cluster-wide jobs (index drain), scheduled in every processor but run by one at a time.
+"""Cluster-wide jobs (index drain, unfinished erasures), scheduled in every processor but run
+by one at a time.
 
 APScheduler fires the job in each process; a Postgres advisory lock taken with try-lock lets
 exactly one of them do the work, so adding processor instances never multiplies the job.
@@ -7,32 +8,68 @@ exactly one of them do the work, so adding processor instances never multiplies 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TypeVar
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from consumers.flush import BudgetPolicy
 from memoryd import wiring
+from producers.errors import ProducerError
 from store.errors import StoreError
 from store.postgres import translated
 
 log = logging.getLogger(__name__)
 INDEX_DRAIN_LOCK = 0x6D656D6F72796432
 INDEX_DRAIN_EVERY_S = 30
+ERASURE_RESUME_LOCK = 0x6D656D6F72796433
+ERASURE_RESUME_EVERY_S = 60
+# An erasure younger than this is most likely still running in the process that started it.
+ERASURE_RESUME_AFTER_S = 120
+
+T = TypeVar("T")
+
+
+def _once(c: wiring.Core, lock: int, job: Callable[[], T]) -> T | None:
+    """Run `job` if no other process holds `lock`; None when it was taken."""
+    with translated(f"advisory lock {lock:#x}"), c.pool.connection() as conn:
+        conn.autocommit = True
+        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
+        if not got or not got[0]:
+            return None
+        try:
+            return job()
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+            conn.autocommit = False
 
 
 def drain_index_once(c: wiring.Core) -> int | None:
     """Index pending facts if no other process is doing it; None when the lock was taken."""
-    with translated("index drain lock"), c.pool.connection() as conn:
-        conn.autocommit = True
-        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (INDEX_DRAIN_LOCK,)).fetchone()
-        if not got or not got[0]:
-            return None
+    skip = c.settings.processor.budget_policy is BudgetPolicy.SKIP_EMBEDDINGS
+    return _once(
+        c, INDEX_DRAIN_LOCK, lambda: wiring.indexer(c).drain_pending(skip_out_of_credit=skip)
+    )
+
+
+def resume_erasures_once(c: wiring.Core, older_than_s: float = ERASURE_RESUME_AFTER_S) -> int:
+    """Finish the erasures a crash left open (older than `older_than_s`); returns how many.
+
+    Until it is finished, an open erasure holds back the flushes of its memory.
+    """
+    cutoff = c.clock() - timedelta(seconds=older_than_s)
+    if not any(p.record.requested_at <= cutoff for p in c.erasures.pending()):
+        return 0
+
+    def resume() -> int:
+        pub = wiring.publisher(c.settings)
         try:
-            skip = c.settings.processor.budget_policy is BudgetPolicy.SKIP_EMBEDDINGS
-            return wiring.indexer(c).drain_pending(skip_out_of_credit=skip)
+            return len(wiring.eraser(c, pub).resume_pending())
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (INDEX_DRAIN_LOCK,))
-            conn.autocommit = False
+            pub.close()
+
+    return _once(c, ERASURE_RESUME_LOCK, resume) or 0
 
 
 def _drain_job(c: wiring.Core) -> None:
@@ -46,8 +83,28 @@ def _drain_job(c: wiring.Core) -> None:
         log.info("indexed %d pending fact(s)", n)
 
 
+def _erasure_job(c: wiring.Core) -> None:
+    try:
+        n = resume_erasures_once(c)
+    except (StoreError, ProducerError) as e:
+        # The erasure stays open (audited, its memory's flushes held); the next tick retries.
+        log.warning("resuming erasures failed, retrying next tick: %s", e)
+        return
+    if n:
+        log.info("finished %d interrupted erasure(s)", n)
+
+
 def start_scheduler(c: wiring.Core) -> BackgroundScheduler:
     scheduler = BackgroundScheduler(timezone="UTC")
+    scheduler.add_job(
+        _erasure_job,
+        "interval",
+        seconds=ERASURE_RESUME_EVERY_S,
+        args=[c],
+        id="erasure-resume",
+        max_instances=1,
+        coalesce=True,
+    )
     scheduler.add_job(
         _drain_job,
         "interval",

@@ -1,17 +1,21 @@
 """`memoryd redrive`: dead-lettered events back onto the event topic, once each.
 
 Only records that were valid events are redriven (stages `consolidate` and `budget`); records
-that never decoded stay on the dead-letter topic for a human. Offsets on the dead-letter topic
-are committed after the republish is acknowledged, and the events keep their ids, so a
-redrive that is interrupted and run again cannot double anything downstream.
+that never decoded stay on the dead-letter topic for a human. An event of a memory erased
+since it was dead-lettered is not redriven: its source offset (in the letter's headers) lies
+before the erasure's cut-off, and republished it would land after the tombstone, as if new.
+Offsets on the dead-letter topic are committed after the republish is acknowledged, and the
+events keep their ids, so a redrive that is interrupted and run again cannot double anything
+downstream.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
-from consumers.dead_letter import HEADER_STAGE
+from consumers.dead_letter import HEADER_OFFSET, HEADER_PARTITION, HEADER_STAGE, HEADER_TOPIC
 from consumers.kafka_client import (
     ConsumerSettings,
     commit,
@@ -19,11 +23,14 @@ from consumers.kafka_client import (
     make_consumer,
     subscribe,
 )
+from domain.ids import MemoryKey, SubjectHasher
 from memoryd import wiring
 from memoryd.settings import Settings
 from producers.contract import ContextEvent
+from store.write.memory_store import PostgresMemoryStore
 
 REDRIVABLE = ("consolidate", "budget")
+log = logging.getLogger(__name__)
 
 
 class RedriveError(RuntimeError):
@@ -36,6 +43,25 @@ def redrive_group(settings: Settings) -> str:
     return f"{settings.kafka.processor_group}-redrive"
 
 
+class ForgottenLetters:
+    """Whether a dead-lettered event was recorded before its memory's erasure cut-off."""
+
+    def __init__(self, memory: PostgresMemoryStore, subjects: SubjectHasher) -> None:
+        self._memory = memory
+        self._subjects = subjects
+        self._cutoffs: dict[MemoryKey, dict[tuple[str, int], int]] = {}
+
+    def forgotten(self, event: ContextEvent, headers: dict[str, bytes]) -> bool:
+        key = MemoryKey(event.organization_id, event.user_id)
+        if key not in self._cutoffs:
+            self._cutoffs[key] = self._memory.forgotten_before(self._subjects(key))
+        cutoffs = self._cutoffs[key]
+        if not cutoffs:
+            return False
+        source = (headers[HEADER_TOPIC].decode(), int(headers[HEADER_PARTITION]))
+        return int(headers[HEADER_OFFSET]) < cutoffs.get(source, -1)
+
+
 def redrive(
     settings: Settings,
     stages: Sequence[str] | None = None,
@@ -43,6 +69,18 @@ def redrive(
     join_timeout_s: float = 60.0,
 ) -> int:
     """Republish the redrivable dead letters not redriven yet; returns how many."""
+    with wiring.core(settings) as c:
+        letters = ForgottenLetters(c.memory, c.subjects)
+        return _redrive(settings, letters, stages, idle_s, join_timeout_s)
+
+
+def _redrive(
+    settings: Settings,
+    letters: ForgottenLetters,
+    stages: Sequence[str] | None,
+    idle_s: float,
+    join_timeout_s: float,
+) -> int:
     wanted = set(stages or REDRIVABLE)
     k = settings.kafka
     consumer = make_consumer(
@@ -66,9 +104,14 @@ def redrive(
             positions = {}
             for ktp, records in batches.items():
                 for record in records:
-                    stage = dict(record.headers or []).get(HEADER_STAGE, b"").decode()
+                    headers = dict(record.headers or [])
+                    stage = headers.get(HEADER_STAGE, b"").decode()
                     if stage in wanted and record.value is not None:
-                        events.append(ContextEvent.from_bytes(record.value))
+                        event = ContextEvent.from_bytes(record.value)
+                        if letters.forgotten(event, headers):
+                            log.info("not redriven: an erasure forgot the event's memory")
+                        else:
+                            events.append(event)
                 positions[from_kafka(ktp)] = records[-1].offset + 1
             pub.publish(events)
             commit(consumer, positions)

@@ -33,6 +33,10 @@ class KafkaSettings(BaseModel):
     delivery_timeout_ms: int = 30_000
     session_timeout_ms: int = 30_000
     max_poll_interval_ms: int = 300_000
+    # How long Kafka keeps records (`retention.ms` of both topics, set by `memoryd topics`).
+    # An erased memory's events stay on the topics this long, unreachable to every consumer
+    # (the erasure's cut-offs) but not deleted: see the README's erasure section.
+    retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=3_600_000)
 
 
 class PostgresSettings(BaseModel):
@@ -70,6 +74,8 @@ class ReadPathSettings(BaseModel):
     cache_max_users: int = Field(default=10_000, ge=1)
     # Memories' fact vectors held for dense retrieval: 1 GiB is 700k facts of 384 dimensions.
     dense_cache_mb: int = Field(default=1024, ge=1)
+    # How often an API process drops cached injections of memories erased elsewhere.
+    cache_sweep_s: float = Field(default=30.0, gt=0)
     # The background writers of audit rows and recall counters.
     writer: WriterSettings = WriterSettings()
     rewrite: Literal["off", "gemini"] = "off"
@@ -87,6 +93,14 @@ class ApiSettings(BaseModel):
     tokens: dict[str, str] = Field(default_factory=dict)
 
 
+class ErasureSettings(BaseModel):
+    # The secret of the keyed digest that names an erased memory in the erasure audit and
+    # the replay cut-offs. Every process of a deployment must use the same one; the default
+    # is for development only.
+    subject_key: SecretStr = SecretStr("memoryd-development-subject-key")
+    actor: str = "memoryd"  # who the CLI records as having asked, unless --actor says
+
+
 class DevSettings(BaseModel):
     state_dir: Path = Path(".memoryd")
     kafka_port: int = 19092
@@ -101,7 +115,7 @@ def default_prices() -> dict[str, ModelPrice]:
         "gemini-2.5-flash": ModelPrice(input_usd_per_mtok=0.30, output_usd_per_mtok=2.50),
         "gemini-2.5-flash-lite": ModelPrice(input_usd_per_mtok=0.10, output_usd_per_mtok=0.40),
         "gemini-2.5-pro": ModelPrice(input_usd_per_mtok=1.25, output_usd_per_mtok=10.0),
-        "offline-deterministic-v1": ModelPrice(),
+        "offline-deterministic-v2": ModelPrice(),
         "all-MiniLM-L6-v2-onnx-int8": ModelPrice(usd_per_1k_embeddings=0.0),
     }
 
@@ -120,6 +134,7 @@ class Settings(BaseSettings):
     dev: DevSettings = DevSettings()
     read_path: ReadPathSettings = ReadPathSettings()
     api: ApiSettings = ApiSettings()
+    erasure: ErasureSettings = ErasureSettings()
     prices: dict[str, ModelPrice] = Field(default_factory=default_prices)
     log_level: str = "INFO"
 

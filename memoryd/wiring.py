@@ -3,27 +3,31 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from apscheduler.schedulers.background import BackgroundScheduler
 from chromadb.api import ClientAPI
 from fastapi import FastAPI
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from prometheus_client import CollectorRegistry, start_http_server
 from psycopg_pool import ConnectionPool
 
 from consumers.dead_letter import KafkaDeadLetterSink
 from consumers.flush import UserFlusher
+from consumers.forgetting import ForgottenEvents
 from consumers.indexer import FactIndexer, IndexQueue
-from consumers.kafka_client import ConsumerSettings, make_consumer
+from consumers.kafka_client import ConsumerSettings, end_offsets, make_consumer
 from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor
+from domain.ids import MemoryKey, SubjectHasher
 from domain.ports import Clock
+from memoryd.erasure import Eraser
 from memoryd.settings import Settings
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
@@ -42,6 +46,7 @@ from store.read.fact_queries import PostgresReadModel
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import TimeBoundRewriter
 from store.read.read_metrics import ReadPathMetrics
+from store.write.erasure_log import PostgresErasureLog
 from store.write.event_log import PostgresEventLog
 from store.write.memory_store import PostgresMemoryStore
 
@@ -60,6 +65,8 @@ class Core:
     pool: ConnectionPool
     memory: PostgresMemoryStore
     events: PostgresEventLog
+    erasures: PostgresErasureLog
+    subjects: SubjectHasher
     embedder: CachingEmbedder
     index: ReconnectingIndex
     prices: PriceTable
@@ -72,7 +79,7 @@ class Core:
 
 @contextmanager
 def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
-    # Each flush holds a connection for its user lock and needs another meanwhile, and the
+    # Each flush holds a connection for its memory lock and needs another meanwhile, and the
     # read path and the indexer want theirs: size the pool so concurrency is never capped by it.
     pool_size = max(settings.postgres.pool_max_size, 2 * settings.processor.concurrency + 4)
     pool = make_pool(settings.postgres.dsn, max_size=pool_size)
@@ -87,12 +94,15 @@ def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
 
         index = ReconnectingIndex(connect, embedder, chroma.collection)
         registry = CollectorRegistry()
+        subjects = SubjectHasher(settings.erasure.subject_key.get_secret_value().encode())
         try:
             yield Core(
                 settings=settings,
                 pool=pool,
                 memory=PostgresMemoryStore(pool),
-                events=PostgresEventLog(pool),
+                events=PostgresEventLog(pool, subjects),
+                erasures=PostgresErasureLog(pool),
+                subjects=subjects,
                 embedder=embedder,
                 index=index,
                 prices=PriceTable(settings.prices),
@@ -114,21 +124,31 @@ def serve_metrics(settings: Settings, registry: CollectorRegistry, port: int) ->
 
 
 def ensure_topics(settings: Settings) -> None:
-    """Create the event and dead-letter topics if missing (broker auto-creation is off)."""
+    """Create the event and dead-letter topics if missing (broker auto-creation is off), and
+    give both the configured `retention.ms`, also when they exist already.
+
+    Retention is set explicitly, never left to the broker's default: it is how long an erased
+    memory's records stay on Kafka (unreachable, see the README's erasure section).
+    """
     k = settings.kafka
+    configs = {"retention.ms": str(k.retention_ms)}
     admin = KafkaAdminClient(bootstrap_servers=k.bootstrap_servers, client_id="memoryd-admin")
     try:
         existing = set(admin.list_topics())
-        wanted = [
-            NewTopic(k.topic, k.partitions, k.replication_factor),
-            NewTopic(k.dead_letter_topic, k.partitions, k.replication_factor),
+        names = [k.topic, k.dead_letter_topic]
+        missing = [
+            NewTopic(name, k.partitions, k.replication_factor, topic_configs=configs)
+            for name in names
+            if name not in existing
         ]
-        missing = [t for t in wanted if t.name not in existing]
         if missing:
             try:
                 admin.create_topics(missing)
             except TopicAlreadyExistsError:
                 log.info("topics were created concurrently")
+        admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name, configs=configs) for name in names]
+        )
     finally:
         admin.close()
 
@@ -181,6 +201,10 @@ def indexer(c: Core) -> FactIndexer:
     return FactIndexer(c.memory, c.index, c.prices, c.embedder.model_name, c.metrics, c.clock)
 
 
+def forgotten_events(c: Core) -> ForgottenEvents:
+    return ForgottenEvents(c.memory, c.subjects)
+
+
 def consolidation(
     c: Core, consolidation_backend: ConsolidationBackend | None = None
 ) -> tuple[ConsolidationBackend, Consolidator]:
@@ -195,7 +219,7 @@ def consolidation(
 def flusher(
     c: Core, consolidation_backend: ConsolidationBackend, consolidator: Consolidator
 ) -> UserFlusher:
-    """One user's flush, indexing what it committed in the background."""
+    """One memory's flush, indexing what it committed in the background."""
     return UserFlusher(
         c.memory,
         consolidation_backend,
@@ -203,6 +227,7 @@ def flusher(
         IndexQueue(indexer(c), c.metrics),
         c.metrics,
         c.clock,
+        forgotten_events(c),
         c.settings.processor.budget_policy,
     )
 
@@ -273,6 +298,25 @@ def read_path(c: Core, metrics: ReadPathMetrics | None = None) -> Iterator[Conte
         service.close()
 
 
+def eraser(
+    c: Core,
+    pub: KafkaEventPublisher,
+    on_erased: Callable[[MemoryKey], None] = lambda _key: None,
+) -> Eraser:
+    """Forgetting a memory or a fact; `on_erased` drops what this process caches of it."""
+    k = c.settings.kafka
+    return Eraser(
+        c.erasures,
+        c.memory,
+        c.index,
+        pub.publish_tombstone,
+        lambda: end_offsets(k.bootstrap_servers, k.topic),
+        c.subjects,
+        c.clock,
+        on_erased,
+    )
+
+
 @contextmanager
 def api_app(c: Core) -> Iterator[FastAPI]:
     """The HTTP API over this core, its read path and a Kafka publisher; closes them after."""
@@ -283,7 +327,29 @@ def api_app(c: Core) -> Iterator[FastAPI]:
     pub = publisher(c.settings)
     try:
         with read_path(c, ReadPathMetrics(c.registry)) as service:
-            deps = ApiDependencies(service, read_model(c), pub, tokens)
-            yield create_app(deps, c.registry, on_shutdown=service.close)
+            deps = ApiDependencies(
+                service, read_model(c), pub, tokens, eraser(c, pub, on_erased=service.forget)
+            )
+            sweeper = _cache_sweeper(service, c.settings.read_path.cache_sweep_s)
+            try:
+                yield create_app(deps, c.registry, on_shutdown=service.close)
+            finally:
+                sweeper.shutdown(wait=False)
     finally:
         pub.close()
+
+
+def _cache_sweeper(service: ContextService, every_s: float) -> BackgroundScheduler:
+    """Drop cached injections of memories erased or changed by another process, every
+    `every_s`: the bound on how long erased content stays in this process's memory."""
+    scheduler = BackgroundScheduler(timezone="UTC")
+    scheduler.add_job(
+        service.sweep_cache,
+        "interval",
+        seconds=every_s,
+        id="injection-cache-sweep",
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.start()
+    return scheduler

@@ -34,7 +34,8 @@ class FoldError(ProcessorError):
 
 @dataclass(frozen=True)
 class FoldedMemory:
-    """One user's memory image: folded from runs, or read from the live tables."""
+    """One memory's image (an organization's user): folded from runs, or read from the live
+    tables."""
 
     user_id: str
     organization_id: str = ""
@@ -107,7 +108,9 @@ def fold_runs(runs: Iterable[LoggedRun], start: FoldedMemory | None = None) -> F
     memory = start
     for logged in runs:
         if memory is None:
-            memory = FoldedMemory(user_id=logged.run.user_id)
+            memory = FoldedMemory(
+                user_id=logged.run.user_id, organization_id=logged.run.organization_id
+            )
         memory = fold_run(memory, logged)
     if memory is None:
         raise FoldError("nothing to fold: no runs and no start memory")
@@ -119,8 +122,13 @@ def fold_run(memory: FoldedMemory, logged: LoggedRun) -> FoldedMemory:
     run = logged.run
     if logged.seq <= memory.last_seq:
         raise FoldError(f"run {run.run_id}: seq {logged.seq} after seq {memory.last_seq}")
-    if run.user_id != memory.user_id:
-        raise FoldError(f"run {run.run_id} is of user {run.user_id}, not {memory.user_id}")
+    if run.user_id != memory.user_id or (
+        memory.organization_id and run.organization_id != memory.organization_id
+    ):
+        raise FoldError(
+            f"run {run.run_id} is of {run.organization_id}/{run.user_id},"
+            f" not {memory.organization_id}/{memory.user_id}"
+        )
     if run.status is not RunStatus.SUCCEEDED:
         return replace(memory, last_seq=logged.seq)
     if run.base_version != memory.version:
@@ -166,7 +174,7 @@ def runs_until(runs: Iterable[LoggedRun], at: datetime) -> list[LoggedRun]:
     """The runs committed at or before `at`: the log's prefix up to the first later one.
 
     `finished_at` is the time of the run's transaction, and one user's runs are serialized by
-    the user lock, so a prefix is what memory was at `at`.
+    the memory lock, so a prefix is what memory was at `at`.
     """
     out: list[LoggedRun] = []
     for logged in runs:

@@ -3,6 +3,8 @@
 It is separate from the extractor on purpose: a prompt change or a different model cannot
 loosen it. Verdicts: allow (stored active), hold (stored, not retrieved until reinforced),
 discard (not stored), or reinforce an existing fact instead of adding a near-duplicate.
+Content without information (a greeting, thanks, agreement, a question that asserts nothing)
+is discarded with its own reason, whichever backend proposed it.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 import numpy as np
 
 from domain.ids import normalize_content
 from domain.model import Fact, FactType
 from domain.ports import Embedder
+from processors.heuristics import candidates
 from processors.schema import FactProposal
+from processors.statements import informative
 
 MIN_CONTENT_CHARS = 8
 MIN_CONFIDENCE = 0.4
@@ -26,6 +31,7 @@ MIN_SALIENCE = 0.2
 MIN_EPHEMERAL_SALIENCE = 0.6
 DUPLICATE_COSINE = 0.85
 EPHEMERAL_TYPES = frozenset({FactType.EPISODIC})
+NO_INFORMATION = "no information: greeting, thanks, agreement, praise or question"
 
 _INSTRUCTION_ARTIFACTS = re.compile(
     r"ignore (all |any )?(previous|prior|above) instructions|system prompt|"
@@ -61,6 +67,8 @@ class GateDecision:
     duplicate_of: Fact | None = None
 
 
+# Every proposal is compared with the stored facts: their forms are computed once per process.
+@lru_cache(maxsize=65_536)
 def canonical_form(content: str) -> str:
     text = normalize_content(content)
     for pattern, replacement in _SYNONYMS:
@@ -85,6 +93,8 @@ class WriteGate:
             return GateDecision(Verdict.DISCARD, f"content shorter than {MIN_CONTENT_CHARS} chars")
         if _INSTRUCTION_ARTIFACTS.search(content):
             return GateDecision(Verdict.DISCARD, "instruction artifact")
+        if not informative(content):
+            return GateDecision(Verdict.DISCARD, NO_INFORMATION)
         if proposal.confidence < MIN_CONFIDENCE:
             return GateDecision(
                 Verdict.DISCARD, f"confidence {proposal.confidence} < {MIN_CONFIDENCE}"
@@ -102,6 +112,9 @@ class WriteGate:
         return GateDecision(Verdict.ALLOW, "passed")
 
     def find_duplicate(self, content: str, existing: Sequence[Fact]) -> Fact | None:
+        # A bounded set of the facts sharing the most words: the cost of judging a proposal
+        # does not grow with the user's memory.
+        existing = candidates(content, existing, lambda f: f.content)
         if not existing:
             return None
         canonical = canonical_form(content)

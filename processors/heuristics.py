@@ -8,13 +8,15 @@ byte for byte.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
-from typing import Final
+from functools import lru_cache
+from typing import Final, TypeVar
 
 import numpy as np
 
 from domain.ports import Embedder, Vector
+from processors.speakers import USER, about, split_speaker
 
 
 class Slot(StrEnum):
@@ -41,7 +43,8 @@ _TOOLS = "python|rust|typescript|javascript|golang|kotlin|swift|editor|vim|vs ?c
 SLOT_RULES: Final[tuple[tuple[Slot, str], ...]] = (
     (Slot.NAME, r"\bname(?:'s| is)\b|\bcall (?:me|the user)\b|\bgoes by\b"),
     (Slot.EMPLOYER, r"\bwork(?:s|ing|ed)? (?:at|for)\b|\bjoin(?:s|ed|ing)\b"),
-    (Slot.EMPLOYER, r"\b(?:employer|company|hired)\b"),
+    # "company" alone is any company ("the company of friends on a camping trip").
+    (Slot.EMPLOYER, r"\b(?:employer|hired (?:by|at)|(?:my|the user's) (?:company|firm))\b"),
     (Slot.WORK, rf"\bmoved (?:over )?(?:in)?to (?:the )?(?:{_DEPARTMENTS})\b"),
     (Slot.WORK, r"\bwork(?:s|ing|ed)? (?:in|on|as)\b"),
     (Slot.WORK, r"\b(?:job|role|position|title|department|career|phd)\b"),
@@ -49,7 +52,8 @@ SLOT_RULES: Final[tuple[tuple[Slot, str], ...]] = (
     (Slot.WORK, r"\b(?:on|in|joined|leads?|manages?) (?:the |a )?(?:[\w'-]+ ){0,3}team\b"),
     # Not "co-founder": that is someone else's role.
     (Slot.WORK, rf"(?<!-)\b(?:{_ROLES})s?\b"),
-    (Slot.LOCATION, r"\b(?:live|lives|living|lived|city|hometown|time ?zone)\b"),
+    # Living somewhere, not "live honestly".
+    (Slot.LOCATION, r"\b(?:live[sd]? in|living in|hometown|home town|time ?zone)\b"),
     (Slot.LOCATION, r"\bbased (?:in|out of)\b|\b(?:moved|moving|relocat\w*) to\b"),
     (Slot.DIET, r"\b(?:vegetarian|vegan|pescatarian|gluten|lactose|allerg\w*|diet|meat|eats?)\b"),
     (Slot.DRINK, rf"\b(?:{_DRINKS})\b"),
@@ -87,61 +91,9 @@ def is_open_loop(text: str) -> bool:
 
 # --- third person -----------------------------------------------------------------------
 
-_ADVERBS = (
-    "really|also|usually|always|never|often|just|still|mostly|generally|now|currently|"
-    "recently|sometimes|only|rarely|definitely|mainly|actually|already|typically"
-)
-
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
-
-
-# Modals and irregular past forms: "I went" stays "the user went", never "wents". The
-# conjunctions are not verbs at all but follow "I" often enough to be worth leaving alone.
-_KEEP_VERBS = _words(
-    "can could will would should must might may shall was had did won went got made took left "
-    "said came became began bought built felt found gave grew heard held kept knew led lost met "
-    "paid ran saw sent set sold spent stood taught thought told understood wrote quit "
-    "agreed freed and or but too so then"
-) | _words(_ADVERBS.replace("|", " "))
-_IRREGULAR = {"am": "is", "are": "is", "have": "has", "do": "does", "go": "goes", "be": "is"}
-_CONTRACTIONS: Final = tuple(
-    (re.compile(pattern), replacement)
-    for pattern, replacement in (
-        (r"\bI(?:['’]m| am)\b", "the user is"),
-        (r"\bI(?:['’]ve| have) been\b", "the user has been"),
-        (r"\bI['’]ve\b", "the user has"),
-        (r"\bI['’]d\b", "the user would"),
-        (r"\bI['’]ll\b", "the user will"),
-        (r"\bI don['’]t\b", "the user doesn't"),
-        (r"\bI do not\b", "the user does not"),
-        (r"\bI haven['’]t\b", "the user hasn't"),
-    )
-)
-# "i" is the pronoun unless it is part of an abbreviation such as "i.e.".
-_PRONOUN = r"\b[Ii]\b(?!\.\w)"
-_SUBJECT_VERB = re.compile(rf"{_PRONOUN}((?:\s+(?:{_ADVERBS}))*)\s+([A-Za-z]+)\b")
-_OBJECTS: Final = (
-    (re.compile(r"\bmyself\b", re.IGNORECASE), "themselves"),
-    (re.compile(r"\b(?:my|mine)\b", re.IGNORECASE), "the user's"),
-    (re.compile(r"\bme\b", re.IGNORECASE), "the user"),
-    (re.compile(_PRONOUN), "the user"),
-)
-
-
-def _third_person_verb(verb: str) -> str:
-    low = verb.lower()
-    # "-ed" is past tense ("moved"), but "-eed" is usually not ("need", "proceed").
-    if low in _KEEP_VERBS or (low.endswith("ed") and not low.endswith("eed")):
-        return verb
-    if low in _IRREGULAR:
-        return _IRREGULAR[low]
-    if low.endswith(("s", "sh", "ch", "x", "z", "o")):
-        return verb + "es"
-    if len(low) > 1 and low.endswith("y") and low[-2] not in "aeiou":
-        return verb[:-1] + "ies"
-    return verb + "s"
 
 
 # How people open a correction; none of it belongs in the corrected statement.
@@ -153,19 +105,17 @@ _PREAMBLE = re.compile(
 
 
 def to_third_person(text: str) -> str:
-    """Rewrite a first-person statement about the user ("I work…") as "The user works…"."""
-    out = text.strip()
+    """Rewrite a first-person statement ("I work…") as one about its subject ("The user
+    works…"), or about its speaker when a transcript line names one ("Caroline: I went" →
+    "Caroline went")."""
+    speaker, said = split_speaker(text.strip())
+    out = said
     stripped = _PREAMBLE.sub("", out)
     if stripped and stripped != out:
         out = stripped[0].upper() + stripped[1:]
-    for regex, replacement in _CONTRACTIONS:
-        out = regex.sub(replacement, out)
-    out = _SUBJECT_VERB.sub(lambda m: f"the user{m.group(1)} {_third_person_verb(m.group(2))}", out)
-    for regex, replacement in _OBJECTS:
-        out = regex.sub(replacement, out)
-    if out.startswith("the user"):
-        out = "T" + out[1:]
-    return out
+    rewritten = about(out, speaker or USER)
+    # A line with no "I" in it still says whose it is.
+    return rewritten if speaker is None or speaker in rewritten else f"{speaker}: {rewritten}"
 
 
 # --- text shape -------------------------------------------------------------------------
@@ -238,9 +188,32 @@ def _stem(word: str) -> str:
     return word
 
 
+# Each stored fact is compared with every batch: its words are worked out once per process.
+@lru_cache(maxsize=65_536)
 def content_words(text: str) -> frozenset[str]:
     words = (_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
     return frozenset(w for w in words if w not in _STOPWORDS)
+
+
+T = TypeVar("T")
+
+# How many stored facts a new statement is compared with: the cost of a batch must not grow
+# with the user's memory.
+MAX_CANDIDATES: Final = 32
+
+
+def candidates(
+    text: str, items: Sequence[T], content: Callable[[T], str], limit: int = MAX_CANDIDATES
+) -> list[T]:
+    """The `limit` items sharing the most content words with `text`, in their given order
+    (newest first stays newest first). A near-duplicate shares words with what it repeats, so
+    an item sharing none is never a candidate."""
+    words = content_words(text)
+    if not words:
+        return []
+    shared = [(len(words & content_words(content(item))), i) for i, item in enumerate(items)]
+    best = sorted((pair for pair in shared if pair[0] > 0), key=lambda p: (-p[0], p[1]))[:limit]
+    return [items[i] for i in sorted(i for _, i in best)]
 
 
 def jaccard(a: str, b: str) -> float:
@@ -278,6 +251,14 @@ class Similarity:
             return len(wa & wb) / len(wa | wb) if wa and wb else 0.0
         self._embed((a, b))
         return float(np.dot(self._vectors[a], self._vectors[b]))
+
+    def scores(self, text: str, others: Sequence[str]) -> list[float]:
+        """`score(text, o)` for every o, as one matrix product when there are vectors."""
+        if self._embedder is None or not others:
+            return [self.score(text, o) for o in others]
+        self._embed((text, *others))
+        matrix = np.stack([self._vectors[o] for o in others])
+        return [float(x) for x in matrix @ self._vectors[text]]
 
     def _content_words(self, text: str) -> frozenset[str]:
         if text not in self._words:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import (
     Fact,
     FactChange,
@@ -122,7 +122,8 @@ class FactLedger:
                 self._supersede(supersedes, decision.duplicate_of)
             return
         provenance = self._provenance(proposal)
-        fact_id = fact_id_for(self._user_id, proposal.content, provenance.connection_id)
+        key = MemoryKey(self._organization_id, self._user_id)
+        fact_id = fact_id_for(key, proposal.content, provenance.connection_id)
         existing = self._facts.get(fact_id)
         if existing is not None and existing.status is FactStatus.ACTIVE:
             self._reinforce(existing, proposal, "same content as an active fact")
@@ -142,6 +143,9 @@ class FactLedger:
             created_by_run=self._run_id,
             created_at=self._now,
             updated_at=self._now,
+            observed_at=self._observed_at(proposal),
+            event_date=proposal.event_date,
+            subject=proposal.subject,
         )
         self._put(fact, FactChangeKind.ADD if supersedes is None else FactChangeKind.CONTRADICT)
         self._record(proposal, decision.verdict, decision.reason, fact_id)
@@ -166,6 +170,7 @@ class FactLedger:
             status=FactStatus.ACTIVE if target.status is FactStatus.HELD else target.status,
             updated_at=self._now,
             provenance=_merge_evidence(target.provenance, self._evidence_ids(proposal)),
+            observed_at=_latest(target.observed_at, self._observed_at(proposal)),
         )
         self._put(fact, FactChangeKind.REINFORCE)
         self._record(proposal, Verdict.REINFORCE, reason, fact.fact_id)
@@ -186,6 +191,9 @@ class FactLedger:
             version=target.version + 1,
             indexed_at=None,  # new content needs a new vector
             provenance=_merge_evidence(target.provenance, self._evidence_ids(proposal)),
+            observed_at=_latest(target.observed_at, self._observed_at(proposal)),
+            event_date=proposal.event_date or target.event_date,
+            subject=proposal.subject or target.subject,
         )
         self._put(fact, FactChangeKind.UPDATE)
         self._record(proposal, Verdict.ALLOW, "updated in place", fact.fact_id)
@@ -268,6 +276,10 @@ class FactLedger:
             return events
         return [_closest_observation(proposal.content, self._observations)]
 
+    def _observed_at(self, proposal: FactProposal) -> datetime:
+        """When the events behind a proposal happened: the latest of them."""
+        return max(e.occurred_at for e in self._evidence_events(proposal))
+
     def _evidence_ids(self, proposal: FactProposal) -> tuple[uuid.UUID, ...]:
         return tuple(e.event_id for e in self._evidence_events(proposal))
 
@@ -288,6 +300,10 @@ class FactLedger:
 
 
 _TARGETABLE = frozenset({FactStatus.ACTIVE, FactStatus.HELD})
+
+
+def _latest(a: datetime | None, b: datetime) -> datetime:
+    return b if a is None else max(a, b)
 
 
 def _merge_evidence(provenance: Provenance, event_ids: tuple[uuid.UUID, ...]) -> Provenance:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactChange, FactChangeKind, FactStatus, MemoryUpdate, TokenUsage
 from processors.consolidate import Consolidator, applied_effect
 from processors.schema import (
@@ -38,13 +39,17 @@ STATUS_FOR = {
 @dataclass(frozen=True)
 class Retraction:
     event_id: uuid.UUID
-    user_id: str
+    key: MemoryKey
     target: FactRetraction
 
 
 def retractions(request: ConsolidationRequest) -> list[Retraction]:
     return [
-        Retraction(o.event.event_id, o.event.user_id, o.event.retraction())
+        Retraction(
+            o.event.event_id,
+            MemoryKey(o.event.organization_id, o.event.user_id),
+            o.event.retraction(),
+        )
         for o in request.observations
         if o.event.event_type is EventType.FACT_RETRACTION
     ]
@@ -76,7 +81,7 @@ def retraction_changes(
         fact_id = r.target.fact_id
         target = changes[fact_id].after if fact_id in changes else by_id.get(fact_id)
         decision = {"event_id": str(r.event_id), "fact_id": str(fact_id), "reason": r.target.reason}
-        if target is None or target.user_id != r.user_id:
+        if target is None or target.key != r.key:
             decisions.append({**decision, "verdict": "skipped", "why": "no such fact of the user"})
             continue
         if target.pinned:

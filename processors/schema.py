@@ -10,12 +10,14 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus, FactType, MemoryState, SurfacePolicy, TokenUsage
 from producers.contract import ContextEvent
 
@@ -55,6 +57,10 @@ class FactProposal(BaseModel):
     target_fact_id: str | None = None
     # Which observations (by their index label, e.g. "E3") the fact came from.
     evidence: list[str] = Field(default_factory=list, max_length=20)
+    # Set by extractors that know them (the offline backend); not asked of an LLM, so they stay
+    # out of the output schema a model is given.
+    subject: SkipJsonSchema[str | None] = Field(default=None, max_length=80)
+    event_date: SkipJsonSchema[date | None] = None
 
     @model_validator(mode="after")
     def _target_when_needed(self) -> FactProposal:
@@ -107,6 +113,18 @@ class ConsolidationRequest:
         events: list[ContextEvent],
         now: datetime,
     ) -> ConsolidationRequest:
+        strangers = [
+            e.event_id
+            for e in events
+            if (e.organization_id, e.user_id) != (state.organization_id, state.user_id)
+        ]
+        if strangers:
+            # A batch is one memory's: an event of another organization (or user) reaching
+            # this memory is the leak tenancy exists to prevent, so it fails loudly here.
+            raise ValueError(
+                f"{len(strangers)} event(s) are not of {state.organization_id}/{state.user_id}:"
+                f" {strangers[:3]}"
+            )
         ordered = sorted(events, key=lambda e: (e.occurred_at, str(e.event_id)))
         return cls(
             user_id=state.user_id,
@@ -116,6 +134,10 @@ class ConsolidationRequest:
             observations=tuple(Observation(f"E{i + 1}", e) for i, e in enumerate(ordered)),
             now=now,
         )
+
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.organization_id, self.user_id)
 
     @property
     def event_ids(self) -> frozenset[uuid.UUID]:

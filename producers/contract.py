@@ -1,9 +1,12 @@
 """The event contract every producer and consumer of memoryd agrees on.
 
-A `ContextEvent` is one observation about one user. Producers assign `event_id`; it is the
-idempotency key of the whole pipeline, so a producer that retries a send must reuse it.
-Events are JSON on the wire, keyed by `user_id` so one user's events stay in one partition
-and in order.
+A `ContextEvent` is one observation about one user of one organization. Producers assign
+`event_id`; it is the idempotency key of the whole pipeline, so a producer that retries a send
+must reuse it. Events are JSON on the wire, keyed by the pair (organization, user) so one
+memory's events stay in one partition and in order.
+
+A `MemoryTombstone` on the same topic, under the same key, says that memory was forgotten:
+every consumer drops what it holds of it and ignores its events recorded before the tombstone.
 """
 
 from __future__ import annotations
@@ -130,7 +133,40 @@ class ContextEvent(BaseModel):
 
     @property
     def kafka_key(self) -> bytes:
-        return self.user_id.encode()
+        return memory_kafka_key(self.organization_id, self.user_id)
+
+
+def memory_kafka_key(organization_id: str, user_id: str) -> bytes:
+    """The Kafka key of a memory's records: organization and user joined by \\x1f, a byte no
+    identifier may contain, so every memory has its own key and its events one partition."""
+    return f"{organization_id}\x1f{user_id}".encode()
+
+
+TOMBSTONE_KIND: Literal["memory_forgotten"] = "memory_forgotten"
+
+
+class MemoryTombstone(BaseModel):
+    """The record `memoryd forget` publishes: this memory's events before it are gone.
+
+    Not a `ContextEvent` (its `kind` field is one no event may have), so a consumer that knows
+    only events dead-letters it instead of consolidating it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["memory_forgotten"] = TOMBSTONE_KIND
+    schema_version: Literal[1] = SCHEMA_VERSION
+    organization_id: Identifier
+    user_id: Identifier
+    erasure_id: uuid.UUID
+    forgotten_at: AwareDatetime
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json().encode()
+
+    @property
+    def kafka_key(self) -> bytes:
+        return memory_kafka_key(self.organization_id, self.user_id)
 
 
 def new_event_id(idempotency_key: str | None = None) -> uuid.UUID:

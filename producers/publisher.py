@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from producers.contract import SCHEMA_VERSION, ContextEvent
+from producers.contract import SCHEMA_VERSION, ContextEvent, MemoryTombstone
 from producers.errors import PublishError
 
 
@@ -75,5 +75,35 @@ class KafkaEventPublisher:
         except KafkaError as e:
             raise PublishError(f"{len(events)} event(s) not acknowledged: {e!r}") from e
 
+    def publish_tombstone(self, tombstone: MemoryTombstone) -> TombstonePosition:
+        """Publish a memory's tombstone under the memory's key; returns where it landed.
+
+        Consumers read the memory's events before this position as forgotten, so the caller
+        records it before erasing anything.
+        """
+        timeout_s = self._settings.delivery_timeout_ms / 1000
+        try:
+            future = self._producer.send(
+                self._settings.topic,
+                key=tombstone.kafka_key,
+                value=tombstone.to_bytes(),
+                headers=[
+                    ("schema_version", str(SCHEMA_VERSION).encode()),
+                    ("record_type", tombstone.kind.encode()),
+                ],
+            )
+            self._producer.flush(timeout=timeout_s)
+            metadata = future.get(timeout=timeout_s)
+        except KafkaError as e:
+            raise PublishError(f"tombstone not acknowledged: {e!r}") from e
+        return TombstonePosition(metadata.topic, metadata.partition, metadata.offset)
+
     def close(self) -> None:
         self._producer.close()
+
+
+@dataclass(frozen=True)
+class TombstonePosition:
+    topic: str
+    partition: int
+    offset: int

@@ -37,3 +37,8 @@ class EventsAlreadyConsolidated(StoreError):
     def __init__(self, event_ids: frozenset[object]) -> None:
         super().__init__(f"{len(event_ids)} event(s) already consolidated")
         self.event_ids = event_ids
+
+
+class MemoryBeingErased(DatabaseUnavailable):
+    """An erasure of this memory is under way; consolidating it waits until it completes
+    (retried as an outage is: later, without counting an attempt)."""

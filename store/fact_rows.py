@@ -21,23 +21,27 @@ from domain.model import (
     SurfacePolicy,
 )
 from domain.upsert import RUN_OVERWRITES
+from store.errors import StoreError
 
 COLUMNS = (
     "fact_id, user_id, organization_id, content, context_type, source, connection_id, tool_id,"
     " message_id, attachment_id, filename, source_event_ids, fact_type, surface, status, pinned,"
     " confidence, salience, reinforce_count, last_reinforced_at, recall_count, last_recalled_at,"
-    " superseded_by, created_by_run, created_at, updated_at, indexed_at, version"
+    " superseded_by, created_by_run, created_at, updated_at, indexed_at, version,"
+    " observed_at, event_date, subject"
 )
 
 # On conflict the row takes what a run overwrites (domain.upsert, the fold's rule too) and
 # keeps the rest, such as when and by which run it was first created.
 _UPSERT = (
     f"INSERT INTO memory_facts ({COLUMNS}, updated_by_run) VALUES ("
-    + ", ".join(["%s"] * 29)
+    + ", ".join(["%s"] * 32)
     + ") ON CONFLICT (fact_id) DO UPDATE SET "
     + ", ".join(f"{column} = EXCLUDED.{column}" for column in RUN_OVERWRITES)
     + ", indexed_at = NULL, version = memory_facts.version + 1,"
     " updated_by_run = EXCLUDED.updated_by_run WHERE NOT memory_facts.pinned"
+    " AND memory_facts.organization_id = EXCLUDED.organization_id"
+    " AND memory_facts.user_id = EXCLUDED.user_id"
 )
 
 
@@ -91,6 +95,9 @@ def from_row(row: Sequence[Any]) -> Fact:
         updated_at,
         indexed_at,
         version,
+        observed_at,
+        event_date,
+        subject,
     ) = row
     return Fact(
         fact_id=fact_id,
@@ -123,6 +130,9 @@ def from_row(row: Sequence[Any]) -> Fact:
         superseded_by=superseded_by,
         indexed_at=indexed_at,
         version=version,
+        observed_at=observed_at,
+        event_date=event_date,
+        subject=subject,
     )
 
 
@@ -157,6 +167,9 @@ def _params(fact: Fact, run_id: uuid.UUID) -> tuple[Any, ...]:
         fact.updated_at,
         None,
         fact.version,
+        fact.observed_at,
+        fact.event_date,
+        fact.subject,
         run_id,
     )
 
@@ -184,6 +197,10 @@ def write_changes(
             written.update(row[0] for row in cur.fetchall())
             if not cur.nextset():
                 break
+        if len(written) < len(ordered):
+            _refuse_other_memories(
+                cur, [c.after for c in ordered if c.after.fact_id not in written]
+            )
         cur.executemany(
             "INSERT INTO fact_history (fact_id, run_id, operation, before, after)"
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (fact_id, run_id, operation) DO NOTHING",
@@ -199,3 +216,21 @@ def write_changes(
                 if c.after.fact_id in written
             ],
         )
+
+
+def _refuse_other_memories(cur: psycopg.Cursor[Any], refused: Sequence[Fact]) -> None:
+    """An upsert the table refused is a pinned row, or a row of another memory under the same
+    id (only possible for ids derived before they carried the organization). The first is
+    policy; the second would silently lose this memory's fact, so it fails the run."""
+    cur.execute(
+        "SELECT fact_id, organization_id, user_id FROM memory_facts WHERE fact_id = ANY(%s)",
+        ([f.fact_id for f in refused],),
+    )
+    owners = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
+    clashes = [
+        f.fact_id
+        for f in refused
+        if owners.get(f.fact_id, (f.organization_id, f.user_id)) != (f.organization_id, f.user_id)
+    ]
+    if clashes:
+        raise StoreError(f"fact id(s) {clashes[:3]} belong to another memory")

@@ -36,8 +36,8 @@ def bundled_migrations() -> list[Migration]:
     return found
 
 
-def migrate(pool: ConnectionPool) -> list[Migration]:
-    """Apply what is missing; returns the migrations applied by this call."""
+def migrate(pool: ConnectionPool, target: int | None = None) -> list[Migration]:
+    """Apply what is missing (up to version `target`, default all); returns what this applied."""
     applied: list[Migration] = []
     with translated("migration", MigrationError), pool.connection() as conn:
         conn.autocommit = True
@@ -52,6 +52,8 @@ def migrate(pool: ConnectionPool) -> list[Migration]:
             for migration in bundled_migrations():
                 if migration.version in done:
                     continue
+                if target is not None and migration.version > target:
+                    break
                 with conn.transaction():
                     conn.execute(migration.sql.encode())
                     conn.execute(

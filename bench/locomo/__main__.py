@@ -1,18 +1,21 @@
 """LoCoMo retrieval: memoryd (real pipeline, offline backend) against two raw-turn baselines.
 
     python -m bench.locomo PATH [--limit-conversations N] [--max-questions N]
-        [--kafka HOST:PORT] [--dsn DSN] [--chroma-url URL] [--keep]
+        [--json-out FILE] [--kafka HOST:PORT] [--dsn DSN] [--chroma-url URL] [--keep]
 
 Ingests the `conversation` part of each sample through Kafka, the log writer and the
 MemoryProcessor, asks every question of categories 1-4 through `ContextService.assemble`
-(budget deep), and prints Markdown tables of hit@k and evidence recall@k for k = 1, 3, 5, 10,
-per category and overall, next to BM25 and dense search over the raw turns. Services: see
-bench/services.py (options, MEMORYD_* settings, else local ones started for the run).
+(budget deep), and prints Markdown tables of hit@k and evidence recall@k for k = 1, 3, 5, 10
+and of hit within 2,000 characters of returned text, per category and overall, next to BM25
+and dense search over the raw turns; `--json-out` also writes the figures as JSON. PATH may be
+LoCoMo's format or LongMemEval's (told apart by their keys). Services: see bench/services.py
+(options, MEMORYD_* settings, else local ones started for the run).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from collections.abc import Sequence
@@ -22,7 +25,16 @@ from bench import services
 from bench.locomo.baselines import Bm25Turns, DenseTurns
 from bench.locomo.dataset import Conversation, Question, load
 from bench.locomo.ingest import IngestReport, Retrieval, ask, ingest
-from bench.locomo.metrics import KS, OVERALL, Answer, markdown_table, metric_table, summarize
+from bench.locomo.metrics import (
+    BUDGET_CHARS,
+    KS,
+    OVERALL,
+    Answer,
+    Summary,
+    markdown_table,
+    metric_table,
+    summarize,
+)
 from memoryd.settings import ChromaSettings, KafkaSettings, MetricsSettings, Settings
 from store.embeddings import MiniLmEmbedder
 
@@ -37,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--max-questions", type=int, metavar="N", help="ask at most N questions per conversation"
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="ingest deadline, seconds")
+    parser.add_argument("--json-out", type=Path, metavar="FILE", help="also write JSON here")
     services.add_options(parser, kafka=True)
     args = parser.parse_args(argv)
 
@@ -58,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             retrievals = ask(settings, questions, max(KS))
     baselines = _baselines(conversations, questions)
     print(_report(args.path, settings, conversations, questions, report, retrievals, baselines))
+    if args.json_out is not None:
+        document = json_summary(report, retrievals)
+        args.json_out.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
     average = "/".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"\nWhole bench: {time.perf_counter() - began:.0f} s; load average at the end {average} "
@@ -96,15 +112,64 @@ def _baselines(
     conversations: Sequence[Conversation], questions: Sequence[Question]
 ) -> list[Answer]:
     embedder = MiniLmEmbedder()
-    k = max(KS)
     answers = []
     for conv in conversations:
         asked = [q for q in questions if q.sample_id == conv.sample_id]
+        size = {t.dia_id: len(t.content) for t in conv.turns}
         for system in (Bm25Turns(conv.turns), DenseTurns(conv.turns, embedder)):
             for q in asked:
-                ranked = tuple(frozenset({t}) for t in system.search(q.question, k))
-                answers.append(Answer(system.name, q.category, q.evidence, ranked))
+                # Enough turns to fill the character budget, not only the top k.
+                found = system.search(q.question, len(conv.turns))
+                ranked = tuple(frozenset({t}) for t in found)
+                sizes = tuple(size[t] for t in found)
+                answers.append(Answer(system.name, q.category, q.evidence, ranked, sizes))
     return answers
+
+
+def _percent(value: float) -> float:
+    return round(100 * value, 1)
+
+
+def _figures(s: Summary) -> dict[str, float]:
+    return {
+        f"hit@{BUDGET_CHARS}ch": _percent(s.hit_budget),
+        **{f"hit@{k}": _percent(s.hit[k]) for k in KS},
+        f"recall@{max(KS)}": _percent(s.recall[max(KS)]),
+    }
+
+
+def json_summary(report: IngestReport, retrievals: Sequence[Retrieval]) -> dict[str, object]:
+    """memoryd's figures as one JSON object; percentages are 0-100."""
+    answers = [
+        Answer(MEMORYD, r.question.category, r.question.evidence, r.ranked, r.sizes)
+        for r in retrievals
+    ]
+    summaries = summarize(answers)
+    overall = next(s for s in summaries if s.group == OVERALL)
+    latencies = sorted(r.latency_ms for r in retrievals)
+    active = report.facts_by_status.get("active", 0)
+    return {
+        "questions": len(retrievals),
+        "turns": report.turns,
+        "facts_active": active,
+        "facts_per_turn": round(active / report.turns, 3),
+        "ingest_s": round(report.total_s, 1),
+        "overall": _figures(overall),
+        "by_category": {
+            s.group: {"questions": s.questions, **_figures(s)}
+            for s in summaries
+            if s.group != OVERALL
+        },
+        "assemble_p50_ms": round(_quantile(latencies, 0.5), 1),
+        "assemble_p99_ms": round(_quantile(latencies, 0.99), 1),
+    }
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile of sorted values."""
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
 def _report(
@@ -117,7 +182,8 @@ def _report(
     baselines: Sequence[Answer],
 ) -> str:
     answers = [
-        Answer(MEMORYD, r.question.category, r.question.evidence, r.ranked) for r in retrievals
+        Answer(MEMORYD, r.question.category, r.question.evidence, r.ranked, r.sizes)
+        for r in retrievals
     ]
     summaries = summarize([*answers, *baselines])
     systems = [MEMORYD, Bm25Turns.name, DenseTurns.name]
@@ -159,9 +225,16 @@ def _report(
         (
             "Retrieval: each returned fact stands for the turns behind it (its source events); "
             f"{short} of {len(retrievals)} bundles held fewer than {max(KS)} facts; "
-            f"assemble latency p50 {latencies[len(latencies) // 2]:.0f} ms, "
-            f"max {latencies[-1]:.0f} ms."
+            f"assemble latency p50 {_quantile(latencies, 0.5):.0f} ms, "
+            f"p99 {_quantile(latencies, 0.99):.0f} ms, max {latencies[-1]:.0f} ms."
         ),
+        "",
+        (
+            f"hit within {BUDGET_CHARS:,} characters (any evidence turn behind the facts, or turns,"
+            f" that fit in rank order in {BUDGET_CHARS:,} characters of their text):"
+        ),
+        "",
+        _budget_table(summaries, systems),
         "",
         "hit@k (any evidence turn among the turns behind the top k):",
         "",
@@ -176,6 +249,17 @@ def _report(
         metric_table([s for s in summaries if s.group == OVERALL], "turns", systems, digits=1),
     ]
     return "\n".join(sections)
+
+
+def _budget_table(summaries: Sequence[Summary], systems: Sequence[str]) -> str:
+    by_key = {(s.group, s.system): s for s in summaries}
+    rows = [
+        [s.group, system, s.questions, f"{100 * s.hit_budget:.1f} %"]
+        for group in dict.fromkeys(x.group for x in summaries)
+        for system in systems
+        if (s := by_key.get((group, system))) is not None
+    ]
+    return markdown_table(["category", "system", "questions", "hit@2000ch"], rows, left=2)
 
 
 if __name__ == "__main__":

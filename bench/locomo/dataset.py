@@ -18,6 +18,7 @@ from bench.locomo.metrics import CATEGORIES, normalize_dia_id, normalize_evidenc
 _SESSION = re.compile(r"session_(\d+)")
 # "1:56 pm on 8 May, 2023"
 SESSION_TIME_FORMAT = "%I:%M %p on %d %B, %Y"
+MAX_TURN_CHARS = 8_000
 
 
 def parse_session_time(text: str) -> datetime:
@@ -36,8 +37,11 @@ class Turn:
 
     @property
     def content(self) -> str:
-        """What is ingested: "Speaker: text", plus the image caption when a photo was shared."""
-        line = f"{self.speaker}: {self.text}".strip()
+        """What is ingested: "Speaker: text", plus the image caption when a photo was shared.
+        A turn without a speaker is the user's own (LongMemEval's user turns)."""
+        line = f"{self.speaker}: {self.text}".strip() if self.speaker else self.text.strip()
+        # The event contract bounds content; an assistant's essay is cut, not refused.
+        line = line[:MAX_TURN_CHARS]
         if self.caption:
             line += f" [shares a photo: {self.caption}]"
         return line
@@ -61,11 +65,18 @@ class Conversation:
 
 
 def load(path: Path, limit: int | None = None) -> list[Conversation]:
+    """A LoCoMo file (a list of conversations) or a LongMemEval one (a list of questions with
+    their haystack sessions): the format is told by the items' keys."""
+    from bench.locomo import longmemeval  # noqa: PLC0415 - it imports this module
+
     data = json.loads(path.read_text("utf-8"))
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a list of conversations")
     items = data if limit is None else data[:limit]
-    return [conversation(item) for item in items]
+    return [
+        longmemeval.conversation(item) if longmemeval.is_longmemeval(item) else conversation(item)
+        for item in items
+    ]
 
 
 def conversation(item: dict[str, Any]) -> Conversation:

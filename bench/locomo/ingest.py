@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.locomo.dataset import Conversation, Question, Turn
+from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.settings import Settings
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata, new_event_id
@@ -123,26 +124,30 @@ class Retrieval:
     ranked: tuple[frozenset[str], ...]  # the turns behind each returned fact, best first
     facts_returned: int
     latency_ms: float
+    sizes: tuple[int, ...] = ()  # characters of each returned fact's text, best first
 
 
 def ask(
     settings: Settings, questions: Sequence[Question], k: int, budget: Budget = Budget.DEEP
 ) -> list[Retrieval]:
-    """Ask every question; keep the top k facts of each bundle, as turn sets."""
+    """Ask every question; keep each bundle's facts as turn sets (k: the deepest hit@k)."""
     out = []
     with wiring.core(settings) as c, wiring.read_path(c) as service:
         turn_of = _turns_by_event(c, sorted({q.sample_id for q in questions}))
         for q in questions:
             started = time.perf_counter()
-            bundle = service.assemble(q.sample_id, q.question, budget=budget)
+            key = MemoryKey(ORGANIZATION, q.sample_id)
+            bundle = service.assemble(key, q.question, budget=budget)
             latency_ms = (time.perf_counter() - started) * 1000
             if bundle.degraded:
                 raise IngestError(f"degraded bundle for {q.sample_id}: {bundle.degraded_reason}")
+            # Every returned fact: the top k score hit@k, all of them the character budget.
             ranked = tuple(
                 frozenset(turn_of[e] for e in r.fact.provenance.source_event_ids if e in turn_of)
-                for r in bundle.facts[:k]
+                for r in bundle.facts
             )
-            out.append(Retrieval(q, ranked, len(bundle.facts), latency_ms))
+            sizes = tuple(len(r.fact.content) for r in bundle.facts)
+            out.append(Retrieval(q, ranked, len(bundle.facts), latency_ms, sizes))
     return out
 
 
@@ -150,7 +155,7 @@ def _turns_by_event(c: wiring.Core, users: Sequence[str]) -> dict[uuid.UUID, str
     """event_id → dia_id, read back from the event log (the message_id the event carried)."""
     out: dict[uuid.UUID, str] = {}
     for user in users:
-        for logged in c.events.user_events(user):
+        for logged in c.events.user_events(MemoryKey(ORGANIZATION, user)):
             message_id = logged.event.source_metadata.message_id
             if message_id is not None:
                 out[logged.event.event_id] = message_id

@@ -18,7 +18,19 @@ from collections.abc import Collection, Container, Iterable, Sequence
 from dataclasses import dataclass
 
 KS: tuple[int, ...] = (1, 3, 5, 10)
+# The prompt budget hit@2000ch is measured at: characters of returned text, in rank order.
+BUDGET_CHARS = 2_000
 CATEGORIES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+# LongMemEval's question types (bench/locomo/longmemeval.py numbers them 11-16).
+GROUP_NAMES: dict[int, str] = {
+    **CATEGORIES,
+    11: "single-session-user",
+    12: "single-session-assistant",
+    13: "single-session-preference",
+    14: "multi-session",
+    15: "temporal-reasoning",
+    16: "knowledge-update",
+}
 OVERALL = "overall"
 
 # "D8:6", and the malformed forms seen in the data: "D:11:26" (extra colon), "D30:05"
@@ -71,6 +83,26 @@ def recall_at_k(ranked: Ranked, evidence: Collection[str], k: int) -> float:
     return len(covered(ranked, k) & wanted) / len(wanted)
 
 
+def covered_within(ranked: Ranked, sizes: Sequence[int], budget: int) -> frozenset[str]:
+    """The turns behind the positions that fit, in rank order, in `budget` characters: the
+    first position that does not fit ends the list, as a prompt cut there would."""
+    out: set[str] = set()
+    used = 0
+    for turns, size in zip(ranked, sizes, strict=True):
+        if used + size > budget:
+            break
+        used += size
+        out.update(turns)
+    return frozenset(out)
+
+
+def hit_within(
+    ranked: Ranked, sizes: Sequence[int], evidence: Collection[str], budget: int = BUDGET_CHARS
+) -> float:
+    _check(evidence)
+    return 1.0 if covered_within(ranked, sizes, budget) & set(evidence) else 0.0
+
+
 def _check(evidence: Collection[str]) -> None:
     if not evidence:
         raise ValueError("a question without evidence turns cannot be scored")
@@ -84,6 +116,7 @@ class Answer:
     category: int
     evidence: tuple[str, ...]
     ranked: tuple[frozenset[str], ...]
+    sizes: tuple[int, ...] = ()  # characters of text at each position (all of it, not top k)
 
 
 @dataclass(frozen=True)
@@ -94,16 +127,17 @@ class Summary:
     hit: dict[int, float]
     recall: dict[int, float]
     turns: dict[int, float]  # mean number of distinct turns behind the top k
+    hit_budget: float = 0.0  # hit within BUDGET_CHARS characters of returned text
 
 
 def summarize(answers: Iterable[Answer], ks: Sequence[int] = KS) -> list[Summary]:
     """Means per (system, category) and per system overall, in a stable order."""
     groups: dict[tuple[str, str], list[Answer]] = {}
     for answer in answers:
-        name = CATEGORIES.get(answer.category, f"category {answer.category}")
+        name = GROUP_NAMES.get(answer.category, f"category {answer.category}")
         groups.setdefault((answer.system, name), []).append(answer)
         groups.setdefault((answer.system, OVERALL), []).append(answer)
-    order = [*CATEGORIES.values(), OVERALL]
+    order = [*GROUP_NAMES.values(), OVERALL]
 
     def position(key: tuple[str, str]) -> tuple[str, int, str]:
         system, group = key
@@ -122,6 +156,10 @@ def summarize(answers: Iterable[Answer], ks: Sequence[int] = KS) -> list[Summary
                 for k in ks
             },
             turns={k: statistics.fmean(len(covered(a.ranked, k)) for a in members) for k in ks},
+            # Answers that came without sizes cannot be scored by characters: they count as 0.
+            hit_budget=statistics.fmean(
+                hit_within(a.ranked, a.sizes, a.evidence) if a.sizes else 0.0 for a in members
+            ),
         )
         for (system, group), members in sorted(groups.items(), key=lambda kv: position(kv[0]))
     ]

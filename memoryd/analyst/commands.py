@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from consumers.replay import batches_by_size, batches_like_live, shadow_consolidate
+from domain.ids import MemoryKey
 from domain.model import FactStatus
 from memoryd import wiring
 from memoryd.analyst.export import export_document, write_json
@@ -34,12 +35,22 @@ def analyst_core(settings: Settings) -> Iterator[tuple[wiring.Core, PostgresRunL
         yield c, PostgresRunLog(c.pool)
 
 
-def live_memory(c: wiring.Core, run_log: PostgresRunLog, user_id: str) -> FoldedMemory:
+def live_memory(c: wiring.Core, run_log: PostgresRunLog, key: MemoryKey) -> FoldedMemory:
     return live_image(
-        c.memory.load_state(user_id),
-        c.memory.facts(user_id, tuple(FactStatus)),
-        run_log.connections(user_id),
+        c.memory.load_state(key),
+        c.memory.facts(key, tuple(FactStatus)),
+        run_log.connections(key),
     )
+
+
+def memory_key(args: argparse.Namespace) -> MemoryKey:
+    return MemoryKey(args.org, args.user)
+
+
+def add_memory_arguments(p: argparse.ArgumentParser) -> None:
+    """--org ORG USER: a user id names a memory only within its organization."""
+    p.add_argument("--org", required=True, help="the organization the user belongs to")
+    p.add_argument("user")
 
 
 def parse_time(text: str) -> datetime:
@@ -52,23 +63,26 @@ def parse_time(text: str) -> datetime:
 
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+    key = memory_key(args)
     with analyst_core(settings) as (_c, run_log):
-        runs = run_log.runs(args.user)
+        runs = run_log.runs(key)
     if args.at is None:
         if args.json:
-            print(json.dumps({"user_id": args.user, "runs": [run_json(r) for r in runs]}))
+            doc = {"organization_id": args.org, "user_id": args.user}
+            print(json.dumps({**doc, "runs": [run_json(r) for r in runs]}))
         else:
-            print(render_runs(args.user, runs))
+            print(render_runs(key, runs))
         return 0
     at: datetime = args.at
     before = runs_until(runs, at)
     try:
-        memory = fold_runs(before, FoldedMemory(user_id=args.user))
+        memory = fold_runs(before, FoldedMemory(user_id=args.user, organization_id=args.org))
     except FoldError as e:
         print(f"memoryd history: the run log does not fold: {e}", file=sys.stderr)
         return 1
     if args.json:
         doc = {
+            "organization_id": args.org,
             "user_id": args.user,
             "at": at.isoformat(),
             "runs": [run_json(r) for r in before],
@@ -90,15 +104,16 @@ def _shadow_settings(settings: Settings, args: argparse.Namespace) -> Settings:
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     if args.max_batch is None:
         args.max_batch = settings.processor.max_batch
+    key = memory_key(args)
     with analyst_core(_shadow_settings(settings, args)) as (c, run_log):
-        events = [e.event for e in c.events.user_events(args.user)]
+        events = [e.event for e in c.events.user_events(key)]
         if args.batching == "live":
-            batches = batches_like_live(events, run_log.runs(args.user), args.max_batch)
+            batches = batches_like_live(events, run_log.runs(key), args.max_batch)
         else:
             batches = batches_by_size(events, args.max_batch)
         backend, consolidator = wiring.consolidation(c)
-        shadow = shadow_consolidate(args.user, batches, backend, consolidator)
-        live = live_memory(c, run_log, args.user)
+        shadow = shadow_consolidate(key, batches, backend, consolidator)
+        live = live_memory(c, run_log, key)
     diff = diff_memory(live, shadow.memory)
     identity = {
         "backend": backend.name,
@@ -112,7 +127,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     with analyst_core(settings) as (c, run_log):
-        doc = export_document(c, run_log, args.user, c.clock())
+        doc = export_document(c, run_log, memory_key(args), c.clock())
     out = Path(args.out)
     write_json(out, doc)
     print(
@@ -124,7 +139,7 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("history", help="a user's consolidation runs, or memory at a time")
-    p.add_argument("user")
+    add_memory_arguments(p)
     p.add_argument(
         "--at", type=parse_time, help="ISO time: fold the runs committed by then (no offset = UTC)"
     )
@@ -133,7 +148,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p = sub.add_parser(
         "replay", help="re-consolidate a user's raw events into a shadow image and diff it"
     )
-    p.add_argument("user")
+    add_memory_arguments(p)
     p.add_argument("--backend", choices=["offline", "gemini"], help="default: llm.backend")
     p.add_argument("--model", help="default: llm.model (gemini only)")
     p.add_argument("--max-batch", type=int, help="default: processor.max_batch")
@@ -146,6 +161,6 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_replay)
     p = sub.add_parser("export", help="a user's events, runs, facts, memory and ledger as JSON")
-    p.add_argument("user")
+    add_memory_arguments(p)
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_export)

@@ -1,4 +1,4 @@
-"""`memoryd export`: a user's events, runs, memory, facts with their history, and ledger."""
+"""`memoryd export`: a memory's events, runs, memory, facts with their history, and ledger."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from domain.codec import fact_to_json
+from domain.ids import MemoryKey
 from domain.model import FactStatus
 from memoryd import wiring
 from memoryd.analyst.render import iso, run_json
@@ -19,11 +20,11 @@ EXPORT_FORMAT = "memoryd-export/1"
 
 
 def export_document(
-    c: wiring.Core, run_log: PostgresRunLog, user_id: str, now: datetime
+    c: wiring.Core, run_log: PostgresRunLog, key: MemoryKey, now: datetime
 ) -> dict[str, Any]:
-    state = c.memory.load_state(user_id)
+    state = c.memory.load_state(key)
     history: dict[str, list[dict[str, Any]]] = {}
-    for h in run_log.fact_history(user_id):
+    for h in run_log.fact_history(key):
         history.setdefault(str(h.fact_id), []).append(
             {
                 "run_id": str(h.run_id),
@@ -33,24 +34,25 @@ def export_document(
                 "after": h.after,
             }
         )
-    indexed = run_log.indexed_at(user_id)
+    indexed = run_log.indexed_at(key)
     facts = [
         {
             **fact_to_json(f),
             "indexed_at": iso(indexed.get(f.fact_id)),
             "history": history.get(str(f.fact_id), []),
         }
-        for f in c.memory.facts(user_id, tuple(FactStatus))
+        for f in c.memory.facts(key, tuple(FactStatus))
     ]
     return {
         "format": EXPORT_FORMAT,
-        "user_id": user_id,
+        "organization_id": key.organization_id,
+        "user_id": key.user_id,
         "exported_at": now.isoformat(),
         "events": [
             {"seq": e.seq, "recorded_at": iso(e.recorded_at), **e.event.model_dump(mode="json")}
-            for e in c.events.user_events(user_id)
+            for e in c.events.user_events(key)
         ],
-        "runs": [run_json(r, full=True) for r in run_log.runs(user_id)],
+        "runs": [run_json(r, full=True) for r in run_log.runs(key)],
         "memory": {
             "organization_id": state.organization_id,
             "version": state.version,
@@ -59,9 +61,7 @@ def export_document(
             "scaffold": dict(state.scaffold),
             "learned_info": list(state.learned_info),
         },
-        "connections": {
-            x.connection_id: list(x.learned_info) for x in run_log.connections(user_id)
-        },
+        "connections": {x.connection_id: list(x.learned_info) for x in run_log.connections(key)},
         "facts": facts,
         "ledger": [
             {
@@ -74,9 +74,9 @@ def export_document(
                 "cost_micro_usd": row.entry.cost_micro_usd,
                 "occurred_at": iso(row.entry.occurred_at),
             }
-            for row in run_log.ledger(user_id)
+            for row in run_log.ledger(key)
         ],
-        "balance_micro_usd": c.memory.balance(user_id),
+        "balance_micro_usd": c.memory.balance(key),
     }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from consumers.replay import ShadowResult
 from domain.codec import fact_to_json
+from domain.ids import MemoryKey
 from domain.model import Fact, LoggedRun
 from processors.diff import MemoryDiff
 from processors.fold import FoldedMemory
@@ -50,8 +51,8 @@ def run_json(logged: LoggedRun, *, full: bool = False) -> dict[str, Any]:
     return out
 
 
-def render_runs(user_id: str, runs: Sequence[LoggedRun]) -> str:
-    lines = [f"{len(runs)} run(s) of {user_id}"]
+def render_runs(key: MemoryKey, runs: Sequence[LoggedRun]) -> str:
+    lines = [f"{len(runs)} run(s) of {key}"]
     header = (
         f"{'seq':>5}  {'finished_at':<32}  {'status':<9}  {'backend:model':<34}  "
         f"{'prompt':<14}  {'events':>6}  {'gate a/h/d/r':<12}  {'tokens p/c':<13}  "
@@ -86,7 +87,8 @@ def fact_line(fact: Fact, mark: str = "") -> str:
 def render_memory(memory: FoldedMemory, at: datetime) -> str:
     lines = [
         (
-            f"memory of {memory.user_id} at {at.isoformat()}: version {memory.version},"
+            f"memory of {memory.organization_id}/{memory.user_id} at {at.isoformat()}:"
+            f" version {memory.version},"
             f" {memory.runs_folded} run(s) folded"
         ),
         "# Working memory",
@@ -146,6 +148,7 @@ def replay_json(
     identity: dict[str, str],
 ) -> dict[str, Any]:
     return {
+        "organization_id": args.org,
         "user_id": args.user,
         **identity,
         "batching": args.batching,
@@ -168,7 +171,8 @@ def replay_json(
 def render_diff(doc: dict[str, Any], diff: MemoryDiff) -> str:
     lines = [
         (
-            f"shadow replay of {doc['user_id']}: {doc['events']} event(s) in {doc['batches']}"
+            f"shadow replay of {doc['organization_id']}/{doc['user_id']}: {doc['events']}"
+            f" event(s) in {doc['batches']}"
             f" batch(es) through {doc['backend']}:{doc['model']} (prompt {doc['prompt_version']}),"
             f" batching {doc['batching']} (max {doc['max_batch']})"
         ),

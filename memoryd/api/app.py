@@ -1,10 +1,14 @@
-"""The FastAPI application: context for a turn, memory inspection, corrections, events.
+"""The FastAPI application: context for a turn, memory inspection, corrections, events,
+erasure.
 
 Endpoints are plain `def`s: the clients underneath (psycopg, chromadb, kafka-python) are
 synchronous, and FastAPI runs such endpoints in its thread pool. Every route but the health
-check needs a bearer token, and acts only on users of the token's organization.
-Writes (corrections, deletions, events) go to Kafka as events, never to Postgres directly:
-the API answers 202 once Kafka has them, and memory changes when the pipeline has run.
+check needs a bearer token, and a token's organization is the only one it can touch: a
+`user_id` in a path or body names that organization's user, so another organization's user
+of the same id is simply another memory, out of reach.
+Corrections and events go to Kafka as events, never to Postgres directly: the API answers
+202 once Kafka has them, and memory changes when the pipeline has run. Erasures (a user, a
+fact) are done before the answer, which carries their receipt.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from memoryd.api.auth import TokenTable
 from memoryd.api.metrics import HttpMetrics, RequestLatencyMiddleware
@@ -29,17 +34,19 @@ from memoryd.api.models import (
     ContextRequest,
     ContextResponse,
     CorrectionRequest,
+    ErasureOut,
     EventsRequest,
     FactOut,
     MemoryResponse,
     Problem,
 )
+from memoryd.erasure import Eraser, ErasureRequest
 from producers.contract import ContextEvent
 from producers.corrections import FactCorrections
 from producers.errors import PublishError
 from producers.publisher import EventPublisher
 from store.errors import DatabaseUnavailable
-from store.read.context_service import ContextService, TenantMismatch
+from store.read.context_service import ContextService
 from store.read.fact_queries import PostgresReadModel
 
 API_VERSION = "1.0.0"
@@ -52,6 +59,7 @@ class ApiDependencies:
     reads: PostgresReadModel
     publisher: EventPublisher
     tokens: TokenTable
+    eraser: Eraser
 
 
 _bearer = HTTPBearer(auto_error=False, description="A token issued to one organization")
@@ -84,13 +92,10 @@ def _organization(
 Organization = Annotated[str, Depends(_organization)]
 
 
-def _own_user(deps: ApiDependencies, org: str, user_id: str) -> None:
-    """404 for a user memoryd has never heard of, 403 for another organization's."""
-    owner = deps.reads.owner_organization(user_id)
-    if owner is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"unknown user {user_id}")
-    if owner != org:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "the user is in another organization")
+def _known(deps: ApiDependencies, key: MemoryKey) -> None:
+    """404 for a user the token's organization has no memory of."""
+    if not deps.reads.known(key):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"unknown user {key.user_id}")
 
 
 def create_app(
@@ -141,18 +146,14 @@ def create_app(
         log_id = (
             None if body.turn_id is None else uuid.uuid5(TURN_NAMESPACE, f"{org}:{body.turn_id}")
         )
-        try:
-            bundle = deps.context.assemble(
-                body.user_id,
-                body.query,
-                body.active_connection_ids,
-                body.budget,
-                organization_id=org,
-                context_types=body.context_types,
-                log_id=log_id,
-            )
-        except TenantMismatch as e:
-            raise HTTPException(status.HTTP_403_FORBIDDEN, str(e)) from e
+        bundle = deps.context.assemble(
+            MemoryKey(org, body.user_id),
+            body.query,
+            body.active_connection_ids,
+            body.budget,
+            context_types=body.context_types,
+            log_id=log_id,
+        )
         return ContextResponse.of(bundle)
 
     @app.get(
@@ -168,9 +169,10 @@ def create_app(
     ) -> MemoryResponse:
         """What memoryd remembers about a user: W, S, learned info and facts with their
         status and provenance (every status unless `status` is given)."""
-        _own_user(deps, org, user_id)
-        injection = deps.reads.injection(user_id)
-        facts = deps.reads.user_facts(user_id, fact_status or tuple(FactStatus))
+        key = MemoryKey(org, user_id)
+        _known(deps, key)
+        injection = deps.reads.injection(key)
+        facts = deps.reads.user_facts(key, fact_status or tuple(FactStatus))
         state = injection.state if injection is not None else None
         return MemoryResponse(
             user_id=user_id,
@@ -196,7 +198,7 @@ def create_app(
     ) -> Accepted:
         """Replace a fact with what is true: the fact is contradicted, the content becomes a
         correction observation, once the pipeline has run."""
-        fact = _own_fact(deps, org, user_id, fact_id)
+        fact = _own_fact(deps, MemoryKey(org, user_id), fact_id)
         events = FactCorrections(deps.publisher, user_id, org).correct_fact(
             fact_id,
             body.content,
@@ -205,25 +207,44 @@ def create_app(
         )
         return Accepted(event_ids=[e.event_id for e in events])
 
-    @app.delete(
-        "/v1/users/{user_id}/facts/{fact_id}",
-        status_code=status.HTTP_202_ACCEPTED,
-        tags=["correct"],
-        responses=_NOT_FOUND,
-    )
+    @app.delete("/v1/users/{user_id}/facts/{fact_id}", tags=["erase"], responses=_NOT_FOUND)
     def delete_fact(
         user_id: str,
         fact_id: uuid.UUID,
         deps: Deps,
         org: Organization,
         idempotency_key: Annotated[str | None, Query(max_length=200)] = None,
-    ) -> Accepted:
-        """Forget a fact: it is archived, and never retrieved again, once the pipeline ran."""
-        _own_fact(deps, org, user_id, fact_id)
-        event = FactCorrections(deps.publisher, user_id, org).delete_fact(
-            fact_id, idempotency_key=_scoped(org, user_id, idempotency_key)
+        reason: Annotated[str, Query(min_length=1, max_length=500)] = "deleted through the API",
+    ) -> ErasureOut:
+        """Delete a fact for real: its row, history and vector, and its text wherever the
+        memory kept a copy (runs, W, S, the observations it came from). Not an archive."""
+        key = MemoryKey(org, user_id)
+        if idempotency_key is not None:
+            # A retried request: the fact is gone, its erasure's receipt is the answer.
+            earlier = deps.eraser.earlier_receipt(key, fact_id, idempotency_key)
+            if earlier is not None:
+                return ErasureOut.of(earlier, user_id)
+        _own_fact(deps, key, fact_id)
+        receipt = deps.eraser.erase_fact(
+            key, fact_id, ErasureRequest(f"api:{org}", reason, idempotency_key)
         )
-        return Accepted(event_ids=[event.event_id])
+        return ErasureOut.of(receipt, user_id)
+
+    @app.delete("/v1/users/{user_id}", tags=["erase"], responses=_UNAUTHORIZED)
+    def forget_user(
+        user_id: str,
+        deps: Deps,
+        org: Organization,
+        idempotency_key: Annotated[str | None, Query(max_length=200)] = None,
+        reason: Annotated[str, Query(min_length=1, max_length=500)] = "erasure request",
+    ) -> ErasureOut:
+        """Forget the organization's user everywhere: event log, runs, facts, memory,
+        connections, audit rows, vectors, and (through a tombstone on Kafka) every consumer's
+        buffers and any later replay. The ledger keeps its amounts under a pseudonym."""
+        receipt = deps.eraser.forget(
+            MemoryKey(org, user_id), ErasureRequest(f"api:{org}", reason, idempotency_key)
+        )
+        return ErasureOut.of(receipt, user_id)
 
     @app.post(
         "/v1/events",
@@ -233,18 +254,18 @@ def create_app(
     )
     def publish_events(body: EventsRequest, deps: Deps, org: Organization) -> Accepted:
         """Publish observations (the `ContextEvent` contract) into the pipeline, all or none."""
-        _publishable(deps, org, body.events)
+        _publishable(org, body.events)
         deps.publisher.publish(body.events)
         return Accepted(event_ids=[e.event_id for e in body.events])
 
     return app
 
 
-def _own_fact(deps: ApiDependencies, org: str, user_id: str, fact_id: uuid.UUID) -> Fact:
-    _own_user(deps, org, user_id)
-    fact = deps.reads.user_fact(user_id, fact_id)
+def _own_fact(deps: ApiDependencies, key: MemoryKey, fact_id: uuid.UUID) -> Fact:
+    _known(deps, key)
+    fact = deps.reads.user_fact(key, fact_id)
     if fact is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {user_id} has no fact {fact_id}")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {key.user_id} has no fact {fact_id}")
     return fact
 
 
@@ -253,15 +274,11 @@ def _scoped(org: str, user_id: str, key: str | None) -> str | None:
     return None if key is None else f"{org}\x1f{user_id}\x1f{key}"
 
 
-def _publishable(deps: ApiDependencies, org: str, events: Sequence[ContextEvent]) -> None:
+def _publishable(org: str, events: Sequence[ContextEvent]) -> None:
+    """A token publishes into its own organization only; whose user ids they are needs no
+    check, since (organization, user) is the memory an event reaches."""
     for event in events:
         if event.organization_id != org:
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN, f"event {event.event_id} is for another organization"
-            )
-    for user_id in sorted({e.user_id for e in events}):
-        owner = deps.reads.owner_organization(user_id)
-        if owner is not None and owner != org:
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN, f"user {user_id} is in another organization"
             )

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from domain.erasure import ErasureReceipt
 from domain.model import Fact, FactStatus, FactType, SurfacePolicy
 from producers.contract import MAX_CONTENT_CHARS, ContextEvent, Identifier
 from store.read.bundle import ContextBundle, RetrievedFact
@@ -117,6 +118,7 @@ class RetrievedFactOut(BaseModel):
 
 
 class ContextResponse(BaseModel):
+    organization_id: str
     user_id: str
     memory_version: int
     prompt_block: str
@@ -133,6 +135,7 @@ class ContextResponse(BaseModel):
     @classmethod
     def of(cls, b: ContextBundle) -> ContextResponse:
         return cls(
+            organization_id=b.organization_id,
             user_id=b.user_id,
             memory_version=b.memory_version,
             prompt_block=b.prompt_block,
@@ -176,6 +179,40 @@ class Accepted(BaseModel):
     """The events were acknowledged by Kafka; memory changes once the pipeline ran."""
 
     event_ids: list[uuid.UUID]
+
+
+class TombstoneOut(BaseModel):
+    topic: str
+    partition: int
+    offset: int
+
+
+class ErasureOut(BaseModel):
+    """The receipt of an erasure: what was removed where. memoryd keeps the same receipt in
+    its erasure audit, without the user id (a keyed digest, `subject`, stands for it)."""
+
+    user_id: str
+    erasure_id: uuid.UUID
+    scope: str
+    subject: str
+    tombstone: TombstoneOut | None
+    removed: dict[str, Any]
+    digest: str
+
+    @classmethod
+    def of(cls, receipt: ErasureReceipt, user_id: str) -> ErasureOut:
+        t = receipt.tombstone
+        return cls(
+            user_id=user_id,
+            erasure_id=receipt.erasure_id,
+            scope=receipt.scope.value,
+            subject=receipt.subject,
+            tombstone=None
+            if t is None
+            else TombstoneOut(topic=t.topic, partition=t.partition, offset=t.offset),
+            removed=dict(receipt.removed),
+            digest=receipt.digest,
+        )
 
 
 class Problem(BaseModel):

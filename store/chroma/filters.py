@@ -11,20 +11,26 @@ from collections.abc import Iterable, Sequence
 from chromadb.api.types import Where
 from chromadb.base_types import InclusionExclusionOperator, LiteralValue
 
-from domain.ids import NO_CONNECTION
+from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import FactStatus
+
+
+def memory_where(key: MemoryKey) -> Where:
+    """organization AND user: the vectors of one memory."""
+    return {"$and": [{"organization_id": key.organization_id}, {"user_id": key.user_id}]}
 
 
 def build_where(
     *,
-    user_id: str,
+    key: MemoryKey,
     connection_ids: Sequence[str],
     statuses: Sequence[FactStatus],
     context_types: Sequence[str] = (),
 ) -> Where:
-    """user AND connection IN (active + none) AND status IN statuses [AND context_type IN ...].
+    """organization AND user AND connection IN (active + none) AND status IN statuses
+    [AND context_type IN ...].
 
-    Always an `$and` of at least three clauses, and every `$in` list is non-empty (Chroma
+    Always an `$and` of at least four clauses, and every `$in` list is non-empty (Chroma
     rejects `$and` with fewer than two clauses and `$in []`): NO_CONNECTION is always in the
     connection list, the caller checks `statuses`, and context types only add a clause when
     given. Lists are deduplicated and sorted so equal queries build equal filters.
@@ -32,7 +38,8 @@ def build_where(
     if not statuses:
         raise ValueError("statuses must not be empty: nothing could match")
     clauses: list[Where] = [
-        {"user_id": user_id},
+        {"organization_id": key.organization_id},
+        {"user_id": key.user_id},
         {"connection_id": _one_of([*connection_ids, NO_CONNECTION])},
         {"status": _one_of(s.value for s in statuses)},
     ]

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from chromadb.api import ClientAPI
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.ports import Embedder, Vector, VectorHit
 from store.chroma._client import close_client
@@ -60,7 +61,7 @@ class ReconnectingIndex:
     def query(
         self,
         *,
-        user_id: str,
+        key: MemoryKey,
         text: str,
         connection_ids: Sequence[str],
         n: int,
@@ -69,7 +70,7 @@ class ReconnectingIndex:
     ) -> list[VectorHit]:
         return self._call(
             lambda i: i.query(
-                user_id=user_id,
+                key=key,
                 text=text,
                 connection_ids=connection_ids,
                 n=n,
@@ -89,8 +90,11 @@ class ReconnectingIndex:
     def delete(self, fact_ids: Sequence[uuid.UUID]) -> None:
         self._call(lambda i: i.delete(fact_ids))
 
-    def count(self, user_id: str | None = None) -> int:
-        return self._call(lambda i: i.count(user_id))
+    def delete_memory(self, key: MemoryKey) -> None:
+        self._call(lambda i: i.delete_memory(key))
+
+    def count(self, key: MemoryKey | None = None) -> int:
+        return self._call(lambda i: i.count(key))
 
     def close(self) -> None:
         self._reset()

@@ -19,10 +19,11 @@ from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Embeddable, EmbeddingFunction, Metadata
 
 from domain.codec import fact_metadata
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.ports import Embedder, MetadataValue, Vector, VectorHit
 from store.chroma._translate import translated
-from store.chroma.filters import build_where
+from store.chroma.filters import build_where, memory_where
 from store.embeddings import ChromaEmbeddingFunction
 from store.exact_search import nearest
 
@@ -125,7 +126,7 @@ class ChromaVectorIndex:
     def query(
         self,
         *,
-        user_id: str,
+        key: MemoryKey,
         text: str,
         connection_ids: Sequence[str],
         n: int,
@@ -135,7 +136,7 @@ class ChromaVectorIndex:
         if n <= 0 or not statuses:
             return []
         where = build_where(
-            user_id=user_id,
+            key=key,
             connection_ids=connection_ids,
             statuses=statuses,
             context_types=context_types,
@@ -211,12 +212,16 @@ class ChromaVectorIndex:
             for chunk in _chunks(ids, self._max_batch_size()):
                 collection.delete(ids=list(chunk))
 
-    def count(self, user_id: str | None = None) -> int:
+    def delete_memory(self, key: MemoryKey) -> None:
+        with translated("delete_memory"):
+            self._get_collection().delete(where=memory_where(key))
+
+    def count(self, key: MemoryKey | None = None) -> int:
         with translated("count"):
             collection = self._get_collection()
-            if user_id is None:
+            if key is None:
                 return collection.count()
-            return len(collection.get(where={"user_id": user_id}, include=[])["ids"])
+            return len(collection.get(where=memory_where(key), include=[])["ids"])
 
     def _get_collection(self) -> Collection:
         collection = self._collection

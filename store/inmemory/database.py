@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from domain.ids import MemoryKey
 from domain.model import Fact, LedgerEntry, LoggedRun, MemoryState
 from domain.ports import Clock
 from domain.reads import ContextLogRow
@@ -23,23 +24,32 @@ class InMemoryDatabase:
 
     clock: Clock = _utc_now  # the time a transaction commits (a run's `finished_at`)
     lock: threading.RLock = field(default_factory=threading.RLock)
-    memory: dict[str, MemoryState] = field(default_factory=dict)
+    memory: dict[MemoryKey, MemoryState] = field(default_factory=dict)
+    generations: dict[MemoryKey, uuid.UUID] = field(default_factory=dict)
     facts: dict[uuid.UUID, Fact] = field(default_factory=dict)
-    consolidated: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)  # event → run
+    # (memory, event) → run
+    consolidated: dict[tuple[MemoryKey, uuid.UUID], uuid.UUID] = field(default_factory=dict)
     runs: dict[uuid.UUID, LoggedRun] = field(default_factory=dict)  # in log order
     ledger: dict[uuid.UUID, LedgerEntry] = field(default_factory=dict)
-    credits: dict[str, int] = field(default_factory=dict)
-    connections: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    credits: dict[MemoryKey, int] = field(default_factory=dict)
+    connections: dict[tuple[MemoryKey, str], tuple[str, ...]] = field(default_factory=dict)
     context_logs: dict[uuid.UUID, ContextLogRow] = field(default_factory=dict)
+    # An erased memory's cut-offs by subject digest, and the memories being erased.
+    cutoffs: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+    erasing: set[MemoryKey] = field(default_factory=set)
 
-    def balance(self, user_id: str) -> int | None:
-        credit = self.credits.get(user_id)
+    def balance(self, key: MemoryKey) -> int | None:
+        credit = self.credits.get(key)
         if credit is None:
             return None
-        spent = sum(e.cost_micro_usd for e in self.ledger.values() if e.user_id == user_id)
+        spent = sum(
+            e.cost_micro_usd
+            for e in self.ledger.values()
+            if MemoryKey(e.organization_id, e.user_id) == key
+        )
         return credit - spent
 
-    def user_facts(self, user_id: str) -> list[Fact]:
-        """The user's facts as the Postgres adapters list them: created_at, then fact id."""
-        facts = [f for f in self.facts.values() if f.user_id == user_id]
+    def user_facts(self, key: MemoryKey) -> list[Fact]:
+        """The memory's facts as the Postgres adapters list them: created_at, then fact id."""
+        facts = [f for f in self.facts.values() if f.key == key]
         return sorted(facts, key=lambda f: (f.created_at, f.fact_id))

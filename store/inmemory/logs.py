@@ -3,39 +3,53 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from domain.ids import MemoryKey
 from domain.model import KafkaCoordinates, LoggedEvent, LoggedRun
+from domain.ports import Appended
 from producers.contract import ContextEvent
 from store.inmemory.database import InMemoryDatabase
 
 
+def _key(event: ContextEvent) -> MemoryKey:
+    return MemoryKey(event.organization_id, event.user_id)
+
+
 class InMemoryEventLog:
-    """Append-only and idempotent on event_id, like `context_events`."""
+    """Append-only and idempotent on (memory, event_id), like `context_events`; an event an
+    erasure's cut-offs forgot is not stored (`subjects` names memories as the erasure does)."""
 
-    def __init__(self, db: InMemoryDatabase) -> None:
+    def __init__(self, db: InMemoryDatabase, subjects: Callable[[MemoryKey], str]) -> None:
         self._db = db
-        self._events: dict[uuid.UUID, LoggedEvent[ContextEvent]] = {}
+        self._subjects = subjects
+        self._events: dict[tuple[MemoryKey, uuid.UUID], LoggedEvent[ContextEvent]] = {}
 
-    def append(self, events: Sequence[tuple[ContextEvent, KafkaCoordinates | None]]) -> int:
+    def append(self, events: Sequence[tuple[ContextEvent, KafkaCoordinates | None]]) -> Appended:
         with self._db.lock:
-            new = 0
-            for event, _at in events:
-                if event.event_id not in self._events:
+            new = forgotten = 0
+            for event, at in events:
+                if at is not None:
+                    cutoffs = self._db.cutoffs.get(self._subjects(_key(event)), {})
+                    if at.offset < cutoffs.get((at.topic, at.partition), -1):
+                        forgotten += 1
+                        continue
+                if (_key(event), event.event_id) not in self._events:
                     seq = len(self._events) + 1
-                    self._events[event.event_id] = LoggedEvent(seq, event, self._db.clock())
+                    entry = LoggedEvent(seq, event, self._db.clock())
+                    self._events[(_key(event), event.event_id)] = entry
                     new += 1
-            return new
+            return Appended(new, forgotten)
 
     def user_events(
-        self, user_id: str, *, until: datetime | None = None
+        self, key: MemoryKey, *, until: datetime | None = None
     ) -> list[LoggedEvent[ContextEvent]]:
         with self._db.lock:
             return [
                 e
-                for e in self._events.values()
-                if e.event.user_id == user_id and (until is None or e.event.occurred_at <= until)
+                for (k, _), e in self._events.items()
+                if k == key and (until is None or e.event.occurred_at <= until)
             ]
 
 
@@ -45,6 +59,6 @@ class InMemoryRunLog:
     def __init__(self, db: InMemoryDatabase) -> None:
         self._db = db
 
-    def runs(self, user_id: str) -> list[LoggedRun]:
+    def runs(self, key: MemoryKey) -> list[LoggedRun]:
         with self._db.lock:
-            return [r for r in self._db.runs.values() if r.run.user_id == user_id]
+            return [r for r in self._db.runs.values() if r.run.key == key]

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 
+from domain.ids import MemoryKey
 from domain.model import (
     ConnectionContext,
     Fact,
@@ -23,55 +24,69 @@ from domain.model import (
 )
 from domain.ports import Pricing
 from domain.upsert import merge_fact
-from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion
+from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
 from store.inmemory.database import InMemoryDatabase
 
 
 class InMemoryMemoryStore:
     def __init__(self, db: InMemoryDatabase) -> None:
         self._db = db
-        self._user_locks: dict[str, threading.Lock] = {}
+        self._memory_locks: dict[MemoryKey, threading.Lock] = {}
         self._locks_lock = threading.Lock()
 
     # -- reads ----------------------------------------------------------------------------
 
-    def load_state(self, user_id: str, organization_id: str = "") -> MemoryState:
+    def load_state(self, key: MemoryKey) -> MemoryState:
         with self._db.lock:
-            state = self._db.memory.get(user_id)
-        return state or MemoryState(user_id=user_id, organization_id=organization_id)
+            state = self._db.memory.get(key)
+        return state or MemoryState.empty(key)
 
     def facts(
-        self, user_id: str, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
+        self, key: MemoryKey, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
     ) -> list[Fact]:
         with self._db.lock:
-            return [f for f in self._db.user_facts(user_id) if f.status in statuses]
+            return [f for f in self._db.user_facts(key) if f.status in statuses]
 
     def facts_by_id(self, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
         with self._db.lock:
             return [self._db.facts[i] for i in dict.fromkeys(fact_ids) if i in self._db.facts]
 
-    def connections(self, user_id: str, connection_ids: Sequence[str]) -> list[ConnectionContext]:
+    def missing_facts(self, fact_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        with self._db.lock:
+            return [i for i in fact_ids if i not in self._db.facts]
+
+    def connections(self, key: MemoryKey, connection_ids: Sequence[str]) -> list[ConnectionContext]:
         with self._db.lock:
             return [
-                ConnectionContext(c, self._db.connections[(user_id, c)])
+                ConnectionContext(c, self._db.connections[(key, c)])
                 for c in sorted(set(connection_ids))
-                if (user_id, c) in self._db.connections
+                if (key, c) in self._db.connections
             ]
 
-    def already_consolidated(self, event_ids: Iterable[uuid.UUID]) -> frozenset[uuid.UUID]:
+    def already_consolidated(
+        self, key: MemoryKey, event_ids: Iterable[uuid.UUID]
+    ) -> frozenset[uuid.UUID]:
         with self._db.lock:
-            return frozenset(e for e in event_ids if e in self._db.consolidated)
+            return frozenset(e for e in event_ids if (key, e) in self._db.consolidated)
 
-    def balance(self, user_id: str) -> int | None:
+    def balance(self, key: MemoryKey) -> int | None:
         with self._db.lock:
-            return self._db.balance(user_id)
+            return self._db.balance(key)
 
-    # -- the user lock --------------------------------------------------------------------
+    def forgotten_before(self, subject: str) -> dict[tuple[str, int], int]:
+        with self._db.lock:
+            return dict(self._db.cutoffs.get(subject, {}))
+
+    def memory_erasure_open(self, key: MemoryKey) -> bool:
+        with self._db.lock:
+            return key in self._db.erasing
+
+    # -- the memory lock ------------------------------------------------------------------
 
     @contextmanager
-    def user_lock(self, user_id: str) -> Iterator[None]:
+    def memory_lock(self, key: MemoryKey) -> Iterator[None]:
         with self._locks_lock:
-            lock = self._user_locks.setdefault(user_id, threading.Lock())
+            lock = self._memory_locks.setdefault(key, threading.Lock())
         with lock:
             yield
 
@@ -81,28 +96,32 @@ class InMemoryMemoryStore:
         """All of the run's effect or, raising StaleMemoryVersion or EventsAlreadyConsolidated,
         none of it: every check comes before the first write."""
         run, state = update.run, update.state
+        if strangers := update.strangers():
+            raise StoreError(f"run {run.run_id} of {run.key} writes into {strangers}")
+        key = state.key
         with self._db.lock:
-            current = self._db.memory.get(state.user_id)
+            current = self._db.memory.get(key)
             version = 0 if current is None else current.version
             if version != run.base_version:
                 raise StaleMemoryVersion(
-                    f"user {state.user_id}: planned on {run.base_version}, now {version}"
+                    f"memory {key}: planned on {run.base_version}, now {version}"
                 )
-            taken = frozenset(run.input_event_ids) & self._db.consolidated.keys()
+            taken = frozenset(e for e in run.input_event_ids if (key, e) in self._db.consolidated)
             if taken:
                 raise EventsAlreadyConsolidated(frozenset(taken))
             for event_id in run.input_event_ids:
-                self._db.consolidated[event_id] = run.run_id
+                self._db.consolidated[(key, event_id)] = run.run_id
             self._insert_run(run)
             # Through JSON, as Postgres stores S (jsonb): what is read back is a copy.
             scaffold = json.loads(json.dumps(dict(state.scaffold)))
-            self._db.memory[state.user_id] = replace(
+            self._db.memory[key] = replace(
                 state, scaffold=scaffold, learned_info=tuple(state.learned_info)
             )
+            self._db.generations.setdefault(key, uuid.uuid4())
             self._write_changes(update.fact_changes)
             for connection_id, additions in update.connection_additions.items():
-                key = (state.user_id, connection_id)
-                self._db.connections[key] = (*self._db.connections.get(key, ()), *additions)
+                row = (key, connection_id)
+                self._db.connections[row] = (*self._db.connections.get(row, ()), *additions)
             self._insert_ledger(update.ledger)
 
     def record_run(self, run: RunRecord) -> None:
@@ -113,9 +132,9 @@ class InMemoryMemoryStore:
         with self._db.lock:
             self._insert_ledger(entries)
 
-    def set_credit(self, user_id: str, credit_micro_usd: int) -> None:
+    def set_credit(self, key: MemoryKey, credit_micro_usd: int) -> None:
         with self._db.lock:
-            self._db.credits[user_id] = credit_micro_usd
+            self._db.credits[key] = credit_micro_usd
 
     # -- the index outbox -----------------------------------------------------------------
 
@@ -124,8 +143,7 @@ class InMemoryMemoryStore:
             pending = [
                 f
                 for f in self._db.facts.values()
-                if f.indexed_at is None
-                and not (skip_out_of_credit and self._out_of_credit(f.user_id))
+                if f.indexed_at is None and not (skip_out_of_credit and self._out_of_credit(f.key))
             ]
         return sorted(pending, key=lambda f: (f.updated_at, f.fact_id))[:limit]
 
@@ -167,6 +185,6 @@ class InMemoryMemoryStore:
         for entry in entries:
             self._db.ledger.setdefault(entry.entry_id, entry)
 
-    def _out_of_credit(self, user_id: str) -> bool:
-        balance = self._db.balance(user_id)
+    def _out_of_credit(self, key: MemoryKey) -> bool:
+        balance = self._db.balance(key)
         return balance is not None and balance <= 0

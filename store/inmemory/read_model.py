@@ -1,21 +1,24 @@
 """`ReadModel` in memory: the behaviour of `store.read.fact_queries` over an `InMemoryDatabase`.
 
 The keyword search stands in for Postgres full text search with plain words: lower-cased, the
-commonest English words dropped, no stemming. A fact matching more of the query's words ranks
-higher, as `ts_rank_cd` ranks an OR query.
+commonest English words dropped, no stemming, ranked by Okapi BM25 over the facts in scope as
+`store.read.fact_queries` ranks them.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
-from domain.reads import ContextLogRow, Injection, Recall, Scope
+from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
 from store.inmemory.database import InMemoryDatabase
+from store.read.fact_queries import BM25_B, BM25_K1
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOPWORDS = frozenset({
@@ -28,7 +31,27 @@ _STOPWORDS = frozenset({
 
 
 def words(text: str) -> frozenset[str]:
-    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
+    return frozenset(_tokens(text))
+
+
+def _tokens(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+
+
+def _bm25(query: frozenset[str], docs: Sequence[Sequence[str]]) -> list[float]:
+    """Okapi BM25 of each doc, with the frequencies of `docs` (one memory), as the Postgres
+    query computes it."""
+    if not docs:
+        return []
+    avgdl = max(sum(len(d) for d in docs) / len(docs), 1.0)
+    df = {w: sum(1 for d in docs if w in d) for w in query}
+    idf = {w: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for w, n in df.items()}
+    scores = []
+    for doc in docs:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * len(doc) / avgdl)
+        tf = {w: doc.count(w) for w in query}
+        scores.append(sum(idf[w] * tf[w] * (BM25_K1 + 1) / (tf[w] + norm) for w in query if tf[w]))
+    return scores
 
 
 class InMemoryReadModel:
@@ -37,26 +60,31 @@ class InMemoryReadModel:
 
     # -- injection ------------------------------------------------------------------------
 
-    def memory_version(self, user_id: str) -> int | None:
+    def memory_stamp(self, key: MemoryKey) -> MemoryStamp | None:
         with self._db.lock:
-            state = self._db.memory.get(user_id)
-        return None if state is None else state.version
+            state = self._db.memory.get(key)
+            return None if state is None else MemoryStamp(self._db.generations[key], state.version)
 
-    def injection(self, user_id: str) -> Injection | None:
+    def memory_stamps(self, keys: Sequence[MemoryKey]) -> dict[MemoryKey, MemoryStamp]:
+        found = {k: self.memory_stamp(k) for k in keys}
+        return {k: stamp for k, stamp in found.items() if stamp is not None}
+
+    def injection(self, key: MemoryKey) -> Injection | None:
         with self._db.lock:
-            state = self._db.memory.get(user_id)
+            state = self._db.memory.get(key)
             if state is None:
                 return None
             connections = {
-                c: info for (u, c), info in sorted(self._db.connections.items()) if u == user_id
+                c: info for (k, c), info in sorted(self._db.connections.items()) if k == key
             }
             pinned = tuple(
                 # Postgres hands pinned facts over as JSON, which does not carry indexed_at.
                 replace(f, indexed_at=None)
-                for f in self._db.user_facts(user_id)
+                for f in self._db.user_facts(key)
                 if f.pinned and f.status is FactStatus.ACTIVE
             )
-        return Injection(state=state, connections=connections, pinned=pinned)
+            generation = self._db.generations[key]
+        return Injection(state, connections, pinned, generation)
 
     # -- retrieval ------------------------------------------------------------------------
 
@@ -65,12 +93,12 @@ class InMemoryReadModel:
         if limit <= 0 or not wanted:
             return []
         with self._db.lock:
-            matches = [
-                (len(wanted & words(f.content)), f)
-                for f in self._db.facts.values()
-                if scope.admits(f)
-            ]
-        ranked = sorted((m for m in matches if m[0]), key=lambda m: (-m[0], m[1].fact_id))
+            scoped = [(f, _tokens(f.content)) for f in self._db.facts.values() if scope.admits(f)]
+        scores = _bm25(wanted, [tokens for _, tokens in scoped])
+        ranked = sorted(
+            ((score, f) for score, (f, _) in zip(scores, scoped, strict=True) if score > 0),
+            key=lambda m: (-m[0], m[1].fact_id),
+        )
         return [f for _, f in ranked[:limit]]
 
     def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:
@@ -103,15 +131,24 @@ class InMemoryReadModel:
                 )
 
     def write_context_logs(self, rows: Sequence[ContextLogRow]) -> None:
+        """Only rows of the memory's generation the turn read, as the Postgres one."""
         with self._db.lock:
             for row in rows:
-                self._db.context_logs.setdefault(row.log_id, row)
+                key = MemoryKey(row.organization_id, row.user_id)
+                if self._db.generations.get(key) == row.generation or (
+                    row.generation is None and key not in self._db.erasing
+                ):
+                    self._db.context_logs.setdefault(row.log_id, row)
 
     # -- inspection -----------------------------------------------------------------------
 
-    def context_logs(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
-        """The user's audit rows as column → value, newest first (as the Postgres one)."""
+    def context_logs(self, key: MemoryKey, limit: int = 100) -> list[dict[str, Any]]:
+        """The memory's audit rows as column → value, newest first (as the Postgres one)."""
         with self._db.lock:
-            rows = [asdict(r) for r in self._db.context_logs.values() if r.user_id == user_id]
+            rows = [
+                asdict(r)
+                for r in self._db.context_logs.values()
+                if (r.organization_id, r.user_id) == (key.organization_id, key.user_id)
+            ]
         rows.sort(key=lambda r: r["created_at"], reverse=True)
         return rows[:limit]

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from domain.codec import fact_metadata
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.ports import Embedder, Vector, VectorHit
 from store.exact_search import nearest
@@ -61,7 +62,7 @@ class InMemoryVectorIndex:
     def query(
         self,
         *,
-        user_id: str,
+        key: MemoryKey,
         text: str,
         connection_ids: Sequence[str],
         n: int,
@@ -74,7 +75,7 @@ class InMemoryVectorIndex:
             candidates = [
                 e
                 for e in self._entries.values()
-                if _admits(e.fact, user_id, connection_ids, statuses, context_types)
+                if _admits(e.fact, key, connection_ids, statuses, context_types)
             ]
         if not candidates:
             return []
@@ -106,21 +107,26 @@ class InMemoryVectorIndex:
             for fact_id in fact_ids:
                 self._entries.pop(fact_id, None)
 
-    def count(self, user_id: str | None = None) -> int:
+    def delete_memory(self, key: MemoryKey) -> None:
         with self._lock:
-            return sum(1 for e in self._entries.values() if user_id in (None, e.fact.user_id))
+            for fact_id in [i for i, e in self._entries.items() if e.fact.key == key]:
+                del self._entries[fact_id]
+
+    def count(self, key: MemoryKey | None = None) -> int:
+        with self._lock:
+            return sum(1 for e in self._entries.values() if key in (None, e.fact.key))
 
 
 def _admits(
     fact: Fact,
-    user_id: str,
+    key: MemoryKey,
     connection_ids: Sequence[str],
     statuses: Sequence[FactStatus],
     context_types: Sequence[str],
 ) -> bool:
     connection = fact.provenance.connection_id
     return (
-        fact.user_id == user_id
+        fact.key == key
         and (connection is None or connection in connection_ids)
         and fact.status in statuses
         and (not context_types or fact.provenance.context_type in context_types)

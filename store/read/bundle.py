@@ -38,6 +38,7 @@ class RetrievedFact:
 
 @dataclass(frozen=True)
 class ContextBundle:
+    organization_id: str
     user_id: str
     memory_version: int
     working_memory: str
@@ -58,7 +59,7 @@ class ContextBundle:
 
 
 def audit_row(
-    bundle: ContextBundle, injection: Injection, candidates: int, org: str | None, at: datetime
+    bundle: ContextBundle, injection: Injection, candidates: int, at: datetime
 ) -> ContextLogRow:
     """The AgentContextLog row of an assembled bundle."""
     if bundle.log_id is None:
@@ -67,7 +68,7 @@ def audit_row(
     return ContextLogRow(
         log_id=bundle.log_id,
         user_id=bundle.user_id,
-        organization_id=org or None,
+        organization_id=bundle.organization_id,
         query=bundle.query,
         rewritten_query=bundle.rewritten_query,
         memory_version=bundle.memory_version,
@@ -89,4 +90,5 @@ def audit_row(
         degraded=bundle.degraded,
         degraded_reason=bundle.degraded_reason,
         created_at=at,
+        generation=injection.generation,
     )

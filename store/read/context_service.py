@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from domain.ids import normalize_content
+from domain.ids import MemoryKey, normalize_content
 from domain.model import Fact, FactStatus
 from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
-from domain.reads import ContextLogRow, Injection, Recall, Scope
-from store.errors import StoreError, VectorIndexUnavailable
+from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
+from store.errors import VectorIndexUnavailable
 from store.read.background import BatchWriter
 from store.read.bundle import ContextBundle, RetrievedFact, audit_row
 from store.read.dense import DenseSearch
@@ -31,16 +31,14 @@ from store.read.ranking import (
     PROFILES,
     Budget,
     BudgetProfile,
+    cue_weight,
     mmr,
+    query_cues,
     reciprocal_rank_fusion,
     rerank,
     within_budget,
 )
 from store.read.rendering import render_prompt_block
-
-
-class TenantMismatch(StoreError):
-    """The user belongs to another organization than the caller's."""
 
 
 class ReadPathObserver(Protocol):
@@ -101,50 +99,41 @@ class ContextService:
 
     def assemble(
         self,
-        user_id: str,
+        key: MemoryKey,
         query: str,
         active_connection_ids: Sequence[str] = (),
         budget: Budget = Budget.BALANCED,
         *,
-        organization_id: str | None = None,
         context_types: Sequence[str] = (),
         statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
         log_id: uuid.UUID | None = None,
     ) -> ContextBundle:
-        """The context for one turn.
+        """The context for one turn of one memory (an organization's user).
 
-        `statuses` widens retrieval beyond active facts (an audit view, say); pinned facts
-        are always in. With `organization_id`, a user of another organization raises
-        `TenantMismatch` and no fact of another organization can come back. `log_id` makes
-        the audit row idempotent when the caller retries the same turn.
+        Every read is scoped to `key`: nothing of another organization's user of the same id
+        can come back. `statuses` widens retrieval beyond active facts (an audit view, say);
+        pinned facts are always in. `log_id` makes the audit row idempotent when the caller
+        retries the same turn. An unknown memory gets an empty, valid bundle.
         """
         watch = _Stopwatch()
-        injection, hit = self._cache.get(user_id)
-        owner = injection.state.organization_id
-        if organization_id is not None and owner and owner != organization_id:
-            raise TenantMismatch(f"user {user_id} is not in organization {organization_id}")
+        injection, hit = self._cache.get(key)
         watch.lap("injection")
         rewrite = self._rewrite(query)
         watch.lap("rewrite")
         connections = tuple(sorted(set(active_connection_ids)))
         scope = Scope(
-            user_id=user_id,
+            key=key,
             connection_ids=connections,
             statuses=tuple(dict.fromkeys(statuses)),
             context_types=tuple(sorted(set(context_types))),
-            organization_id=organization_id,
         )
-        pinned = [
-            f
-            for f in injection.pinned
-            if _in_scope(f, connections)
-            and (organization_id is None or f.organization_id == organization_id)
-        ]
+        pinned = [f for f in injection.pinned if _in_scope(f, connections) and f.key == key]
         found = self._retrieve(
-            scope, injection.state.version, rewrite.query, PROFILES[budget], pinned, watch
+            scope, injection.stamp, rewrite.query, PROFILES[budget], pinned, watch
         )
         bundle = ContextBundle(
-            user_id=user_id,
+            organization_id=key.organization_id,
+            user_id=key.user_id,
             memory_version=injection.state.version,
             working_memory=injection.state.working_memory,
             scaffold=scoped_scaffold(injection.state.scaffold, connections),
@@ -166,28 +155,42 @@ class ContextService:
         watch.lap("render")
         bundle = replace(bundle, latency_ms=watch.total_ms, timings_ms=dict(watch.laps))
         self._observe(bundle, hit, rewrite)
-        self._hand_off(bundle, injection, found.candidates, owner or organization_id)
+        self._hand_off(bundle, injection, found.candidates)
         return bundle
+
+    def forget(self, key: MemoryKey) -> None:
+        """Drop what this process caches of a memory (its erasure calls it)."""
+        self._cache.invalidate(key)
+        if self._dense_search is not None:
+            self._dense_search.forget(key)
+
+    def sweep_cache(self) -> int:
+        """Drop cached injections and dense matrices of memories erased or changed elsewhere;
+        returns how many entries went."""
+        dropped = self._cache.sweep()
+        if self._dense_search is not None:
+            dropped += self._dense_search.sweep(self._reads.memory_stamps)
+        return dropped
 
     # -- retrieval ------------------------------------------------------------------------
 
     def _dense(
-        self, scope: Scope, version: int, text: str, pool: int
+        self, scope: Scope, stamp: MemoryStamp, text: str, pool: int
     ) -> tuple[list[VectorHit], Mapping[uuid.UUID, Vector]]:
         """Exact search over the user's facts in scope; the vectors come back for MMR.
 
-        With a `DenseSearch` the memory's matrix is cached per version (one Chroma fetch per
-        consolidation); without one, the user's vectors are fetched by id on every call.
+        With a `DenseSearch` the memory's matrix is cached per stamp (one Chroma fetch per
+        consolidation or erasure); without one, the vectors are fetched by id on every call.
         """
         if self._dense_search is not None:
-            return self._dense_search.search(scope, version, text, pool)
+            return self._dense_search.search(scope, stamp, text, pool)
         ids = self._reads.indexed_ids(scope, UNCACHED_SEARCH_MAX_FACTS)
         return self._index.score(text, ids, pool)
 
     def _retrieve(
         self,
         scope: Scope,
-        version: int,
+        stamp: MemoryStamp,
         text: str,
         profile: BudgetProfile,
         pinned: Sequence[Fact],
@@ -195,7 +198,7 @@ class ContextService:
     ) -> _Found:
         degraded: str | None = None
         try:
-            hits, known_vectors = self._dense(scope, version, text, profile.pool)
+            hits, known_vectors = self._dense(scope, stamp, text, profile.pool)
         except VectorIndexUnavailable as e:
             hits, known_vectors, degraded = [], {}, f"vector index unavailable: {e}"
         watch.lap("dense")
@@ -216,17 +219,24 @@ class ContextService:
             h.fact_id for h in hits if h.fact_id in rows and h.fact_id not in pinned_ids
         ]
         keyword_ranking = [f.fact_id for f in keyword if f.fact_id not in pinned_ids]
-        rankings = [keyword_ranking] if degraded else [dense_ranking, keyword_ranking]
-        fused = reciprocal_rank_fusion(rankings)
-        now = self._clock()
+        if degraded:
+            fused = reciprocal_rank_fusion([keyword_ranking])
+        else:
+            # The dense term keeps how near a fact is, not only its rank (see the fusion).
+            fused = reciprocal_rank_fusion(
+                [dense_ranking, keyword_ranking], strengths=[similarity, None]
+            )
+        now, cues = self._clock(), query_cues(text)
         scores = {
             fid: rerank(
                 fused[fid],
-                updated_at=rows[fid].updated_at,
+                # When it happened, not when a run last touched it.
+                updated_at=rows[fid].observed_at or rows[fid].updated_at,
                 salience=rows[fid].salience,
                 confidence=rows[fid].confidence,
                 now=now,
             )
+            * cue_weight(rows[fid], cues)
             for fid in fused
         }
         ordered = _without_repeats(
@@ -249,7 +259,8 @@ class ContextService:
             lam=profile.mmr_lambda,
             selected=list(pinned_ids),
         )
-        chosen = within_budget([(k, scores[k]) for k in picked], profile)
+        sizes = {k: len(rows[k].content) for k in picked}
+        chosen = within_budget([(k, scores[k]) for k in picked], profile, sizes)
         dense_rank = {fid: i for i, fid in enumerate(dense_ranking, start=1)}
         keyword_rank = {fid: i for i, fid in enumerate(keyword_ranking, start=1)}
         facts = [RetrievedFact(f, 1.0, 1.0, pinned=True) for f in pinned]
@@ -273,15 +284,13 @@ class ContextService:
 
     # -- off the hot path -----------------------------------------------------------------
 
-    def _hand_off(
-        self, bundle: ContextBundle, injection: Injection, candidates: int, org: str | None
-    ) -> None:
+    def _hand_off(self, bundle: ContextBundle, injection: Injection, candidates: int) -> None:
         at = self._clock()
         if self._recalls is not None:
             for r in bundle.facts:
                 self._recalls.submit(Recall(r.fact.fact_id, at))
         if self._audit is not None:
-            self._audit.submit(audit_row(bundle, injection, candidates, org, at))
+            self._audit.submit(audit_row(bundle, injection, candidates, at))
 
     def _observe(self, bundle: ContextBundle, hit: bool, rewrite: Rewrite) -> None:
         if self._observer is not None:

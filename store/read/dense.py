@@ -1,7 +1,8 @@
 """The dense stage of retrieval: an exact search over one memory's vectors, held in process.
 
-A memory (organization, user) changes only when a consolidation run commits, and every run
-increments `user_memory.version`. So the vectors of a memory at a version are fetched from
+A memory (organization, user) changes only when a consolidation run commits, which increments
+`user_memory.version`, or when an erasure gives it a new generation. So the vectors of a memory
+at a stamp (generation, version) are fetched from
 Chroma once, kept as one matrix with each fact's scope columns beside it, and every later turn
 of that memory costs one matrix-vector product and a mask, whatever the collection holds: no
 Chroma call, no Postgres query beyond the version the injection cache reads anyway.
@@ -9,14 +10,16 @@ Chroma call, no Postgres query beyond the version the injection cache reads anyw
 Why not Chroma's own filtered query: Chroma 1.5 answers a metadata-filtered query by scanning
 the metadata of the whole collection (265 ms at 100k facts), and a fetch by id grows with the
 user's facts (9 ms for 100, about 100 ms for 10,000). A new version reuses the vectors of the
-previous one for every fact whose (id, version) is unchanged, so a run that adds 20 facts
-fetches 20 vectors, not 10,000.
+previous one of the same generation for every fact whose (id, version) is unchanged, so a run
+that adds 20 facts fetches 20 vectors, not 10,000; a new generation fetches everything again,
+so no vector of erased content is carried over.
 
 Facts written by a run are indexed in Chroma a moment after it commits. A matrix built in
 between holds them as pending; while any is pending each turn asks Postgres (by primary key)
 whether they are indexed now, and takes them in when they are.
 
-The matrices are bounded by bytes, least recently used evicted first.
+The matrices are bounded by bytes, least recently used evicted first; an erasure in this
+process drops its memory's matrix at once, the periodic sweep those erased elsewhere.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -34,17 +37,14 @@ import numpy.typing as npt
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from domain.ids import NO_CONNECTION
+from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import FactStatus
 from domain.ports import Embedder, Vector, VectorHit
-from domain.reads import Scope
+from domain.reads import MemoryStamp, Scope
 from store.errors import DatabaseUnavailable, StoreError
 from store.postgres import transaction
 
-__all__ = ["DenseCache", "DenseReads", "DenseSearch", "IndexedRow", "MemoryKey"]
-
-# (organization as the caller scoped it, user): never the user alone, user ids collide.
-MemoryKey = tuple[str | None, str]
+__all__ = ["DenseCache", "DenseReads", "DenseSearch", "IndexedRow", "MemoryVectors"]
 
 _STATUS_CODES = {status: code for code, status in enumerate(FactStatus)}
 _ENTRY_OVERHEAD_BYTES = 200  # per fact: the id, its row in the lookup, the scope columns
@@ -67,19 +67,19 @@ class VectorSource(Protocol):
 
 
 class DenseReads:
-    """The two Postgres reads of the dense stage; both use the user's index or the key."""
+    """The two Postgres reads of the dense stage; both use the memory's index or the key."""
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
 
-    def rows(self, user_id: str, organization_id: str | None) -> list[IndexedRow]:
+    def rows(self, key: MemoryKey) -> list[IndexedRow]:
         sql = (
             "SELECT fact_id, version, connection_id, status, context_type,"
-            " indexed_at IS NOT NULL FROM memory_facts WHERE user_id = %s"
-            " AND (%s::text IS NULL OR organization_id = %s)"
+            " indexed_at IS NOT NULL FROM memory_facts"
+            " WHERE organization_id = %s AND user_id = %s"
         )
         with self._transaction() as conn:
-            found = conn.execute(sql, (user_id, organization_id, organization_id)).fetchall()
+            found = conn.execute(sql, (key.organization_id, key.user_id)).fetchall()
         return [
             IndexedRow(r[0], int(r[1]), r[2], FactStatus(r[3]), str(r[4]), bool(r[5]))
             for r in found
@@ -111,9 +111,9 @@ class DenseReads:
 
 @dataclass(frozen=True)
 class MemoryVectors:
-    """One memory's indexed vectors at one version, rows in fact-id order."""
+    """One memory's indexed vectors at one stamp, rows in fact-id order."""
 
-    version: int
+    stamp: MemoryStamp
     ids: tuple[uuid.UUID, ...]
     fact_versions: npt.NDArray[np.int64]
     matrix: npt.NDArray[np.float32]  # len(ids) × dimension, unit rows
@@ -185,8 +185,13 @@ class DenseCache:
     def put(self, key: MemoryKey, entry: MemoryVectors) -> None:
         with self._lock:
             current = self._entries.get(key)
-            # A slower builder must not replace a newer memory with an older one.
-            if current is not None and current.version > entry.version:
+            # A slower builder must not replace a newer version with an older one; an entry
+            # of another generation is stale whatever its version.
+            if (
+                current is not None
+                and current.stamp.generation == entry.stamp.generation
+                and current.stamp.version > entry.stamp.version
+            ):
                 return
             if current is not None:
                 self._bytes -= current.nbytes
@@ -197,6 +202,33 @@ class DenseCache:
             while self._bytes > self._max and len(self._entries) > 1:
                 _, evicted = self._entries.popitem(last=False)
                 self._bytes -= evicted.nbytes
+
+    def invalidate(self, key: MemoryKey) -> None:
+        with self._lock:
+            dropped = self._entries.pop(key, None)
+            if dropped is not None:
+                self._bytes -= dropped.nbytes
+
+    def sweep(
+        self, stamps: Callable[[Sequence[MemoryKey]], Mapping[MemoryKey, MemoryStamp]]
+    ) -> int:
+        """Drop the matrices whose memory is gone or changed; returns how many.
+
+        `stamps` gives the stored stamp of each memory that still exists (the read model's
+        `memory_stamps`): an erasure done by another process is seen here within one sweep.
+        """
+        with self._lock:
+            keys = list(self._entries)
+        current = stamps(keys) if keys else {}
+        dropped = 0
+        with self._lock:
+            for key in keys:
+                entry = self._entries.get(key)
+                if entry is not None and entry.stamp != current.get(key):
+                    del self._entries[key]
+                    self._bytes -= entry.nbytes
+                    dropped += 1
+        return dropped
 
 
 class DenseSearch:
@@ -218,12 +250,12 @@ class DenseSearch:
         self._fetch_batch = fetch_batch
 
     def search(
-        self, scope: Scope, version: int, text: str, n: int
+        self, scope: Scope, stamp: MemoryStamp, text: str, n: int
     ) -> tuple[list[VectorHit], Mapping[uuid.UUID, Vector]]:
         """The n nearest facts in scope (ties by id), and the vectors of all of them."""
         if n <= 0 or not scope.statuses:
             return [], {}
-        entry = self.memory(scope.organization_id, scope.user_id, version)
+        entry = self.memory(scope.key, stamp)
         if not entry.ids:
             return [], {}
         rows = np.flatnonzero(entry.mask(scope))
@@ -236,25 +268,36 @@ class DenseSearch:
         hits = [VectorHit(entry.ids[rows[k]], float(similarity[k]), "", {}) for k in order]
         return hits, _RowVectors(entry)
 
-    def memory(self, organization_id: str | None, user_id: str, version: int) -> MemoryVectors:
-        """The memory's matrix at this version: cached, completed, or built."""
-        key: MemoryKey = (organization_id, user_id)
+    def memory(self, key: MemoryKey, stamp: MemoryStamp) -> MemoryVectors:
+        """The memory's matrix at this stamp: cached, completed, or built."""
         cached = self._cache.get(key)
         if (
             cached is not None
-            and cached.version == version
+            and cached.stamp == stamp
             and (not cached.pending or not self._reads.indexed(cached.pending))
         ):
             return cached
-        entry = self._build(key, version, cached)
+        entry = self._build(key, stamp, cached)
         self._cache.put(key, entry)
         return entry
 
-    def _build(self, key: MemoryKey, version: int, previous: MemoryVectors | None) -> MemoryVectors:
-        rows = sorted(self._reads.rows(key[1], key[0]), key=lambda r: str(r.fact_id))
+    def forget(self, key: MemoryKey) -> None:
+        """Drop the memory's matrix (its erasure in this process calls it)."""
+        self._cache.invalidate(key)
+
+    def sweep(
+        self, stamps: Callable[[Sequence[MemoryKey]], Mapping[MemoryKey, MemoryStamp]]
+    ) -> int:
+        return self._cache.sweep(stamps)
+
+    def _build(
+        self, key: MemoryKey, stamp: MemoryStamp, previous: MemoryVectors | None
+    ) -> MemoryVectors:
+        rows = sorted(self._reads.rows(key), key=lambda r: str(r.fact_id))
         indexed = [r for r in rows if r.indexed]
         known: dict[uuid.UUID, Vector] = {}
-        if previous is not None:
+        # Only within one generation: an erasure's new generation must not inherit vectors.
+        if previous is not None and previous.stamp.generation == stamp.generation:
             known = {
                 r.fact_id: previous.matrix[previous.row_of[r.fact_id]]
                 for r in indexed
@@ -273,7 +316,7 @@ class DenseSearch:
             else np.zeros((0, dimension), dtype=np.float32)
         )
         return MemoryVectors(
-            version=version,
+            stamp=stamp,
             ids=tuple(r.fact_id for r in present),
             fact_versions=np.array([r.version for r in present], dtype=np.int64),
             matrix=matrix,

@@ -1,8 +1,8 @@
 """The read side of memory in Postgres: what a chat turn, the API and the audit need.
 
 Kept apart from `memory_store` (the consolidation's write side). Every fact query carries the
-same scope: the user, their active connections or none, the wanted statuses and, when the
-caller names it, the organization, so a fact can only come back to the tenant that owns it.
+same scope: the memory (organization and user), its active connections or none, and the
+wanted statuses, so a fact can only come back to the tenant that owns it.
 """
 
 from __future__ import annotations
@@ -18,44 +18,82 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from domain.codec import fact_from_json
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
-from domain.reads import ContextLogRow, Injection, Recall, Scope
+from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
 from store import fact_rows
 from store.postgres import transaction
 
 _SCOPE = (
-    " user_id = %(user_id)s"
+    " organization_id = %(org)s AND user_id = %(user_id)s"
     " AND (connection_id IS NULL OR connection_id = ANY(%(connections)s))"
     " AND status = ANY(%(statuses)s)"
     " AND (cardinality(%(context_types)s::text[]) = 0 OR context_type = ANY(%(context_types)s))"
-    " AND (%(org)s::text IS NULL OR organization_id = %(org)s)"
+)
+_MEMORY = "organization_id = %s AND user_id = %s"
+# A background audit row is only written while its memory is the generation the turn read
+# (for a turn on a memory that did not exist: while no erasure of it is running).
+# Parameters: generation, organization, user, organization, user, generation.
+_STILL_THE_MEMORY_READ = (
+    "CASE WHEN %s::uuid IS NULL THEN NOT EXISTS (SELECT 1 FROM erasure_pending p"
+    " WHERE p.organization_id = %s AND p.user_id = %s AND p.fact_id IS NULL)"
+    " ELSE EXISTS (SELECT 1 FROM user_memory m WHERE m.organization_id = %s"
+    " AND m.user_id = %s AND m.generation = %s) END"
 )
 
 # OR of the query's lexemes: plainto_tsquery ANDs them, which a chat turn rarely satisfies.
 # The cast (not to_tsquery) keeps the already-stemmed lexemes as they are.
 _OR_QUERY = "replace(plainto_tsquery('english', %(text)s)::text, '&', '|')::tsquery"
 
+# Okapi BM25 over the stored full-text vectors, with the document frequencies and the mean
+# length of the facts in scope (one memory), not of the whole table: a word common in one
+# user's memory says little there however rare it is elsewhere. The matching facts come from
+# the GIN index; the count and mean length read the scope's rows (the user's index).
+BM25_K1 = 1.2
+BM25_B = 0.75
+_BM25_SEARCH = (
+    f"WITH q AS (SELECT {_OR_QUERY} AS q),"
+    " terms AS (SELECT lexeme FROM unnest(to_tsvector('english', %(text)s))),"
+    f" scoped AS (SELECT fact_id, content_tsv FROM memory_facts WHERE {_SCOPE}),"
+    " stats AS (SELECT count(*) AS n, greatest(avg(length(content_tsv)), 1) AS avgdl"
+    " FROM scoped),"
+    " hits AS (SELECT s.fact_id, u.lexeme, coalesce(array_length(u.positions, 1), 1) AS tf,"
+    " length(s.content_tsv) AS dl FROM scoped s CROSS JOIN q, unnest(s.content_tsv) AS u"
+    " WHERE s.content_tsv @@ q.q AND u.lexeme IN (SELECT lexeme FROM terms)),"
+    " df AS (SELECT lexeme, count(*) AS df FROM hits GROUP BY lexeme),"
+    " scores AS (SELECT h.fact_id, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))"
+    " * h.tf * (%(k1)s + 1) / (h.tf + %(k1)s * (1 - %(b)s + %(b)s * h.dl / st.avgdl)))"
+    " AS score FROM hits h JOIN df USING (lexeme) CROSS JOIN stats st GROUP BY h.fact_id)"
+    f" SELECT {fact_rows.COLUMNS} FROM memory_facts JOIN scores USING (fact_id)"
+    " ORDER BY scores.score DESC, fact_id LIMIT %(limit)s"
+)
+
 # W, S, learned info, every connection's learned info and the pinned facts in one statement.
 _INJECTION = (
     "SELECT m.organization_id, m.working_memory, m.information_scaffold,"
-    " m.persistent_learned_info, m.version, m.updated_at,"
+    " m.persistent_learned_info, m.version, m.updated_at, m.generation,"
     " coalesce((SELECT jsonb_object_agg(c.connection_id, c.persistent_learned_info)"
-    "   FROM connections c WHERE c.user_id = m.user_id), '{}'::jsonb),"
+    "   FROM connections c WHERE c.organization_id = m.organization_id"
+    "   AND c.user_id = m.user_id), '{}'::jsonb),"
     " coalesce((SELECT jsonb_agg(to_jsonb(f) - 'content_tsv' ORDER BY f.created_at, f.fact_id)"
-    "   FROM memory_facts f WHERE f.user_id = m.user_id AND f.pinned AND f.status = 'active'),"
-    "   '[]'::jsonb)"
-    " FROM user_memory m WHERE m.user_id = %s"
+    "   FROM memory_facts f WHERE f.organization_id = m.organization_id"
+    "   AND f.user_id = m.user_id AND f.pinned AND f.status = 'active'), '[]'::jsonb)"
+    " FROM user_memory m WHERE m.organization_id = %s AND m.user_id = %s"
 )
 
 
 def _params(scope: Scope) -> dict[str, Any]:
     return {
-        "user_id": scope.user_id,
+        "org": scope.key.organization_id,
+        "user_id": scope.key.user_id,
         "connections": list(scope.connection_ids),
         "statuses": [s.value for s in scope.statuses],
         "context_types": list(scope.context_types),
-        "org": scope.organization_id,
     }
+
+
+def _key(key: MemoryKey) -> tuple[str, str]:
+    return (key.organization_id, key.user_id)
 
 
 class PostgresReadModel:
@@ -67,40 +105,47 @@ class PostgresReadModel:
 
     # -- injection ------------------------------------------------------------------------
 
-    def memory_version(self, user_id: str) -> int | None:
-        """The user's memory version (a primary-key lookup), None for an unknown user."""
+    def memory_stamp(self, key: MemoryKey) -> MemoryStamp | None:
+        """The memory's generation and version (a primary-key lookup), None for an unknown one."""
         with self._transaction() as conn:
             row = conn.execute(
-                "SELECT version FROM user_memory WHERE user_id = %s", (user_id,)
+                f"SELECT generation, version FROM user_memory WHERE {_MEMORY}", _key(key)
             ).fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else MemoryStamp(row[0], int(row[1]))
 
-    def injection(self, user_id: str) -> Injection | None:
+    def memory_stamps(self, keys: Sequence[MemoryKey]) -> dict[MemoryKey, MemoryStamp]:
+        """The stamps of these memories in one statement; a memory that is gone is absent."""
         with self._transaction() as conn:
-            row = conn.execute(_INJECTION, (user_id,)).fetchone()
+            rows = conn.execute(
+                "SELECT m.organization_id, m.user_id, m.generation, m.version"
+                " FROM user_memory m JOIN unnest(%s::text[], %s::text[]) AS k(org, usr)"
+                " ON m.organization_id = k.org AND m.user_id = k.usr",
+                ([k.organization_id for k in keys], [k.user_id for k in keys]),
+            ).fetchall()
+        return {MemoryKey(r[0], r[1]): MemoryStamp(r[2], int(r[3])) for r in rows}
+
+    def injection(self, key: MemoryKey) -> Injection | None:
+        with self._transaction() as conn:
+            row = conn.execute(_INJECTION, _key(key)).fetchone()
         if row is None:
             return None
-        *state, connections, pinned = row
+        *state, generation, connections, pinned = row
         return Injection(
-            state=fact_rows.state_from_row(user_id, state),
+            state=fact_rows.state_from_row(key.user_id, state),
             connections={k: tuple(v) for k, v in connections.items()},
             pinned=tuple(fact_from_json(f) for f in pinned),
+            generation=generation,
         )
 
     # -- retrieval ------------------------------------------------------------------------
 
     def keyword_search(self, scope: Scope, text: str, limit: int) -> list[Fact]:
-        """Facts in scope matching any lexeme of text, best ts_rank_cd first."""
+        """Facts in scope matching any lexeme of text, best Okapi BM25 score first."""
         if limit <= 0 or not scope.statuses:
             return []
-        sql = (
-            f"WITH q AS (SELECT {_OR_QUERY} AS q)"
-            f" SELECT {fact_rows.COLUMNS} FROM memory_facts, q"
-            f" WHERE content_tsv @@ q.q AND {_SCOPE}"
-            " ORDER BY ts_rank_cd(content_tsv, q.q) DESC, fact_id LIMIT %(limit)s"
-        )
+        params = {**_params(scope), "text": text, "limit": limit, "k1": BM25_K1, "b": BM25_B}
         with self._transaction() as conn:
-            rows = conn.execute(sql, {**_params(scope), "text": text, "limit": limit}).fetchall()
+            rows = conn.execute(_BM25_SEARCH, params).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
     def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:
@@ -129,44 +174,43 @@ class PostgresReadModel:
 
     # -- inspection -----------------------------------------------------------------------
 
-    def owner_organization(self, user_id: str) -> str | None:
-        """The organization a user belongs to, from their memory or else their first event."""
+    def known(self, key: MemoryKey) -> bool:
+        """Whether memoryd has anything of this memory: a memory row, or logged events."""
         with self._transaction() as conn:
             row = conn.execute(
-                "SELECT organization_id FROM user_memory WHERE user_id = %s"
-                " UNION ALL (SELECT organization_id FROM context_events WHERE user_id = %s"
-                " ORDER BY seq LIMIT 1) LIMIT 1",
-                (user_id, user_id),
+                f"SELECT EXISTS (SELECT 1 FROM user_memory WHERE {_MEMORY})"
+                f" OR EXISTS (SELECT 1 FROM context_events WHERE {_MEMORY})",
+                (*_key(key), *_key(key)),
             ).fetchone()
-        return None if row is None else str(row[0])
+        return bool(row and row[0])
 
     def user_facts(
-        self, user_id: str, statuses: Sequence[FactStatus] = tuple(FactStatus)
+        self, key: MemoryKey, statuses: Sequence[FactStatus] = tuple(FactStatus)
     ) -> list[Fact]:
         with self._transaction() as conn:
             rows = conn.execute(
-                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE user_id = %s"
+                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE {_MEMORY}"
                 " AND status = ANY(%s) ORDER BY created_at, fact_id",
-                (user_id, [s.value for s in statuses]),
+                (*_key(key), [s.value for s in statuses]),
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
-    def user_fact(self, user_id: str, fact_id: uuid.UUID) -> Fact | None:
+    def user_fact(self, key: MemoryKey, fact_id: uuid.UUID) -> Fact | None:
         with self._transaction() as conn:
             row = conn.execute(
-                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE fact_id = %s AND user_id = %s",
-                (fact_id, user_id),
+                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE fact_id = %s AND {_MEMORY}",
+                (fact_id, *_key(key)),
             ).fetchone()
         return None if row is None else fact_rows.from_row(row)
 
-    def context_logs(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
+    def context_logs(self, key: MemoryKey, limit: int = 100) -> list[dict[str, Any]]:
         with (
             self._transaction() as conn,
             conn.cursor(row_factory=psycopg.rows.dict_row) as cur,
         ):
             cur.execute(
-                "SELECT * FROM context_logs WHERE user_id = %s ORDER BY created_at DESC LIMIT %s",
-                (user_id, limit),
+                f"SELECT * FROM context_logs WHERE {_MEMORY} ORDER BY created_at DESC LIMIT %s",
+                (*_key(key), limit),
             )
             return list(cur.fetchall())
 
@@ -192,7 +236,11 @@ class PostgresReadModel:
             )
 
     def write_context_logs(self, rows: Sequence[ContextLogRow]) -> None:
-        """Idempotent on log_id, so a retried batch writes each row once."""
+        """Idempotent on log_id, so a retried batch writes each row once.
+
+        Written in the background, a row can arrive after its memory was erased: it is only
+        inserted while the memory is still the generation the turn read.
+        """
         if not rows:
             return
         with self._transaction() as conn, conn.cursor() as cur:
@@ -200,8 +248,8 @@ class PostgresReadModel:
                 "INSERT INTO context_logs (log_id, user_id, organization_id, query,"
                 " rewritten_query, memory_version, budget, connection_ids, injected, retrieved,"
                 " latency_ms, degraded, degraded_reason, created_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (log_id) DO NOTHING",
+                " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+                f" WHERE {_STILL_THE_MEMORY_READ} ON CONFLICT (log_id) DO NOTHING",
                 [
                     (
                         r.log_id,
@@ -218,6 +266,12 @@ class PostgresReadModel:
                         r.degraded,
                         r.degraded_reason,
                         r.created_at,
+                        r.generation,
+                        r.organization_id,
+                        r.user_id,
+                        r.organization_id,
+                        r.user_id,
+                        r.generation,
                     )
                     for r in rows
                 ],

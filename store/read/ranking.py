@@ -8,15 +8,17 @@ that near-duplicates do not crowd out the rest; then cut to the budget.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from domain.model import Fact
 from domain.ports import Vector
 
 K = TypeVar("K", bound=Hashable)
@@ -46,28 +48,45 @@ class BudgetProfile:
     pool: int  # candidates asked of each retriever
     floor: float = 0.35
     mmr_lambda: float = 0.7
+    # The prompt space the facts may take, in characters of fact text: filled in rank order,
+    # so short facts buy room for more evidence. None: only the fact count limits.
+    max_chars: int | None = None
 
 
 PROFILES: Mapping[Budget, BudgetProfile] = {
-    Budget.LEAN: BudgetProfile(min_facts=2, max_facts=3, pool=12),
-    Budget.BALANCED: BudgetProfile(min_facts=5, max_facts=7, pool=24),
-    Budget.DEEP: BudgetProfile(min_facts=10, max_facts=15, pool=45),
+    Budget.LEAN: BudgetProfile(min_facts=2, max_facts=6, pool=16, max_chars=600),
+    Budget.BALANCED: BudgetProfile(min_facts=5, max_facts=14, pool=32, max_chars=1_200),
+    Budget.DEEP: BudgetProfile(min_facts=10, max_facts=32, pool=64, max_chars=2_400),
 }
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: int = RRF_K) -> dict[K, float]:
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[K]],
+    k: int = RRF_K,
+    strengths: Sequence[Mapping[K, float] | None] = (),
+) -> dict[K, float]:
     """Σ 1/(k + rank) over the rankings an item appears in (rank 1 = best), scaled to [0, 1].
 
     1.0 means first in every ranking. Scaling by the best possible sum keeps the score
     comparable whatever the number of retrievers that answered (one, when Chroma is down).
+
+    `strengths[i]`, when given, scales ranking i's term of each item by its score relative to
+    that ranking's best (clipped to [0, 1]). With k = 60 ranks 1 and 4 differ by 5 %, so
+    without it a fact the query barely touches (cosine 0.004) is "as relevant" as the one it
+    is about (cosine 0.47) and salience alone decides between them.
     """
     if not rankings:
         return {}
     best = len(rankings) / (k + 1)
     fused: dict[K, float] = {}
-    for ranking in rankings:
+    for i, ranking in enumerate(rankings):
+        scores = strengths[i] if i < len(strengths) else None
+        top = max((scores.get(key, 0.0) for key in ranking), default=0.0) if scores else 0.0
         for rank, key in enumerate(dict.fromkeys(ranking), start=1):
-            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+            term = 1.0 / (k + rank)
+            if scores is not None and top > 0:
+                term *= min(1.0, max(0.0, scores.get(key, 0.0) / top))
+            fused[key] = fused.get(key, 0.0) + term
     return {key: score / best for key, score in fused.items()}
 
 
@@ -154,15 +173,95 @@ def _unit(vector: Vector) -> npt.NDArray[np.float64]:
     return v / norm if norm else v
 
 
-def within_budget(ordered: Sequence[tuple[K, float]], profile: BudgetProfile) -> list[K]:
-    """Cut an ordered selection to the profile: up to `max_facts`, and past `min_facts` only
-    those scoring at least `floor` × the best score."""
+def within_budget(
+    ordered: Sequence[tuple[K, float]],
+    profile: BudgetProfile,
+    sizes: Mapping[K, int] | None = None,
+) -> list[K]:
+    """Cut an ordered selection to the profile: up to `max_facts`, past `min_facts` only
+    those scoring at least `floor` × the best score, and, given the `sizes` (characters) of
+    the facts, only as many as fit in `max_chars`: a fact too long for what is left is
+    skipped, and a shorter one after it may still fit."""
     if not ordered:
         return []
     best = max(score for _, score in ordered)
+    room = profile.max_chars if sizes is not None and profile.max_chars is not None else None
     out: list[K] = []
-    for key, score in ordered[: profile.max_facts]:
+    for key, score in ordered:
+        if len(out) >= profile.max_facts:
+            break
         if len(out) >= profile.min_facts and score < profile.floor * best:
             continue
+        if room is not None and sizes is not None:
+            if sizes[key] > room:
+                continue
+            room -= sizes[key]
         out.append(key)
     return out
+
+
+# --- query cues -------------------------------------------------------------------------
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Capitalized words that are not names: sentence openers, pronouns, calendar words.
+_NOT_NAMES: Final = _words(
+    "what when where who whom whose which why how did does do is are was were has have had "
+    "can could would will should may might i the a an in on at of for to and or but if "
+    "monday tuesday wednesday thursday friday saturday sunday january february march april "
+    "may june july august september october november december"
+)
+_NAME = re.compile(r"\b([A-Z][a-z][\w-]*)(?:['’]s)?\b")
+_TEMPORAL = re.compile(
+    r"^\s*when\b|\b(?:what|which) (?:date|day|month|year|time|week|weekend)\b|"
+    r"\bhow long (?:ago|before|after|since)\b|\bin what (?:year|month)\b|\bwhen did\b|"
+    r"\bhow (?:many|much) (?:days|weeks|months|years)\b",
+    re.IGNORECASE,
+)
+NAME_BOOST = 1.3
+MENTION_BOOST = 1.1
+DATED_BOOST = 1.25
+
+
+@dataclass(frozen=True)
+class QueryCues:
+    """What a question says about the facts it wants, read without an LLM."""
+
+    names: frozenset[str] = frozenset()  # casefolded
+    temporal: bool = False
+
+
+def query_cues(text: str) -> QueryCues:
+    """Names in the question ("What did Caroline research?") and whether it asks when."""
+    names = {
+        m.group(1).casefold()
+        for m in _NAME.finditer(text)
+        if m.group(1).casefold() not in _NOT_NAMES
+    }
+    return QueryCues(frozenset(names), _TEMPORAL.search(text) is not None)
+
+
+def _is_named(person: str, names: frozenset[str]) -> bool:
+    """ "Mel" names "Melanie": a short form is the start of the name."""
+    person = person.casefold()
+    return any(person == n or (len(n) >= 3 and person.startswith(n)) for n in names)
+
+
+def cue_weight(fact: Fact, cues: QueryCues) -> float:
+    """How much a fact's subject and date fit the question's cues (1.0 = no cue applies).
+
+    A fact about a person the question names beats one that only mentions them, which beats
+    one about someone else; a question asking "when" favours facts that carry a date.
+    """
+    weight = 1.0
+    if cues.names:
+        if fact.subject is not None and _is_named(fact.subject, cues.names):
+            weight *= NAME_BOOST
+        elif any(n in fact.content.casefold() for n in cues.names):
+            weight *= MENTION_BOOST
+    if cues.temporal and fact.event_date is not None:
+        weight *= DATED_BOOST
+    return weight

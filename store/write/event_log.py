@@ -7,11 +7,15 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
+from domain.ids import MemoryKey, SubjectHasher
 from domain.model import KafkaCoordinates, LoggedEvent
+from domain.ports import Appended
 from producers.contract import ContextEvent, SourceMetadata
 from store.postgres import transaction
+from store.write.locks import log_lock_key
 
 _COLUMNS = (
     "event_id, schema_version, user_id, organization_id, event_type, content, scaffold_key, "
@@ -92,30 +96,46 @@ def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent[ContextEvent]:
 
 
 class PostgresEventLog:
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, subjects: SubjectHasher) -> None:
         self._pool = pool
+        self._subjects = subjects
 
-    def append(self, events: Sequence[tuple[ContextEvent, KafkaCoordinates | None]]) -> int:
-        """Insert in one transaction; returns how many were new (the rest were duplicates)."""
+    def append(self, events: Sequence[tuple[ContextEvent, KafkaCoordinates | None]]) -> Appended:
+        """Insert in one transaction the events no erasure forgot; duplicates insert nothing.
+
+        An event of a forgotten memory read from Kafka before its tombstone (a lagging writer,
+        a new group reading from offset 0) is left out. The memories' log locks, taken
+        shared, order this insert against an erasure of any of them: either the erasure waits
+        and then deletes what this inserted, or this waits and then sees the cut-offs.
+        """
         if not events:
-            return 0
+            return Appended(0, 0)
+        keys = sorted({_key(e) for e, _ in events})
         sql = (
             f"INSERT INTO context_events ({_COLUMNS}) VALUES "
-            f"({', '.join(['%s'] * 18)}) ON CONFLICT (event_id) DO NOTHING"
+            f"({', '.join(['%s'] * 18)})"
+            " ON CONFLICT (organization_id, user_id, event_id) DO NOTHING"
         )
         with transaction(self._pool, "event log append") as conn, conn.cursor() as cur:
-            cur.executemany(sql, [_row_params(e, at) for e, at in events], returning=False)
-            return max(cur.rowcount, 0)
+            cur.execute(
+                "SELECT pg_advisory_xact_lock_shared(k) FROM unnest(%s::bigint[]) AS k",
+                ([log_lock_key(k) for k in keys],),
+            )
+            cutoffs = _cutoffs(cur, {self._subjects(k): k for k in keys})
+            kept = [(e, at) for e, at in events if not _forgotten(e, at, cutoffs)]
+            if kept:
+                cur.executemany(sql, [_row_params(e, at) for e, at in kept], returning=False)
+            return Appended(max(cur.rowcount, 0) if kept else 0, len(events) - len(kept))
 
     def user_events(
-        self, user_id: str, *, until: datetime | None = None
+        self, key: MemoryKey, *, until: datetime | None = None
     ) -> list[LoggedEvent[ContextEvent]]:
         sql = (
-            f"{_SELECT} WHERE user_id = %s"
+            f"{_SELECT} WHERE organization_id = %s AND user_id = %s"
             " AND (%s::timestamptz IS NULL OR occurred_at <= %s) ORDER BY seq"
         )
         with transaction(self._pool) as conn:
-            rows = conn.execute(sql, (user_id, until, until)).fetchall()
+            rows = conn.execute(sql, (key.organization_id, key.user_id, until, until)).fetchall()
         return [_event_from_row(r) for r in rows]
 
     def iter_all(self, batch: int = 1_000) -> Iterator[LoggedEvent[ContextEvent]]:
@@ -132,32 +152,54 @@ class PostgresEventLog:
                 yield _event_from_row(row)
             last = rows[-1][0]
 
-    def users(self) -> list[str]:
+    def memories(self) -> list[MemoryKey]:
         with transaction(self._pool) as conn:
-            return [
-                r[0] for r in conn.execute("SELECT DISTINCT user_id FROM context_events ORDER BY 1")
-            ]
+            rows = conn.execute(
+                "SELECT DISTINCT organization_id, user_id FROM context_events ORDER BY 1, 2"
+            ).fetchall()
+        return [MemoryKey(r[0], r[1]) for r in rows]
 
-    def count(self, user_id: str | None = None) -> int:
+    def count(self, key: MemoryKey | None = None) -> int:
+        org, user = (None, None) if key is None else (key.organization_id, key.user_id)
         with transaction(self._pool) as conn:
             row = conn.execute(
-                "SELECT count(*) FROM context_events WHERE %s::text IS NULL OR user_id = %s",
-                (user_id, user_id),
+                "SELECT count(*) FROM context_events WHERE %s::text IS NULL"
+                " OR (organization_id = %s AND user_id = %s)",
+                (org, org, user),
             ).fetchone()
         return int(row[0]) if row else 0
 
-    def unconsolidated(self, user_id: str | None = None) -> list[uuid.UUID]:
+    def unconsolidated(self, key: MemoryKey | None = None) -> list[uuid.UUID]:
+        org, user = (None, None) if key is None else (key.organization_id, key.user_id)
         with transaction(self._pool) as conn:
             rows = conn.execute(
                 "SELECT event_id FROM context_events_status WHERE NOT processed"
-                " AND (%s::text IS NULL OR user_id = %s) ORDER BY seq",
-                (user_id, user_id),
+                " AND (%s::text IS NULL OR (organization_id = %s AND user_id = %s)) ORDER BY seq",
+                (org, org, user),
             ).fetchall()
         return [r[0] for r in rows]
 
-    def erase_user(self, user_id: str, *, actor: str, reason: str) -> int:
-        with transaction(self._pool) as conn:
-            row = conn.execute(
-                "SELECT erase_user_events(%s, %s, %s)", (user_id, actor, reason)
-            ).fetchone()
-        return int(row[0]) if row else 0
+
+def _key(event: ContextEvent) -> MemoryKey:
+    return MemoryKey(event.organization_id, event.user_id)
+
+
+Cutoffs = dict[MemoryKey, dict[tuple[str, int], int]]
+
+
+def _cutoffs(cur: psycopg.Cursor[Any], subjects: dict[str, MemoryKey]) -> Cutoffs:
+    cur.execute(
+        "SELECT subject, topic, partition, cutoff FROM memory_cutoffs WHERE subject = ANY(%s)",
+        (list(subjects),),
+    )
+    out: Cutoffs = {}
+    for subject, topic, partition, cutoff in cur.fetchall():
+        out.setdefault(subjects[subject], {})[(topic, partition)] = cutoff
+    return out
+
+
+def _forgotten(event: ContextEvent, at: KafkaCoordinates | None, cutoffs: Cutoffs) -> bool:
+    if at is None:
+        return False  # not read from Kafka: nothing to place before or after a tombstone
+    cutoff = cutoffs.get(_key(event), {}).get((at.topic, at.partition))
+    return cutoff is not None and at.offset < cutoff

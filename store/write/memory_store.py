@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -20,6 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from domain.ids import MemoryKey
 from domain.model import (
     ConnectionContext,
     Fact,
@@ -31,29 +31,21 @@ from domain.model import (
 )
 from domain.ports import Pricing
 from store import fact_rows
-from store.errors import (
-    EventsAlreadyConsolidated,
-    StaleMemoryVersion,
-)
+from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
 from store.postgres import transaction, translated
+from store.write.locks import memory_lock_key
 
-USER_LOCK_NAMESPACE = 0x4D454D  # "MEM": keeps user locks apart from the job locks
-
-# Users with a credit line that is spent: the index drain leaves their facts pending when the
-# budget policy says so (see consumers.flush.BudgetPolicy.SKIP_EMBEDDINGS).
+# Memories with a credit line that is spent: the index drain leaves their facts pending when
+# the budget policy says so (see consumers.flush.BudgetPolicy.SKIP_EMBEDDINGS).
 _OUT_OF_CREDIT = (
-    "EXISTS (SELECT 1 FROM user_credits c WHERE c.user_id = memory_facts.user_id"
+    "EXISTS (SELECT 1 FROM user_credits c WHERE c.organization_id = memory_facts.organization_id"
+    " AND c.user_id = memory_facts.user_id"
     " AND c.credit_micro_usd <= coalesce((SELECT sum(l.cost_micro_usd) FROM credit_ledger l"
-    " WHERE l.user_id = c.user_id), 0))"
+    " WHERE l.organization_id = c.organization_id AND l.user_id = c.user_id), 0))"
 )
+_MEMORY = "organization_id = %s AND user_id = %s"
 
-
-def user_lock_key(user_id: str) -> int:
-    # crc32 is stable across processes (unlike hash()), which is the whole point of the lock.
-    return (USER_LOCK_NAMESPACE << 32) | zlib.crc32(user_id.encode())
-
-
-# Pool connections never held by a user lock, so lock holders always find one for their work.
+# Pool connections never held by a memory lock, so lock holders always find one for their work.
 LOCK_FREE_CONNECTIONS = 2
 
 
@@ -68,24 +60,24 @@ class PostgresMemoryStore:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def load_state(self, user_id: str, organization_id: str = "") -> MemoryState:
+    def load_state(self, key: MemoryKey) -> MemoryState:
         with transaction(self._pool) as conn:
             row = conn.execute(
-                f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE user_id = %s",
-                (user_id,),
+                f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {_MEMORY}",
+                (key.organization_id, key.user_id),
             ).fetchone()
         if row is None:
-            return MemoryState(user_id=user_id, organization_id=organization_id)
-        return fact_rows.state_from_row(user_id, row)
+            return MemoryState.empty(key)
+        return fact_rows.state_from_row(key.user_id, row)
 
     def facts(
-        self, user_id: str, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
+        self, key: MemoryKey, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
     ) -> list[Fact]:
         with transaction(self._pool) as conn:
             rows = conn.execute(
-                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE user_id = %s"
+                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE {_MEMORY}"
                 " AND status = ANY(%s) ORDER BY created_at, fact_id",
-                (user_id, [s.value for s in statuses]),
+                (key.organization_id, key.user_id, [s.value for s in statuses]),
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
@@ -99,44 +91,82 @@ class PostgresMemoryStore:
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
-    def connections(self, user_id: str, connection_ids: Sequence[str]) -> list[ConnectionContext]:
+    def missing_facts(self, fact_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        """The ids among these that no row holds (erased, or never written)."""
+        if not fact_ids:
+            return []
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)", (list(fact_ids),)
+            ).fetchall()
+        present = {r[0] for r in rows}
+        return [f for f in fact_ids if f not in present]
+
+    def connections(self, key: MemoryKey, connection_ids: Sequence[str]) -> list[ConnectionContext]:
         if not connection_ids:
             return []
         with transaction(self._pool) as conn:
             rows = conn.execute(
                 "SELECT connection_id, persistent_learned_info FROM connections"
-                " WHERE user_id = %s AND connection_id = ANY(%s) ORDER BY connection_id",
-                (user_id, list(connection_ids)),
+                f" WHERE {_MEMORY} AND connection_id = ANY(%s) ORDER BY connection_id",
+                (key.organization_id, key.user_id, list(connection_ids)),
             ).fetchall()
         return [ConnectionContext(r[0], tuple(r[1])) for r in rows]
 
-    def already_consolidated(self, event_ids: Iterable[uuid.UUID]) -> frozenset[uuid.UUID]:
+    def already_consolidated(
+        self, key: MemoryKey, event_ids: Iterable[uuid.UUID]
+    ) -> frozenset[uuid.UUID]:
         ids = list(event_ids)
         if not ids:
             return frozenset()
         with transaction(self._pool) as conn:
             rows = conn.execute(
-                "SELECT event_id FROM consolidated_events WHERE event_id = ANY(%s)", (ids,)
+                f"SELECT event_id FROM consolidated_events WHERE {_MEMORY} AND event_id = ANY(%s)",
+                (key.organization_id, key.user_id, ids),
             ).fetchall()
         return frozenset(r[0] for r in rows)
 
-    # -- the user lock --------------------------------------------------------------------
+    # -- erasures -------------------------------------------------------------------------
+
+    def forgotten_before(self, subject: str) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> the first offset not forgotten, for an erased memory's digest.
+
+        Empty for a memory never erased. Read under the memory lock by a flush, so events
+        read from Kafka before an erasure cannot bring the memory back after it.
+        """
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT topic, partition, cutoff FROM memory_cutoffs WHERE subject = %s",
+                (subject,),
+            ).fetchall()
+        return {(r[0], r[1]): r[2] for r in rows}
+
+    def memory_erasure_open(self, key: MemoryKey) -> bool:
+        with transaction(self._pool) as conn:
+            row = conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM erasure_pending WHERE {_MEMORY}"
+                " AND fact_id IS NULL)",
+                (key.organization_id, key.user_id),
+            ).fetchone()
+        return bool(row and row[0])
+
+    # -- the memory lock ------------------------------------------------------------------
 
     @contextmanager
-    def user_lock(self, user_id: str) -> Iterator[None]:
-        """Hold a session advisory lock on the user for the whole flush.
+    def memory_lock(self, key: MemoryKey) -> Iterator[None]:
+        """Hold a session advisory lock on the memory for the whole flush (or erasure).
 
-        Two processor instances can briefly both own a user's partition during a rebalance;
-        the lock makes the second wait instead of consolidating the same user concurrently.
+        Two processor instances can briefly both own a memory's partition during a rebalance;
+        the lock makes the second wait instead of consolidating the same memory concurrently.
         """
-        key = user_lock_key(user_id)
-        with translated("user lock"), self._lock_slots, self._pool.connection() as conn:
+        lock = memory_lock_key(key)
+        with translated("memory lock"), self._lock_slots, self._pool.connection() as conn:
             conn.autocommit = True
-            conn.execute("SELECT pg_advisory_lock(%s::bigint)", (key,))
+            conn.execute("SELECT pg_advisory_lock(%s::bigint)", (lock,))
             try:
                 yield
             finally:
-                conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (key,))
+                conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (lock,))
                 conn.autocommit = False
 
     # -- writes ---------------------------------------------------------------------------
@@ -148,34 +178,35 @@ class PostgresMemoryStore:
         """
         run = update.run
         state = update.state
+        if strangers := update.strangers():
+            raise StoreError(f"run {run.run_id} of {run.key} writes into {strangers}")
         with transaction(self._pool, f"applying run {run.run_id}") as conn:
             conn.execute(
-                "INSERT INTO user_memory (user_id, organization_id) VALUES (%s, %s)"
-                " ON CONFLICT (user_id) DO NOTHING",
-                (state.user_id, state.organization_id),
+                "INSERT INTO user_memory (organization_id, user_id) VALUES (%s, %s)"
+                " ON CONFLICT (organization_id, user_id) DO NOTHING",
+                (state.organization_id, state.user_id),
             )
             row = conn.execute(
-                "SELECT version FROM user_memory WHERE user_id = %s FOR UPDATE",
-                (state.user_id,),
+                f"SELECT version FROM user_memory WHERE {_MEMORY} FOR UPDATE",
+                (state.organization_id, state.user_id),
             ).fetchone()
             current = row[0] if row else 0
             if current != run.base_version:
                 raise StaleMemoryVersion(
-                    f"user {state.user_id}: planned on {run.base_version}, now {current}"
+                    f"memory {state.key}: planned on {run.base_version}, now {current}"
                 )
             self._consume(conn, run)
             self._insert_run(conn, run)
             conn.execute(
-                "UPDATE user_memory SET organization_id = %s, working_memory = %s,"
-                " information_scaffold = %s, persistent_learned_info = %s, version = %s,"
-                " updated_at = %s WHERE user_id = %s",
+                "UPDATE user_memory SET working_memory = %s, information_scaffold = %s,"
+                f" persistent_learned_info = %s, version = %s, updated_at = %s WHERE {_MEMORY}",
                 (
-                    state.organization_id,
                     state.working_memory,
                     Jsonb(dict(state.scaffold)),
                     Jsonb(list(state.learned_info)),
                     state.version,
                     state.updated_at,
+                    state.organization_id,
                     state.user_id,
                 ),
             )
@@ -237,23 +268,24 @@ class PostgresMemoryStore:
             self._insert_ledger(conn, ledger_for(marked))
         return marked
 
-    def set_credit(self, user_id: str, credit_micro_usd: int) -> None:
+    def set_credit(self, key: MemoryKey, credit_micro_usd: int) -> None:
         with transaction(self._pool) as conn:
             conn.execute(
-                "INSERT INTO user_credits (user_id, credit_micro_usd) VALUES (%s, %s)"
-                " ON CONFLICT (user_id) DO UPDATE SET credit_micro_usd = EXCLUDED.credit_micro_usd,"
-                " updated_at = now()",
-                (user_id, credit_micro_usd),
+                "INSERT INTO user_credits (organization_id, user_id, credit_micro_usd)"
+                " VALUES (%s, %s, %s) ON CONFLICT (organization_id, user_id) DO UPDATE"
+                " SET credit_micro_usd = EXCLUDED.credit_micro_usd, updated_at = now()",
+                (key.organization_id, key.user_id, credit_micro_usd),
             )
 
-    def balance(self, user_id: str) -> int | None:
-        """Credit minus spend, or None when the user has no credit line (unlimited)."""
+    def balance(self, key: MemoryKey) -> int | None:
+        """Credit minus spend, or None when the memory has no credit line (unlimited)."""
         with transaction(self._pool) as conn:
             row = conn.execute(
                 "SELECT c.credit_micro_usd - coalesce((SELECT sum(cost_micro_usd)"
-                " FROM credit_ledger l WHERE l.user_id = c.user_id), 0)"
-                " FROM user_credits c WHERE c.user_id = %s",
-                (user_id,),
+                " FROM credit_ledger l WHERE l.organization_id = c.organization_id"
+                " AND l.user_id = c.user_id), 0)"
+                " FROM user_credits c WHERE c.organization_id = %s AND c.user_id = %s",
+                (key.organization_id, key.user_id),
             ).fetchone()
         return None if row is None else int(row[0])
 
@@ -263,10 +295,10 @@ class PostgresMemoryStore:
     def _consume(conn: psycopg.Connection[Any], run: RunRecord) -> None:
         ids = list(run.input_event_ids)
         rows = conn.execute(
-            "INSERT INTO consolidated_events (event_id, run_id, user_id)"
-            " SELECT unnest(%s::uuid[]), %s, %s"
-            " ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
-            (ids, run.run_id, run.user_id),
+            "INSERT INTO consolidated_events (event_id, run_id, organization_id, user_id)"
+            " SELECT unnest(%s::uuid[]), %s, %s, %s"
+            " ON CONFLICT (organization_id, user_id, event_id) DO NOTHING RETURNING event_id",
+            (ids, run.run_id, run.organization_id, run.user_id),
         ).fetchall()
         if len(rows) != len(ids):
             taken = frozenset(ids) - {r[0] for r in rows}
@@ -312,7 +344,8 @@ class PostgresMemoryStore:
             conn.execute(
                 "INSERT INTO connections"
                 " (user_id, connection_id, organization_id, persistent_learned_info)"
-                " VALUES (%s, %s, %s, %s) ON CONFLICT (user_id, connection_id) DO UPDATE SET"
+                " VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (organization_id, user_id, connection_id) DO UPDATE SET"
                 " persistent_learned_info = connections.persistent_learned_info"
                 " || EXCLUDED.persistent_learned_info, updated_at = now()",
                 (state.user_id, connection_id, state.organization_id, Jsonb(list(additions))),

@@ -16,6 +16,7 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
+from domain.ids import MemoryKey
 from domain.model import (
     ConnectionContext,
     GateCounts,
@@ -28,6 +29,12 @@ from domain.model import (
 from store.postgres import transaction
 
 _READ_ONLY = "-c default_transaction_read_only=on"
+_MEMORY = "organization_id = %s AND user_id = %s"
+
+
+def _params(key: MemoryKey) -> tuple[str, str]:
+    return (key.organization_id, key.user_id)
+
 
 _GATE_FIELDS = frozenset(f.name for f in fields(GateCounts))
 _RUN_COLUMNS = (
@@ -113,45 +120,45 @@ class PostgresRunLog:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
 
-    def runs(self, user_id: str) -> list[LoggedRun]:
-        """Every run of the user (all statuses), in log order."""
+    def runs(self, key: MemoryKey) -> list[LoggedRun]:
+        """Every run of the memory (all statuses), in log order."""
         return [
             _run_from_row(r)
             for r in self._fetch(
-                f"SELECT {_RUN_COLUMNS} FROM consolidation_runs WHERE user_id = %s ORDER BY seq",
-                (user_id,),
+                f"SELECT {_RUN_COLUMNS} FROM consolidation_runs WHERE {_MEMORY} ORDER BY seq",
+                _params(key),
             )
         ]
 
-    def fact_history(self, user_id: str) -> list[FactHistoryEntry]:
-        # fact_history has no user column; its facts do.
+    def fact_history(self, key: MemoryKey) -> list[FactHistoryEntry]:
+        # fact_history has no memory columns; its facts do.
         rows = self._fetch(
             "SELECT h.id, h.fact_id, h.run_id, h.operation, h.before, h.after, h.changed_at"
             " FROM fact_history h JOIN memory_facts f USING (fact_id)"
-            " WHERE f.user_id = %s ORDER BY h.id",
-            (user_id,),
+            " WHERE f.organization_id = %s AND f.user_id = %s ORDER BY h.id",
+            _params(key),
         )
         return [FactHistoryEntry(*r) for r in rows]
 
-    def ledger(self, user_id: str) -> list[LedgerRow]:
+    def ledger(self, key: MemoryKey) -> list[LedgerRow]:
         rows = self._fetch(
             "SELECT seq, entry_id, user_id, organization_id, run_id, operation, model, units,"
-            " cost_micro_usd, occurred_at FROM credit_ledger WHERE user_id = %s ORDER BY seq",
-            (user_id,),
+            f" cost_micro_usd, occurred_at FROM credit_ledger WHERE {_MEMORY} ORDER BY seq",
+            _params(key),
         )
         return [LedgerRow(r[0], LedgerEntry(*r[1:])) for r in rows]
 
-    def connections(self, user_id: str) -> list[ConnectionContext]:
+    def connections(self, key: MemoryKey) -> list[ConnectionContext]:
         rows = self._fetch(
             "SELECT connection_id, persistent_learned_info FROM connections"
-            " WHERE user_id = %s ORDER BY connection_id",
-            (user_id,),
+            f" WHERE {_MEMORY} ORDER BY connection_id",
+            _params(key),
         )
         return [ConnectionContext(r[0], tuple(r[1])) for r in rows]
 
-    def indexed_at(self, user_id: str) -> dict[uuid.UUID, datetime | None]:
+    def indexed_at(self, key: MemoryKey) -> dict[uuid.UUID, datetime | None]:
         rows = self._fetch(
-            "SELECT fact_id, indexed_at FROM memory_facts WHERE user_id = %s", (user_id,)
+            f"SELECT fact_id, indexed_at FROM memory_facts WHERE {_MEMORY}", _params(key)
         )
         return {r[0]: r[1] for r in rows}
 

@@ -8,7 +8,7 @@ is why those are marked `integration`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import pytest
 from chromadb.api import ClientAPI
 
+from domain.ids import MemoryKey, SubjectHasher
 from domain.ports import EventLog, IndexOutbox, MemoryStore, ReadModel, RunLog, VectorIndex
 from producers.contract import ContextEvent
 from store.chroma import ChromaVectorIndex, close_client, embedded_client, http_client
@@ -41,11 +42,16 @@ integration = pytest.mark.integration
 class Store(MemoryStore, IndexOutbox, Protocol):
     """Both ports of the memory store, and the credit line tests set."""
 
-    def set_credit(self, user_id: str, credit_micro_usd: int) -> None: ...
+    def set_credit(self, key: MemoryKey, credit_micro_usd: int) -> None: ...
 
 
 class Reads(ReadModel, Protocol):
-    def context_logs(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]: ...
+    def context_logs(self, key: MemoryKey, limit: int = 100) -> list[dict[str, Any]]: ...
+
+
+SUBJECTS = SubjectHasher(b"contract-subject-key")
+# Record an erasure's cut-off of a memory: (memory, topic, partition, first offset kept).
+Cut = Callable[[MemoryKey, str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -56,24 +62,43 @@ class Stores:
     reads: Reads
     runs: RunLog
     events: EventLog[ContextEvent]
+    cut: Cut  # what an erasure records; the stores must then forget what lies before it
 
 
 @pytest.fixture(params=["memory", pytest.param("postgres", marks=integration)])
 def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
     if request.param == "memory":
         db = InMemoryDatabase()
+
+        def cut_in_memory(key: MemoryKey, topic: str, partition: int, offset: int) -> None:
+            db.cutoffs.setdefault(SUBJECTS(key), {})[(topic, partition)] = offset
+
         yield Stores(
-            InMemoryMemoryStore(db), InMemoryReadModel(db), InMemoryRunLog(db), InMemoryEventLog(db)
+            InMemoryMemoryStore(db),
+            InMemoryReadModel(db),
+            InMemoryRunLog(db),
+            InMemoryEventLog(db, SUBJECTS),
+            cut_in_memory,
         )
         return
     pool = make_pool(request.getfixturevalue("fresh_database"), max_size=4)
+
+    def cut_in_postgres(key: MemoryKey, topic: str, partition: int, offset: int) -> None:
+        with pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO memory_cutoffs (subject, topic, partition, cutoff, erasure_id)"
+                " VALUES (%s, %s, %s, %s, gen_random_uuid())",
+                (SUBJECTS(key), topic, partition, offset),
+            )
+
     try:
         migrate(pool)
         yield Stores(
             PostgresMemoryStore(pool),
             PostgresReadModel(pool),
             PostgresRunLog(pool),
-            PostgresEventLog(pool),
+            PostgresEventLog(pool, SUBJECTS),
+            cut_in_postgres,
         )
     finally:
         pool.close()

@@ -5,19 +5,20 @@ from __future__ import annotations
 from datetime import timedelta
 
 from domain.model import KafkaCoordinates
+from domain.ports import Appended
 from tests.contracts.conftest import Stores
-from tests.support.builders import BASE_TIME, make_event
+from tests.support.builders import BASE_TIME, key_of, make_event
 
 
 def test_append_is_idempotent_and_keeps_order(stores: Stores) -> None:
     first = [make_event("ada", "one", minutes=2), make_event("ada", "two", minutes=1)]
-    assert (
-        stores.events.append([(e, KafkaCoordinates("t", 0, i)) for i, e in enumerate(first)]) == 2
-    )
+    appended = stores.events.append([(e, KafkaCoordinates("t", 0, i)) for i, e in enumerate(first)])
+    assert appended == Appended(2, 0)
     bob = make_event("bob", "three")
-    assert stores.events.append([(first[0], None), (bob, None)]) == 1  # the repeat is ignored
-    assert stores.events.append([]) == 0
-    logged = stores.events.user_events("ada")
+    # The repeat is ignored.
+    assert stores.events.append([(first[0], None), (bob, None)]) == Appended(1, 0)
+    assert stores.events.append([]) == Appended(0, 0)
+    logged = stores.events.user_events(key_of("ada"))
     assert [e.event.event_id for e in logged] == [e.event_id for e in first]  # log order
     assert logged[0].seq < logged[1].seq
     assert logged[0].event == first[0]
@@ -26,6 +27,30 @@ def test_append_is_idempotent_and_keeps_order(stores: Stores) -> None:
 def test_user_events_until_a_time(stores: Stores) -> None:
     events = [make_event("ada", f"event {m}", minutes=m) for m in (0, 5, 10)]
     stores.events.append([(e, None) for e in events])
-    until = stores.events.user_events("ada", until=BASE_TIME + timedelta(minutes=5))
+    until = stores.events.user_events(key_of("ada"), until=BASE_TIME + timedelta(minutes=5))
     assert [e.event.content for e in until] == ["event 0", "event 5"]
-    assert stores.events.user_events("nobody") == []
+    assert stores.events.user_events(key_of("nobody")) == []
+
+
+def test_one_event_id_in_two_organizations_is_two_events(stores: Stores) -> None:
+    ours = make_event("ada", "I live in Lisbon")
+    theirs = make_event("ada", "I live in Porto", org="org-b").model_copy(
+        update={"event_id": ours.event_id}
+    )
+    assert stores.events.append([(ours, None), (theirs, None)]) == Appended(2, 0)
+    assert [e.event.content for e in stores.events.user_events(key_of("ada"))] == [
+        "I live in Lisbon"
+    ]
+    assert [e.event.content for e in stores.events.user_events(key_of("ada", "org-b"))] == [
+        "I live in Porto"
+    ]
+
+
+def test_events_an_erasure_forgot_are_not_appended(stores: Stores) -> None:
+    stores.cut(key_of("ada"), "t", 0, 5)
+    places = ((0, 4), (0, 5), (1, 0))
+    at = [(make_event("ada", f"offset {o}"), KafkaCoordinates("t", p, o)) for p, o in places]
+    others = [(make_event("ada", "elsewhere", org="org-b"), KafkaCoordinates("t", 0, 1))]
+    assert stores.events.append([*at, *others]) == Appended(3, 1)
+    kept = [e.event.content for e in stores.events.user_events(key_of("ada"))]
+    assert kept == ["offset 5", "offset 0"]  # from the tombstone on, and another partition

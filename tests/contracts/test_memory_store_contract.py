@@ -28,11 +28,19 @@ from processors.fold import fold_runs, live_image
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import REQUEST_STATUSES, ConsolidationRequest
-from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion
-from tests.contracts.conftest import Stores
-from tests.support.builders import BASE_TIME, make_event, make_fact, seed, seed_update
+from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
+from tests.contracts.conftest import SUBJECTS, Stores
+from tests.support.builders import (
+    BASE_TIME,
+    key_of,
+    make_event,
+    make_fact,
+    seed,
+    seed_update,
+)
 
 LATER = BASE_TIME + timedelta(hours=1)
+ADA, BOB = key_of("ada"), key_of("bob")
 
 
 def entry(update: MemoryUpdate, cost: int, detail: str = "") -> LedgerEntry:
@@ -50,14 +58,14 @@ def entry(update: MemoryUpdate, cost: int, detail: str = "") -> LedgerEntry:
     )
 
 
-def test_a_new_user_has_empty_memory(stores: Stores) -> None:
-    state = stores.memory.load_state("ada", "org-a")
+def test_a_new_memory_is_empty(stores: Stores) -> None:
+    state = stores.memory.load_state(ADA)
     assert (state.user_id, state.organization_id, state.version) == ("ada", "org-a", 0)
     assert (state.working_memory, dict(state.scaffold), state.learned_info) == ("", {}, ())
-    assert stores.memory.facts("ada") == []
-    assert stores.memory.balance("ada") is None
-    assert stores.memory.already_consolidated([uuid.uuid4()]) == frozenset()
-    assert stores.runs.runs("ada") == []
+    assert stores.memory.facts(ADA) == []
+    assert stores.memory.balance(ADA) is None
+    assert stores.memory.already_consolidated(ADA, [uuid.uuid4()]) == frozenset()
+    assert stores.runs.runs(ADA) == []
 
 
 def test_apply_writes_the_whole_run(stores: Stores) -> None:
@@ -74,23 +82,23 @@ def test_apply_writes_the_whole_run(stores: Stores) -> None:
     update = replace(update, state=replace(update.state, scaffold={"Location": ["Berlin"]}))
     stores.memory.apply(update)
 
-    state = stores.memory.load_state("ada")
+    state = stores.memory.load_state(ADA)
     assert (state.working_memory, state.version, state.learned_info) == (
         "Ada is moving",
         1,
         ("prefers email",),
     )
     assert dict(state.scaffold) == {"Location": ["Berlin"]}
-    assert [f.content for f in stores.memory.facts("ada")] == ["Ada lives in Berlin"]
-    assert {f.content for f in stores.memory.facts("ada", REQUEST_STATUSES)} == {
+    assert [f.content for f in stores.memory.facts(ADA)] == ["Ada lives in Berlin"]
+    assert {f.content for f in stores.memory.facts(ADA, REQUEST_STATUSES)} == {
         "Ada lives in Berlin",
         "Ada may move to Oslo",
     }
-    assert stores.memory.already_consolidated(update.consumed_event_ids) == frozenset(
+    assert stores.memory.already_consolidated(ADA, update.consumed_event_ids) == frozenset(
         update.consumed_event_ids
     )
-    assert [r.run.run_id for r in stores.runs.runs("ada")] == [update.run.run_id]
-    (mail,) = stores.memory.connections("ada", ["mail", "calendar"])
+    assert [r.run.run_id for r in stores.runs.runs(ADA)] == [update.run.run_id]
+    (mail,) = stores.memory.connections(ADA, ["mail", "calendar"])
     assert (mail.connection_id, mail.learned_info) == ("mail", ("Acme pays in EUR",))
 
 
@@ -104,9 +112,52 @@ def test_a_stale_or_repeated_run_writes_nothing(stores: Stores) -> None:
     again = replace(again, run=replace(again.run, input_event_ids=first.run.input_event_ids))
     with pytest.raises(EventsAlreadyConsolidated):
         stores.memory.apply(again)
-    assert stores.memory.load_state("ada").version == 1
-    assert [f.content for f in stores.memory.facts("ada")] == ["Ada lives in Berlin"]
-    assert [r.run.run_id for r in stores.runs.runs("ada")] == [first.run.run_id]
+    assert stores.memory.load_state(ADA).version == 1
+    assert [f.content for f in stores.memory.facts(ADA)] == ["Ada lives in Berlin"]
+    assert [r.run.run_id for r in stores.runs.runs(ADA)] == [first.run.run_id]
+
+
+def test_the_same_user_id_in_two_organizations_is_two_memories(stores: Stores) -> None:
+    theirs = key_of("ada", "org-b")
+    ours_fact = make_fact("ada", "Ada lives in Berlin")
+    their_fact = make_fact("ada", "Ada lives in Berlin", org="org-b")
+    assert ours_fact.fact_id != their_fact.fact_id
+    ours = seed(stores.memory, "ada", [ours_fact], working_memory="Ada of org-a")
+    seed(stores.memory, "ada", [their_fact], org="org-b", working_memory="Ada of org-b")
+    # The same event id, consumed by each memory once: one memory's id never blocks another's.
+    again = seed_update(stores.memory, "ada", [], org="org-b")
+    stores.memory.apply(
+        replace(again, run=replace(again.run, input_event_ids=ours.run.input_event_ids))
+    )
+    assert stores.memory.load_state(ADA).working_memory == "Ada of org-a"
+    assert stores.memory.load_state(theirs).working_memory == "Ada of org-b"
+    assert stores.memory.load_state(theirs).version == 2
+    assert [f.fact_id for f in stores.memory.facts(ADA)] == [ours_fact.fact_id]
+    assert [f.organization_id for f in stores.memory.facts(theirs)] == ["org-b"]
+    assert stores.memory.already_consolidated(ADA, ours.run.input_event_ids) == frozenset(
+        ours.run.input_event_ids
+    )
+    stores.memory.set_credit(theirs, 10)
+    assert stores.memory.balance(ADA) is None
+    assert [r.run.organization_id for r in stores.runs.runs(theirs)] == ["org-b", "org-b"]
+
+
+def test_a_run_that_writes_into_another_memory_is_refused(stores: Stores) -> None:
+    update = seed_update(
+        stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin", org="org-b")]
+    )
+    with pytest.raises(StoreError, match="writes into"):
+        stores.memory.apply(update)
+    assert stores.memory.load_state(ADA).version == 0
+    assert stores.memory.facts(key_of("ada", "org-b")) == []
+
+
+def test_an_erasures_cut_offs_are_found_by_the_memorys_digest(stores: Stores) -> None:
+    assert stores.memory.forgotten_before(SUBJECTS(ADA)) == {}
+    stores.cut(ADA, "events", 2, 17)
+    assert stores.memory.forgotten_before(SUBJECTS(ADA)) == {("events", 2): 17}
+    assert stores.memory.forgotten_before(SUBJECTS(key_of("ada", "org-b"))) == {}
+    assert stores.memory.memory_erasure_open(ADA) is False
 
 
 def test_a_failed_run_is_recorded_once(stores: Stores) -> None:
@@ -114,9 +165,9 @@ def test_a_failed_run_is_recorded_once(stores: Stores) -> None:
     failed = replace(update.run, status=RunStatus.FAILED, error="backend down")
     stores.memory.record_run(failed)
     stores.memory.record_run(failed)
-    (logged,) = stores.runs.runs("ada")
+    (logged,) = stores.runs.runs(ADA)
     assert (logged.run.status, logged.run.error) == (RunStatus.FAILED, "backend down")
-    assert stores.memory.load_state("ada").version == 0  # a failed run changes no memory
+    assert stores.memory.load_state(ADA).version == 0  # a failed run changes no memory
 
 
 def _rewrite(stores: Stores, fact: Fact, kind: FactChangeKind, **changes: object) -> Fact:
@@ -129,7 +180,7 @@ def _rewrite(stores: Stores, fact: Fact, kind: FactChangeKind, **changes: object
 
 def test_a_run_overwrites_what_it_owns_and_keeps_the_rest(stores: Stores) -> None:
     seed(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin", message_id="m1")])
-    (first,) = stores.memory.facts("ada")
+    (first,) = stores.memory.facts(ADA)
     stored = _rewrite(
         stores,
         replace(first, created_by_run=uuid.uuid4(), recall_count=7),
@@ -154,7 +205,7 @@ def test_a_run_overwrites_what_it_owns_and_keeps_the_rest(stores: Stores) -> Non
 
 def test_a_run_never_changes_a_pinned_fact(stores: Stores) -> None:
     seed(stores.memory, "ada", [make_fact("ada", "Ada's daughter is Mia", pinned=True)])
-    (pinned,) = stores.memory.facts("ada")
+    (pinned,) = stores.memory.facts(ADA)
     stored = _rewrite(stores, pinned, FactChangeKind.CONTRADICT, status=FactStatus.CONTRADICTED)
     assert stored == pinned
 
@@ -162,22 +213,22 @@ def test_a_run_never_changes_a_pinned_fact(stores: Stores) -> None:
 def test_connection_info_is_appended_run_after_run(stores: Stores) -> None:
     seed(stores.memory, "ada", [], connections={"mail": ("one",)})
     seed(stores.memory, "ada", [], connections={"mail": ("two",), "cal": ("three",)})
-    found = stores.memory.connections("ada", ["mail", "cal", "none"])
+    found = stores.memory.connections(ADA, ["mail", "cal", "none"])
     assert [(c.connection_id, c.learned_info) for c in found] == [
         ("cal", ("three",)),
         ("mail", ("one", "two")),
     ]
-    assert stores.memory.connections("ada", []) == []
+    assert stores.memory.connections(ADA, []) == []
 
 
 def test_credit_and_ledger(stores: Stores) -> None:
     update = seed_update(stores.memory, "ada", [])
     stores.memory.apply(replace(update, ledger=(entry(update, 300), entry(update, 300))))
-    assert stores.memory.balance("ada") is None  # no credit line: unlimited
-    stores.memory.set_credit("ada", 1_000)
-    assert stores.memory.balance("ada") == 700  # the same entry id is booked once
-    stores.memory.set_credit("ada", 200)
-    assert stores.memory.balance("ada") == -100
+    assert stores.memory.balance(ADA) is None  # no credit line: unlimited
+    stores.memory.set_credit(ADA, 1_000)
+    assert stores.memory.balance(ADA) == 700  # the same entry id is booked once
+    stores.memory.set_credit(ADA, 200)
+    assert stores.memory.balance(ADA) == -100
 
 
 def test_the_index_outbox(stores: Stores) -> None:
@@ -213,7 +264,7 @@ def test_the_outbox_can_leave_users_out_of_credit(stores: Stores) -> None:
     update = seed_update(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin")])
     stores.memory.apply(replace(update, ledger=(entry(update, 500),)))
     seed(stores.memory, "bob", [make_fact("bob", "Bob likes chess")])
-    stores.memory.set_credit("ada", 500)
+    stores.memory.set_credit(ADA, 500)
     assert len(stores.memory.pending_index()) == 2
     assert [f.user_id for f in stores.memory.pending_index(skip_out_of_credit=True)] == ["bob"]
 
@@ -226,14 +277,14 @@ def test_facts_by_id_ignores_unknown_ids(stores: Stores) -> None:
     assert stores.memory.facts_by_id([]) == []
 
 
-def test_the_user_lock_lets_one_holder_in_at_a_time(stores: Stores) -> None:
+def test_the_memory_lock_lets_one_holder_in_at_a_time(stores: Stores) -> None:
     inside = 0
     most = 0
     guard = threading.Lock()
 
     def hold() -> None:
         nonlocal inside, most
-        with stores.memory.user_lock("ada"):
+        with stores.memory.memory_lock(ADA):
             with guard:
                 inside += 1
                 most = max(most, inside)
@@ -244,7 +295,9 @@ def test_the_user_lock_lets_one_holder_in_at_a_time(stores: Stores) -> None:
     threads = [threading.Thread(target=hold) for _ in range(3)]
     for t in threads:
         t.start()
-    with stores.memory.user_lock("bob"):  # another user's lock does not wait for ada's
+    with stores.memory.memory_lock(BOB):  # another memory's lock does not wait for ada's
+        pass
+    with stores.memory.memory_lock(key_of("ada", "org-b")):  # nor org-b's ada
         pass
     for t in threads:
         t.join(timeout=30)
@@ -261,8 +314,8 @@ def test_folding_the_run_log_gives_the_live_tables(stores: Stores) -> None:
         [make_event("ada", "Actually I moved to Lisbon", minutes=9)],
     ]
     for events in batches:
-        state = stores.memory.load_state("ada", "org-a")
-        active = tuple(stores.memory.facts("ada", REQUEST_STATUSES))
+        state = stores.memory.load_state(ADA)
+        active = tuple(stores.memory.facts(ADA, REQUEST_STATUSES))
         request = ConsolidationRequest.build(state, active, events, events[-1].occurred_at)
         update = consolidator.plan(
             request,
@@ -275,9 +328,9 @@ def test_folding_the_run_log_gives_the_live_tables(stores: Stores) -> None:
         )
         stores.memory.apply(update)
 
-    folded = fold_runs(stores.runs.runs("ada"))
+    folded = fold_runs(stores.runs.runs(ADA))
     live = live_image(
-        stores.memory.load_state("ada"), stores.memory.facts("ada", tuple(FactStatus)), []
+        stores.memory.load_state(ADA), stores.memory.facts(ADA, tuple(FactStatus)), []
     )
     assert folded.version == live.version == 3
     assert any(f.reinforce_count for f in live.facts.values())

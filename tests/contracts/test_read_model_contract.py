@@ -10,12 +10,13 @@ from datetime import timedelta
 
 import pytest
 
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus, LedgerEntry
 from domain.reads import ContextLogRow, Recall, Scope
 from tests.contracts.conftest import Stores
-from tests.support.builders import BASE_TIME, make_fact, seed
+from tests.support.builders import BASE_TIME, key_of, make_fact, seed
 
-ADA = Scope("ada")
+ADA = Scope(key_of("ada"))
 
 
 def mark_all_indexed(stores: Stores, facts: Sequence[Fact]) -> None:
@@ -30,9 +31,9 @@ def contents(facts: Sequence[Fact]) -> set[str]:
     return {f.content for f in facts}
 
 
-def test_memory_version_and_injection(stores: Stores) -> None:
-    assert stores.reads.memory_version("ada") is None
-    assert stores.reads.injection("ada") is None
+def test_memory_stamp_and_injection(stores: Stores) -> None:
+    assert stores.reads.memory_stamp(key_of("ada")) is None
+    assert stores.reads.injection(key_of("ada")) is None
     pinned = make_fact("ada", "Ada's daughter is Mia", pinned=True)
     seed(
         stores.memory,
@@ -46,16 +47,41 @@ def test_memory_version_and_injection(stores: Stores) -> None:
         learned_info=["prefers email"],
         connections={"mail": ("Acme pays in EUR",)},
     )
-    assert stores.reads.memory_version("ada") == 1
-    injection = stores.reads.injection("ada")
+    stamp = stores.reads.memory_stamp(key_of("ada"))
+    assert stamp is not None
+    assert stamp.version == 1
+    injection = stores.reads.injection(key_of("ada"))
     assert injection is not None
+    assert injection.stamp == stamp
     assert (injection.state.working_memory, injection.state.learned_info) == (
         "Ada is busy",
         ("prefers email",),
     )
     assert dict(injection.connections) == {"mail": ("Acme pays in EUR",)}
     assert [f.fact_id for f in injection.pinned] == [pinned.fact_id]  # active pins only
-    assert stores.reads.memory_version("bob") is None
+    assert stores.reads.memory_stamp(key_of("bob")) is None
+    assert stores.reads.memory_stamp(key_of("ada", "org-b")) is None
+    assert stores.reads.memory_stamps([key_of("ada"), key_of("bob")]) == {key_of("ada"): stamp}
+    # Another run keeps the generation and moves the version.
+    seed(stores.memory, "ada", [])
+    after = stores.reads.memory_stamp(key_of("ada"))
+    assert after is not None
+    assert (after.generation, after.version) == (stamp.generation, 2)
+
+
+def test_the_same_user_id_in_another_organization_reads_nothing_of_ours(stores: Stores) -> None:
+    pinned = make_fact("ada", "Ada keeps bees", pinned=True)
+    seed(stores.memory, "ada", [pinned], working_memory="ours")
+    theirs = MemoryKey("org-b", "ada")
+    assert stores.reads.injection(theirs) is None
+    assert stores.reads.keyword_search(Scope(theirs), "bees", 10) == []
+    their_fact = make_fact("ada", "Ada keeps bees", org="org-b")
+    seed(stores.memory, "ada", [their_fact], org="org-b", working_memory="theirs")
+    injection = stores.reads.injection(theirs)
+    assert injection is not None
+    assert (injection.state.working_memory, injection.pinned) == ("theirs", ())
+    (found,) = stores.reads.keyword_search(Scope(theirs), "bees", 10)
+    assert found.organization_id == "org-b"
 
 
 def test_keyword_search_finds_shared_words_within_scope(stores: Stores) -> None:
@@ -83,7 +109,7 @@ def test_keyword_search_finds_shared_words_within_scope(stores: Stores) -> None:
     assert contents(stores.reads.keyword_search(archived, "bees", 10)) == {"Ada once kept bees"}
     emails = replace(ADA, context_types=("email",))
     assert contents(stores.reads.keyword_search(emails, "bees", 10)) == {"Ada emailed about bees"}
-    other_org = replace(ADA, organization_id="org-b")
+    other_org = replace(ADA, key=key_of("ada", "org-b"))
     assert stores.reads.keyword_search(other_org, "bees", 10) == []
     assert len(stores.reads.keyword_search(ADA, "bees chess", 2)) == 2
     assert stores.reads.keyword_search(ADA, "volcano", 10) == []
@@ -99,6 +125,17 @@ def test_keyword_search_ranks_more_shared_words_first(stores: Stores) -> None:
     )
     (best, _) = stores.reads.keyword_search(ADA, "bees roof", 10)
     assert best.content == "Ada keeps bees on the roof"
+
+
+def test_keyword_search_weighs_a_word_rare_in_the_memory_above_common_ones(stores: Stores) -> None:
+    # Okapi BM25 with this memory's document frequencies: "Ada" and "keeps" are in nearly every
+    # fact, "roof" in one, so the roof outranks a fact sharing two common words with the query.
+    common = [make_fact("ada", f"Ada keeps {thing}") for thing in ("bees", "goats", "notes")]
+    roof = make_fact("ada", "The roof leaks")
+    seed(stores.memory, "ada", [*common, roof])
+    ranked = stores.reads.keyword_search(ADA, "Ada keeps roof", 10)
+    assert ranked[0].content == "The roof leaks"
+    assert len(ranked) == 4
 
 
 def test_indexed_ids_and_facts_in_scope(stores: Stores) -> None:
@@ -117,7 +154,8 @@ def test_indexed_ids_and_facts_in_scope(stores: Stores) -> None:
 
     ids = [berlin.fact_id, tea.fact_id, jira.fact_id, uuid.uuid4()]
     assert contents(stores.reads.facts_in_scope(ADA, ids)) == {berlin.content, tea.content}
-    assert stores.reads.facts_in_scope(Scope("bob"), ids) == []
+    assert stores.reads.facts_in_scope(Scope(key_of("bob")), ids) == []
+    assert stores.reads.facts_in_scope(Scope(key_of("ada", "org-b")), ids) == []
     assert stores.reads.facts_in_scope(ADA, []) == []
 
 
@@ -137,8 +175,7 @@ def test_recalls_add_up(stores: Stores) -> None:
     assert (stored.recall_count, stored.last_recalled_at) == (2, later)
 
 
-@pytest.mark.parametrize("times", [1, 2])
-def test_context_logs_are_written_once(stores: Stores, times: int) -> None:
+def log_row(**changes: object) -> ContextLogRow:
     row = ContextLogRow(
         log_id=uuid.uuid4(),
         user_id="ada",
@@ -155,12 +192,31 @@ def test_context_logs_are_written_once(stores: Stores, times: int) -> None:
         degraded_reason=None,
         created_at=BASE_TIME,
     )
+    return replace(row, **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("times", [1, 2])
+def test_context_logs_are_written_once(stores: Stores, times: int) -> None:
+    seed(stores.memory, "ada", [])
+    injection = stores.reads.injection(key_of("ada"))
+    assert injection is not None
+    row = log_row(generation=injection.generation)
     for _ in range(times):
         stores.reads.write_context_logs([row])
     stores.reads.write_context_logs([])
-    (logged,) = stores.reads.context_logs("ada")
+    (logged,) = stores.reads.context_logs(key_of("ada"))
     assert (logged["log_id"], logged["query"], logged["degraded"]) == (
         row.log_id,
         row.query,
         False,
     )
+
+
+def test_a_context_log_of_another_generation_is_not_written(stores: Stores) -> None:
+    """A turn that read a memory since erased: its audit row, written later, is dropped."""
+    seed(stores.memory, "ada", [])
+    stores.reads.write_context_logs([log_row(generation=uuid.uuid4())])
+    assert stores.reads.context_logs(key_of("ada")) == []
+    # A turn on a memory that did not exist yet is written (nothing is being erased).
+    stores.reads.write_context_logs([log_row(user_id="newcomer", generation=None)])
+    assert len(stores.reads.context_logs(key_of("newcomer"))) == 1

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from domain.ids import NO_CONNECTION
+from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import Fact, FactStatus
 from domain.ports import VectorHit, VectorIndex
 from tests.support.builders import make_fact
@@ -21,13 +21,13 @@ from tests.support.builders import make_fact
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
-def indexed_fact(user_id: str, content: str, **changes: Any) -> Fact:
+def indexed_fact(user_id: str, content: str, org: str = "org-1", **changes: Any) -> Fact:
     """A fact as the index tests expect it: org-1, chat context, two source events."""
     changes.setdefault("context_type", "chat")
     return make_fact(
         user_id,
         content,
-        org="org-1",
+        org=org,
         at=T0,
         updated_at=T0 + timedelta(hours=1),
         source_event_ids=(uuid.UUID(int=1), uuid.UUID(int=2)),
@@ -39,9 +39,15 @@ def contents(hits: Sequence[VectorHit]) -> set[str]:
     return {h.content for h in hits}
 
 
-def _query(index: VectorIndex, user_id: str, text: str, **kwargs: object) -> list[VectorHit]:
+def _query(
+    index: VectorIndex, user_id: str, text: str, org: str = "org-1", **kwargs: object
+) -> list[VectorHit]:
     params: dict[str, object] = {"connection_ids": [], "n": 10, **kwargs}
-    return index.query(user_id=user_id, text=text, **params)  # type: ignore[arg-type]
+    return index.query(key=MemoryKey(org, user_id), text=text, **params)  # type: ignore[arg-type]
+
+
+def key(user_id: str, org: str = "org-1") -> MemoryKey:
+    return MemoryKey(org, user_id)
 
 
 def test_upsert_is_idempotent_and_embeds_only_new_text(vector_index: VectorIndex) -> None:
@@ -117,8 +123,31 @@ def test_another_users_better_match_is_never_returned(vector_index: VectorIndex)
     hits = _query(vector_index, "alice", "lives in Berlin")
     assert contents(hits) == {"is based in Berlin"}
     assert all(h.metadata["user_id"] == "alice" for h in hits)
-    assert vector_index.count("alice") == 1
-    assert vector_index.count("bob") == 2
+    assert vector_index.count(key("alice")) == 1
+    assert vector_index.count(key("bob")) == 2
+
+
+def test_the_same_user_id_in_another_organization_is_another_memory(
+    vector_index: VectorIndex,
+) -> None:
+    ours = indexed_fact("alice", "is based in Berlin")
+    theirs = indexed_fact("alice", "lives in Berlin", org="org-2")
+    vector_index.upsert(
+        [ours, theirs, indexed_fact("alice", "lives in Berlin, Germany", org="org-2")]
+    )
+    assert ours.fact_id != indexed_fact("alice", "is based in Berlin", org="org-2").fact_id
+    hits = _query(vector_index, "alice", "lives in Berlin")
+    assert contents(hits) == {"is based in Berlin"}
+    assert {h.metadata["organization_id"] for h in hits} == {"org-1"}
+    assert contents(_query(vector_index, "alice", "lives in Berlin", org="org-2")) == {
+        "lives in Berlin",
+        "lives in Berlin, Germany",
+    }
+    vector_index.delete_memory(key("alice", "org-2"))
+    vector_index.delete_memory(key("alice", "org-2"))  # already gone: still fine
+    assert vector_index.count(key("alice", "org-2")) == 0
+    assert vector_index.count(key("alice")) == 1
+    assert vector_index.embeddings([ours.fact_id, theirs.fact_id]).keys() == {ours.fact_id}
 
 
 def test_connection_scoping(vector_index: VectorIndex) -> None:
@@ -186,7 +215,7 @@ def test_delete(vector_index: VectorIndex) -> None:
 def test_empty_collection_and_new_user_return_nothing(vector_index: VectorIndex) -> None:
     assert _query(vector_index, "nobody", "anything") == []
     assert vector_index.count() == 0
-    assert vector_index.count("nobody") == 0
+    assert vector_index.count(key("nobody")) == 0
     assert vector_index.upsert([]) == 0
     vector_index.upsert([indexed_fact("u1", "lives in Berlin")])
     assert _query(vector_index, "new-user", "lives in Berlin") == []

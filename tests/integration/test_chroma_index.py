@@ -6,11 +6,6 @@ outage tests need a server they may stop or freeze, so they start their own.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -21,14 +16,15 @@ import pytest
 from chromadb.api import ClientAPI
 from chromadb.errors import ChromaError
 
-from domain.ids import NO_CONNECTION
+from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import FactStatus
 from domain.ports import VectorHit, VectorIndex
 from store.chroma import ChromaVectorIndex, close_client, embedded_client, http_client
 from store.chroma.filters import build_where
 from store.embeddings import MiniLmEmbedder
 from store.errors import VectorIndexUnavailable
-from tests.support.builders import make_fact
+from tests.support.builders import key_of, make_fact
+from tests.support.chroma import DisposableChroma, free_port
 from tests.support.fakes import LetterCountEmbedder
 
 integration = pytest.mark.integration
@@ -52,6 +48,7 @@ def contents(hits: Sequence[VectorHit]) -> set[str]:
             [],
             {
                 "$and": [
+                    {"organization_id": "o"},
                     {"user_id": "u"},
                     {"connection_id": {"$in": [NO_CONNECTION]}},
                     {"status": {"$in": ["active"]}},
@@ -64,6 +61,7 @@ def contents(hits: Sequence[VectorHit]) -> set[str]:
             ["email", "chat", "email"],
             {
                 "$and": [
+                    {"organization_id": "o"},
                     {"user_id": "u"},
                     {"connection_id": {"$in": [NO_CONNECTION, "c1", "c2"]}},
                     {"status": {"$in": ["active", "contradicted"]}},
@@ -77,6 +75,7 @@ def contents(hits: Sequence[VectorHit]) -> set[str]:
             ["chat"],
             {
                 "$and": [
+                    {"organization_id": "o"},
                     {"user_id": "u"},
                     {"connection_id": {"$in": [NO_CONNECTION]}},
                     {"status": {"$in": ["held"]}},
@@ -93,14 +92,17 @@ def test_build_where(
     expected: object,
 ) -> None:
     where = build_where(
-        user_id="u", connection_ids=connections, statuses=statuses, context_types=context_types
+        key=MemoryKey("o", "u"),
+        connection_ids=connections,
+        statuses=statuses,
+        context_types=context_types,
     )
     assert where == expected
 
 
 def test_build_where_refuses_empty_statuses() -> None:
     with pytest.raises(ValueError, match="statuses"):
-        build_where(user_id="u", connection_ids=[], statuses=[])
+        build_where(key=MemoryKey("o", "u"), connection_ids=[], statuses=[])
 
 
 # --- Chroma ---------------------------------------------------------------------------------
@@ -134,9 +136,11 @@ def collection_name(client: ClientAPI) -> Iterator[str]:
         client.delete_collection(name)
 
 
-def _query(index: VectorIndex, user_id: str, text: str, **kwargs: object) -> list[VectorHit]:
+def _query(
+    index: VectorIndex, user_id: str, text: str, org: str = "org-a", **kwargs: object
+) -> list[VectorHit]:
     params: dict[str, object] = {"connection_ids": [], "n": 10, **kwargs}
-    return index.query(user_id=user_id, text=text, **params)  # type: ignore[arg-type]
+    return index.query(key=MemoryKey(org, user_id), text=text, **params)  # type: ignore[arg-type]
 
 
 @integration
@@ -149,7 +153,7 @@ def test_upsert_respects_the_batch_size(
     index = ChromaVectorIndex(client, embedder, collection_name, max_batch_size=2)
     facts = [make_fact("u1", f"fact number {i}") for i in range(5)]
     assert index.upsert(facts) == 5
-    assert index.count("u1") == 5
+    assert index.count(key_of("u1")) == 5
     index.update_status({f.fact_id: FactStatus.ARCHIVED for f in facts})
     assert _query(index, "u1", "fact number") == []
     index.delete([f.fact_id for f in facts])
@@ -185,7 +189,7 @@ def test_embedded_index_survives_reopening(tmp_path: Path, embedder: MiniLmEmbed
     close_client(first)
     second = embedded_client(tmp_path / "chroma")
     try:
-        assert ChromaVectorIndex(second, embedder).count("u1") == 1
+        assert ChromaVectorIndex(second, embedder).count(key_of("u1")) == 1
     finally:
         close_client(second)
 
@@ -200,71 +204,6 @@ def test_any_embedder_can_back_the_index(client: ClientAPI, collection_name: str
 
 
 # --- outages: a server of our own that the test may stop or freeze --------------------------------
-
-
-class DisposableChroma:
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        exe = Path(sys.executable).parent / "chroma"
-        env = {**os.environ, "ANONYMIZED_TELEMETRY": "False", "NO_COLOR": "1"}
-        with (self.home / "chroma.log").open("ab") as log:
-            self._proc = subprocess.Popen(
-                [
-                    str(exe),
-                    "run",
-                    "--path",
-                    str(self.home / "data"),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        deadline = time.monotonic() + timeout
-        while not self._answers():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                log_text = (self.home / "chroma.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"chroma run did not start:\n{log_text}")
-            time.sleep(0.1)
-
-    def freeze(self) -> None:
-        assert self._proc is not None
-        self._proc.send_signal(signal.SIGSTOP)
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
-
-    def _answers(self) -> bool:
-        try:
-            resp = httpx.get(f"{self.url}/api/v2/heartbeat", timeout=1.0, trust_env=False)
-        except httpx.HTTPError:
-            return False
-        return resp.is_success
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture
@@ -329,7 +268,7 @@ def test_a_frozen_server_times_out_as_unavailable(
 
 @integration
 def test_connecting_to_no_server_is_unavailable() -> None:
-    _raises_unavailable_quickly(lambda: http_client(f"http://127.0.0.1:{_free_port()}"))
+    _raises_unavailable_quickly(lambda: http_client(f"http://127.0.0.1:{free_port()}"))
 
 
 def test_http_client_rejects_a_malformed_url() -> None:

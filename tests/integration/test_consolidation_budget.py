@@ -16,7 +16,7 @@ from consumers.flush import BudgetPolicy
 from memoryd import wiring
 from memoryd.jobs import drain_index_once
 from memoryd.redrive import redrive
-from tests.support.builders import make_event
+from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment, dead_letters, gemini_backend, headers_of, tuned
 from tests.support.fake_gemini import FakeGemini, FakeReply
 
@@ -51,11 +51,11 @@ def consolidate(deployment: Deployment, fake: FakeGemini, text: str) -> Any:
 
 
 def set_credit(deployment: Deployment, micro_usd: int) -> None:
-    deployment.with_core(lambda c: c.memory.set_credit("ada", micro_usd))
+    deployment.with_core(lambda c: c.memory.set_credit(key_of("ada"), micro_usd))
 
 
 def balance(deployment: Deployment) -> int | None:
-    result: int | None = deployment.with_core(lambda c: c.memory.balance("ada"))
+    result: int | None = deployment.with_core(lambda c: c.memory.balance(key_of("ada")))
     return result
 
 
@@ -122,7 +122,7 @@ def test_skip_embeddings_consolidates_but_indexes_only_after_a_top_up(
     assert pending == [("The user lives in Lisbon.",)]
 
     def index_state(c: wiring.Core) -> tuple[int | None, int]:
-        return drain_index_once(c), c.index.count("ada")
+        return drain_index_once(c), c.index.count(key_of("ada"))
 
     # The scheduled drain leaves them alone while the user is out of credit...
     assert skipping.with_core(index_state) == (0, 1)

@@ -16,7 +16,7 @@ from consumers.flush import FlushKind
 from memoryd import wiring
 from processors.consolidate import Consolidator
 from processors.gate import WriteGate
-from tests.support.builders import make_event
+from tests.support.builders import buffered, key_of, make_event
 from tests.support.deployment import (
     Deployment,
     ProcessorThread,
@@ -123,7 +123,7 @@ def test_the_user_lock_serializes_two_flushers_of_the_same_user(deployment: Depl
             flusher = wiring.flusher(c, backend, Consolidator(WriteGate(None), c.prices))
             gate.wait(timeout=60)
             try:
-                return flusher.flush("ada", events, attempt=0).kind
+                return flusher.flush(key_of("ada"), buffered(events), attempt=0).kind
             finally:
                 flusher.close()
 
@@ -179,7 +179,7 @@ def test_events_buffered_when_a_rebalance_comes_are_read_again(deployment: Deplo
 def test_more_flushes_than_the_pool_can_lock_wait_instead_of_deadlocking(
     deployment: Deployment,
 ) -> None:
-    """Each flush holds a connection for its user lock and needs a second one meanwhile: with
+    """Each flush holds a connection for its memory lock and needs a second one meanwhile: with
     every pool connection held by a lock, nobody could go on. The composition root sizes the
     pool from the concurrency (a configured pool of 4 is raised), so all 8 flushes run at once
     and none deadlocks; the store's own cap (max_size - 2 lock holders) is the second guard."""

@@ -16,7 +16,7 @@ import pytest
 from memoryd import wiring
 from memoryd.redrive import redrive
 from producers.contract import EventType
-from tests.support.builders import make_event
+from tests.support.builders import key_of, make_event
 from tests.support.deployment import (
     Deployment,
     dead_letters,
@@ -112,13 +112,13 @@ def test_a_good_answer_becomes_memory(fast: Deployment, fake: FakeGemini) -> Non
     assert sorted(consumed(fast), key=str) == sorted(ids, key=str)
 
     def check(c: wiring.Core) -> None:
-        state = c.memory.load_state("ada")
+        state = c.memory.load_state(key_of("ada"))
         assert state.working_memory == GOOD["updated_working_memory"]
         assert state.scaffold == GOOD["updated_scaffold"]
-        facts = c.memory.facts("ada")
+        facts = c.memory.facts(key_of("ada"))
         assert sorted(f.content for f in facts) == sorted(f["content"] for f in GOOD["facts"])
         assert all(f.indexed_at is not None for f in facts)
-        assert c.index.count("ada") == 2
+        assert c.index.count(key_of("ada")) == 2
 
     fast.with_core(check)
     assert dlq_size(fast) == 0
@@ -211,9 +211,9 @@ def test_nested_values_returned_as_json_strings_are_normalized(
     assert [r[0] for r in runs(fast)] == ["succeeded"]
 
     def check(c: wiring.Core) -> None:
-        scaffold = c.memory.load_state("ada").scaffold
+        scaffold = c.memory.load_state(key_of("ada")).scaffold
         assert scaffold == {"Role": "Engineer", "Projects": [{"name": "Falcon", "due": "Dec"}]}
-        assert len(c.memory.facts("ada")) == 2
+        assert len(c.memory.facts(key_of("ada"))) == 2
 
     fast.with_core(check)
 

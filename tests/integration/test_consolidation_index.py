@@ -24,7 +24,7 @@ from processors.cost import embedding_entry
 from processors.schema import ConsolidationRequest
 from producers.contract import EventType
 from store.chroma import close_client, http_client
-from tests.support.builders import make_event
+from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment
 from tests.support.fakes import FlakyBackend
 
@@ -109,7 +109,7 @@ def test_chroma_down_mid_run_then_back(over_http: Deployment, chroma: LocalChrom
 
     # One process through the outage and after it: the index reconnects by itself.
     with wiring.core(d.settings) as c, wiring.read_path(c) as service:
-        down = service.assemble("ada", QUERY)
+        down = service.assemble(key_of("ada"), QUERY)
         assert down.degraded
         assert "design" in down.working_memory
         assert not any("engineering" in r.fact.content for r in down.facts)
@@ -117,13 +117,13 @@ def test_chroma_down_mid_run_then_back(over_http: Deployment, chroma: LocalChrom
         chroma.start(timeout=60)
         # Chroma is back but behind: it still holds the engineering fact as active.
         assert chroma_contents(chroma.url, collection)[str(engineering_id)]["status"] == "active"
-        behind = service.assemble("ada", QUERY)
+        behind = service.assemble(key_of("ada"), QUERY)
         assert not behind.degraded
         assert not any("engineering" in r.fact.content for r in behind.facts)
 
         assert drain_index_once(c) == len(pending)
         assert drain_index_once(c) == 0
-        caught_up = service.assemble("ada", QUERY)
+        caught_up = service.assemble(key_of("ada"), QUERY)
         assert any("design" in r.fact.content for r in caught_up.facts)
         assert not any("engineering" in r.fact.content for r in caught_up.facts)
 

@@ -24,7 +24,7 @@ from processors.schema import (
     FactProposal,
 )
 from producers.contract import EventType
-from tests.support.builders import make_event
+from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment, gemini_backend
 from tests.support.fake_gemini import FakeGemini, FakeReply
 
@@ -39,7 +39,7 @@ def fake() -> Iterator[FakeGemini]:
 
 def all_facts(deployment: Deployment, user_id: str) -> list[Fact]:
     def read(c: wiring.Core) -> list[Fact]:
-        return c.memory.facts(user_id, tuple(FactStatus))
+        return c.memory.facts(key_of(user_id), tuple(FactStatus))
 
     result: list[Fact] = deployment.with_core(read)
     return result
@@ -48,7 +48,7 @@ def all_facts(deployment: Deployment, user_id: str) -> list[Fact]:
 def retrieved(deployment: Deployment, user_id: str, query: str) -> list[str]:
     def ask(c: wiring.Core) -> list[str]:
         with wiring.read_path(c) as service:
-            bundle = service.assemble(user_id, query)
+            bundle = service.assemble(key_of(user_id), query)
         return [r.fact.content for r in bundle.facts]
 
     result: list[str] = deployment.with_core(ask)

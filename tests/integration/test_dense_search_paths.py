@@ -15,7 +15,7 @@ from producers.contract import EventType
 from store.read.context_service import ContextService
 from store.read.dense import DenseCache, DenseReads, DenseSearch
 from store.read.ranking import Budget
-from tests.support.builders import make_event
+from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
@@ -32,6 +32,7 @@ OBSERVATIONS = [
     ("I am allergic to peanuts", EventType.FACT, None),
     ("The hive inspection checklist lives in the repo wiki", EventType.FACT, "gh"),
 ]
+OMAR = key_of("omar")
 QUERIES = ["beekeeping honey hives", "what is the user allergic to", "database migration"]
 
 
@@ -52,25 +53,36 @@ def test_cached_exact_and_ann_dense_searches_agree(deployment: Deployment) -> No
     def compare(c: wiring.Core) -> None:
         search = _search(c, DenseCache(2**20))
         reads = wiring.read_model(c)
-        version = c.memory.load_state("omar").version
+        stamp = reads.memory_stamp(OMAR)
+        assert stamp is not None
         for connections in [(), ("gh",)]:
-            scope = Scope("omar", connections, organization_id="org-a")
+            scope = Scope(OMAR, connections)
             ids = reads.indexed_ids(scope, 1_000)
             for query in QUERIES:
-                cached, vectors = search.search(scope, version, query, 4)
+                cached, vectors = search.search(scope, stamp, query, 4)
                 exact, _ = c.index.score(query, ids, 4)
-                ann = c.index.query(user_id="omar", text=query, connection_ids=connections, n=4)
+                ann = c.index.query(key=OMAR, text=query, connection_ids=connections, n=4)
                 assert [h.fact_id for h in cached] == [h.fact_id for h in exact]
                 assert [h.similarity for h in cached] == pytest.approx(
                     [h.similarity for h in exact], abs=1e-5
                 )
-                # The ANN query has no organization filter: compare on org-a's facts only.
-                ann_ids = [h.fact_id for h in ann if h.fact_id in set(ids)]
-                assert [h.fact_id for h in cached][: len(ann_ids)] == ann_ids[: len(cached)]
+                assert [h.fact_id for h in cached] == [h.fact_id for h in ann]
+                assert {h.fact_id for h in ann} <= set(ids)
                 assert all(h.fact_id in vectors for h in cached)
-            assert len(ids) == len(search.memory("org-a", "omar", version).mask(scope).nonzero()[0])
+            assert len(ids) == len(search.memory(OMAR, stamp).mask(scope).nonzero()[0])
 
     deployment.with_core(compare)
+
+    def top_facts(c: wiring.Core) -> list[str]:
+        with wiring.read_path(c) as service:
+            bundle = service.assemble(OMAR, "beekeeping honey hives", budget=Budget.LEAN)
+        assert not bundle.degraded
+        # The other user's and the other organization's bee facts are nearer still.
+        assert all(r.fact.key == OMAR for r in bundle.facts)
+        return [r.fact.content for r in bundle.facts]
+
+    # No keyword matches this query: the dense stage alone must put the bees first.
+    assert "bees" in deployment.with_core(top_facts)[0]
 
 
 def test_read_path_bundles_unchanged_by_the_cache(deployment: Deployment) -> None:
@@ -84,7 +96,7 @@ def test_read_path_bundles_unchanged_by_the_cache(deployment: Deployment) -> Non
     def bundles(c: wiring.Core, service: ContextService) -> list[list[str]]:
         out = []
         for query in QUERIES:
-            bundle = service.assemble("omar", query, ["gh"], Budget.DEEP, organization_id="org-a")
+            bundle = service.assemble(OMAR, query, ["gh"], Budget.DEEP)
             assert not bundle.degraded
             out.append([r.fact.content for r in bundle.facts])
         return out
@@ -107,10 +119,11 @@ def test_a_new_version_brings_new_facts_and_drops_closed_ones(deployment: Deploy
 
     def top(c: wiring.Core) -> list[str]:
         search = _search(c, cache)
-        version = c.memory.load_state("omar").version
-        scope = Scope("omar", (), (FactStatus.ACTIVE,), organization_id="org-a")
-        hits, _ = search.search(scope, version, "peanut allergy", 5)
-        contents = {f.fact_id: f.content for f in c.memory.facts("omar")}
+        stamp = wiring.read_model(c).memory_stamp(OMAR)
+        assert stamp is not None
+        scope = Scope(OMAR, (), (FactStatus.ACTIVE,))
+        hits, _ = search.search(scope, stamp, "peanut allergy", 5)
+        contents = {f.fact_id: f.content for f in c.memory.facts(OMAR)}
         return [contents[h.fact_id] for h in hits if h.fact_id in contents]
 
     first = deployment.with_core(top)

@@ -9,7 +9,7 @@ from consumers.dead_letter import HEADER_REASON, HEADER_STAGE
 from memoryd import wiring
 from memoryd.settings import ChromaSettings
 from producers.contract import EventType, Source
-from tests.support.builders import make_event
+from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment, dead_letters
 
 pytestmark = pytest.mark.integration
@@ -70,18 +70,18 @@ def test_observations_become_working_memory_scaffold_and_facts(deployment: Deplo
     assert logged == consumed == {e.event_id for e in events}
 
     def check(c: wiring.Core) -> None:
-        ada = c.memory.load_state("ada")
+        ada = c.memory.load_state(key_of("ada"))
         assert ada.version >= 1
         assert ada.working_memory
         assert ada.scaffold["Title"] == "Product designer"
         assert "Her manager is Grace Hopper" in ada.learned_info
-        contents = [f.content.lower() for f in c.memory.facts("ada")]
+        contents = [f.content.lower() for f in c.memory.facts(key_of("ada"))]
         assert not any("engineering" in x for x in contents), contents
         assert any("design" in x for x in contents), contents
 
         service = wiring.context_service(c)
-        general = service.assemble("ada", "When is the Acme review?")
-        with_mail = service.assemble("ada", "When is the Acme review?", ["gmail-work"])
+        general = service.assemble(key_of("ada"), "When is the Acme review?")
+        with_mail = service.assemble(key_of("ada"), "When is the Acme review?", ["gmail-work"])
         assert not any("quarterly review" in r.fact.content for r in general.facts)
         # Nothing learned inside the mail connection reaches a turn where it is not active.
         assert "quarterly review" not in general.prompt_block
@@ -89,9 +89,10 @@ def test_observations_become_working_memory_scaffold_and_facts(deployment: Deplo
         assert any("quarterly review" in r.fact.content for r in with_mail.facts)
         assert "# Your Context" in with_mail.prompt_block
         assert "Relevant Retrieved Facts:" in with_mail.prompt_block
-        attachment = service.assemble("ada", "How much is the Acme invoice?")
+        attachment = service.assemble(key_of("ada"), "How much is the Acme invoice?")
         assert any(r.fact.provenance.attachment_id == "att-1" for r in attachment.facts)
-        assert c.memory.load_state("bob").organization_id == "org-b"
+        assert c.memory.load_state(key_of("bob", "org-b")).version >= 1
+        assert c.memory.load_state(key_of("bob")).version == 0  # org-a has no bob
 
     deployment.with_core(check)
 
@@ -110,13 +111,14 @@ def test_event_log_rejects_update_and_delete(deployment: Deployment) -> None:
             conn.execute("TRUNCATE context_events")
         conn.rollback()
     assert deployment.query("SELECT count(*) FROM context_events") == [(1,)]
-    # The one audited way out: erasure, which leaves a record of itself.
+    # The one way out is the erase path, and only for an erasure audited beforehand.
     with psycopg.connect(deployment.dsn) as conn:
-        erased = conn.execute(
-            "SELECT erase_user_events('ada', 'dpo@example.com', 'GDPR request')"
-        ).fetchone()
-    assert erased == (1,)
-    assert deployment.query("SELECT user_id, rows_erased FROM erasure_audit") == [("ada", 1)]
+        with pytest.raises(psycopg.errors.RaiseException, match="audited before it runs"):
+            conn.execute(
+                "SELECT erase_memory(gen_random_uuid(), 'org-a', 'ada', 's', 'p', 1, '{}')"
+            )
+        conn.rollback()
+    assert deployment.query("SELECT count(*) FROM context_events") == [(1,)]
 
 
 def test_bad_records_are_dead_lettered_and_consumers_keep_going(deployment: Deployment) -> None:
@@ -149,7 +151,9 @@ def test_bad_records_are_dead_lettered_and_consumers_keep_going(deployment: Depl
 
 
 def test_new_user_gets_an_empty_valid_context(deployment: Deployment) -> None:
-    bundle = deployment.with_core(lambda c: wiring.context_service(c).assemble("nobody", "hello"))
+    bundle = deployment.with_core(
+        lambda c: wiring.context_service(c).assemble(key_of("nobody"), "hello")
+    )
     assert bundle.working_memory == ""
     assert bundle.scaffold == {}
     assert bundle.facts == ()
@@ -165,7 +169,7 @@ def test_context_is_degraded_not_failed_when_chroma_is_down(deployment: Deployme
         update={"chroma": ChromaSettings(mode="http", url="http://127.0.0.1:9")}
     )
     with wiring.core(dead) as c:
-        bundle = wiring.context_service(c).assemble("ada", "Where does she work?")
+        bundle = wiring.context_service(c).assemble(key_of("ada"), "Where does she work?")
     assert bundle.degraded
     assert bundle.degraded_reason
     assert "unavailable" in bundle.degraded_reason

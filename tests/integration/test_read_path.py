@@ -8,10 +8,10 @@ from domain.model import FactStatus, SurfacePolicy
 from memoryd import wiring
 from memoryd.settings import ChromaSettings
 from store.read.bundle import ContextBundle
-from store.read.context_service import ContextService, TenantMismatch
-from store.read.ranking import Budget
+from store.read.context_service import ContextService
+from store.read.ranking import PROFILES, Budget
 from store.read.rendering import SurfaceGroup, group_facts
-from tests.support.builders import make_fact
+from tests.support.builders import key_of, make_fact
 from tests.support.deployment import Deployment, seed_core
 
 pytestmark = pytest.mark.integration
@@ -24,19 +24,26 @@ def contents(bundle: ContextBundle) -> list[str]:
 def test_facts_never_cross_users_or_organizations(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
         seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
-        # Better matches for the query, owned by someone else: same org, and another org.
+        # Better matches for the query, owned by someone else: another user of the same
+        # organization, and the same user id in another organization, pinned there.
         dessert = "The favourite dessert is tiramisu from the bakery on Rua Augusta"
         seed_core(c, "bob", [make_fact("bob", dessert)], org="org-a")
-        seed_core(c, "eve", [make_fact("eve", dessert, org="org-b")], org="org-b")
+        other_ada = make_fact("ada", dessert, org="org-b", pinned=True)
+        seed_core(c, "ada", [other_ada], org="org-b", working_memory="org-b's Ada bakes.")
+        assert other_ada.fact_id != make_fact("ada", dessert).fact_id
         with wiring.read_path(c) as service:
             for budget in Budget:
-                bundle = service.assemble("ada", dessert, budget=budget, organization_id="org-a")
-                assert {r.fact.user_id for r in bundle.facts} <= {"ada"}
+                bundle = service.assemble(key_of("ada"), dessert, budget=budget)
+                assert {(r.fact.organization_id, r.fact.user_id) for r in bundle.facts} <= {
+                    ("org-a", "ada")
+                }
                 assert dessert not in bundle.prompt_block
-            with pytest.raises(TenantMismatch):
-                service.assemble("ada", "coffee", organization_id="org-b")
-            with pytest.raises(TenantMismatch):
-                service.assemble("eve", dessert, organization_id="org-a")
+                assert "bakes" not in bundle.prompt_block
+            theirs = service.assemble(key_of("ada", "org-b"), dessert)
+            assert [r.fact.fact_id for r in theirs.facts] == [other_ada.fact_id]
+            assert theirs.working_memory == "org-b's Ada bakes."
+            nobody = service.assemble(key_of("eve"), dessert)  # eve is in no org-a memory
+            assert (nobody.facts, nobody.memory_version) == ((), 0)
 
     deployment.with_core(check)
 
@@ -55,9 +62,11 @@ def test_a_connection_scoped_fact_appears_only_with_its_connection(
             connections={"gmail": ("Acme emails come from lena@acme.example",)},
         )
         with wiring.read_path(c) as service:
-            without = service.assemble("ada", "When is the Acme review?")
-            other = service.assemble("ada", "When is the Acme review?", ["slack"])
-            with_mail = service.assemble("ada", "When is the Acme review?", ["gmail", "slack"])
+            without = service.assemble(key_of("ada"), "When is the Acme review?")
+            other = service.assemble(key_of("ada"), "When is the Acme review?", ["slack"])
+            with_mail = service.assemble(
+                key_of("ada"), "When is the Acme review?", ["gmail", "slack"]
+            )
         assert not any("Acme" in x for x in contents(without) + contents(other))
         assert "lena@acme.example" not in without.prompt_block
         assert any("Acme quarterly review" in x for x in contents(with_mail))
@@ -79,11 +88,13 @@ def test_contradicted_facts_never_appear_even_when_chroma_lags(deployment: Deplo
             )
         with wiring.read_path(c) as service:
             for budget in Budget:
-                bundle = service.assemble("ada", "Where does Ada live? Lisbon?", budget=budget)
+                bundle = service.assemble(
+                    key_of("ada"), "Where does Ada live? Lisbon?", budget=budget
+                )
                 assert old not in contents(bundle)
                 assert new in contents(bundle)
             audit = service.assemble(
-                "ada", "Lisbon", statuses=(FactStatus.ACTIVE, FactStatus.CONTRADICTED)
+                key_of("ada"), "Lisbon", statuses=(FactStatus.ACTIVE, FactStatus.CONTRADICTED)
             )
         assert old in contents(audit)  # only when asked for
 
@@ -105,7 +116,7 @@ def test_pinned_in_always_and_avoid_never_relevant(deployment: Deployment) -> No
             ],
         )
         with wiring.read_path(c) as service:
-            bundle = service.assemble("ada", "Any advice about my divorce and the team?")
+            bundle = service.assemble(key_of("ada"), "Any advice about my divorce and the team?")
         groups = group_facts(bundle.facts)
         assert [r.fact.content for r in groups[SurfaceGroup.ALWAYS_KNOWN]] == [
             "Ada is allergic to peanuts"
@@ -136,15 +147,21 @@ def test_budgets_keyword_search_and_near_duplicates(deployment: Deployment) -> N
         facts.append(make_fact("ada", "Ada's manager at Initech is Grace"))
         seed_core(c, "ada", facts)
         with wiring.read_path(c) as service:
-            sizes = {
-                b: len(service.assemble("ada", "Ada trip city visited", budget=b).facts)
+            returned = {
+                b: contents(service.assemble(key_of("ada"), "Ada trip city visited", budget=b))
                 for b in Budget
             }
-            lean = service.assemble("ada", "Where does Ada work at Initech?", budget=Budget.LEAN)
-            keyword = service.assemble("ada", "INV-4411", budget=Budget.LEAN)
-        assert 2 <= sizes[Budget.LEAN] <= 3
-        assert 5 <= sizes[Budget.BALANCED] <= 7
-        assert 10 <= sizes[Budget.DEEP] <= 15
+            lean = service.assemble(
+                key_of("ada"), "Where does Ada work at Initech?", budget=Budget.LEAN
+            )
+            keyword = service.assemble(key_of("ada"), "INV-4411", budget=Budget.LEAN)
+        # Each budget is a number of characters filled in rank order, within its fact counts.
+        for budget, texts in returned.items():
+            profile = PROFILES[budget]
+            assert profile.min_facts <= len(texts) <= profile.max_facts
+            assert sum(map(len, texts)) <= (profile.max_chars or 0)
+        assert len(returned[Budget.LEAN]) < len(returned[Budget.BALANCED])
+        assert len(returned[Budget.BALANCED]) <= len(returned[Budget.DEEP])
         # MMR: the four paraphrases do not take every slot from the manager fact.
         assert sum(x in paraphrases for x in contents(lean)) <= 2
         assert "Ada's manager at Initech is Grace" in contents(lean)
@@ -162,7 +179,7 @@ def test_chroma_down_still_answers_from_keywords_degraded(deployment: Deployment
         update={"chroma": ChromaSettings(mode="http", url="http://127.0.0.1:9")}
     )
     with wiring.core(dead) as c, wiring.read_path(c) as service:
-        bundle = service.assemble("ada", "What about invoice INV-4411?")
+        bundle = service.assemble(key_of("ada"), "What about invoice INV-4411?")
     assert bundle.degraded
     assert "unavailable" in (bundle.degraded_reason or "")
     assert contents(bundle) == ["Invoice INV-4411 totals 12,400 EUR"]
@@ -175,9 +192,9 @@ def test_audit_rows_and_recall_counters_are_written_off_the_hot_path(
         seed_core(c, "ada", [make_fact("ada", "Ada lives in Porto", pinned=True)], org="org-a")
         seed_core(c, "ada", [make_fact("ada", "Ada's bike is a green Brompton")], org="org-a")
         with wiring.read_path(c) as service:
-            first = service.assemble("ada", "What bike does Ada ride?")
-            service.assemble("ada", "Tell me about the Brompton bike")
-            service.assemble("ada", "Tell me about the Brompton bike", log_id=first.log_id)
+            first = service.assemble(key_of("ada"), "What bike does Ada ride?")
+            service.assemble(key_of("ada"), "Tell me about the Brompton bike")
+            service.assemble(key_of("ada"), "Tell me about the Brompton bike", log_id=first.log_id)
         return service
 
     deployment.with_core(check)
@@ -206,10 +223,10 @@ def test_injection_is_cached_per_memory_version(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
         seed_core(c, "ada", [], working_memory="Ada designs billing screens.")
         with wiring.read_path(c) as service:
-            first = service.assemble("ada", "hi")
-            second = service.assemble("ada", "hi")
+            first = service.assemble(key_of("ada"), "hi")
+            second = service.assemble(key_of("ada"), "hi")
             seed_core(c, "ada", [], working_memory="Ada moved to the payments team.")
-            third = service.assemble("ada", "hi")
+            third = service.assemble(key_of("ada"), "hi")
         assert first.working_memory == second.working_memory == "Ada designs billing screens."
         assert third.working_memory == "Ada moved to the payments team."
         assert third.memory_version == first.memory_version + 1
@@ -228,8 +245,8 @@ def test_context_type_filter(deployment: Deployment) -> None:
             ],
         )
         with wiring.read_path(c) as service:
-            both = service.assemble("ada", "invoice 4411")
-            tools = service.assemble("ada", "invoice 4411", context_types=["tool_output"])
+            both = service.assemble(key_of("ada"), "invoice 4411")
+            tools = service.assemble(key_of("ada"), "invoice 4411", context_types=["tool_output"])
         assert len(both.facts) == 2
         assert contents(tools) == ["Invoice 4411 totals 12,400 EUR"]
 

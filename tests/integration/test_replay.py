@@ -23,7 +23,7 @@ from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import ContextEvent, EventType, Source
-from tests.support.builders import make_event
+from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
@@ -77,8 +77,8 @@ def consolidate(deployment: Deployment, events: list[ContextEvent]) -> None:
 def images(deployment: Deployment) -> tuple[FoldedMemory, FoldedMemory, list[Any]]:
     """(live, folded, runs) for USER."""
     with analyst_core(deployment.settings) as (c, run_log):
-        runs = run_log.runs(USER)
-        return live_memory(c, run_log, USER), fold_runs(runs), runs
+        runs = run_log.runs(key_of(USER))
+        return live_memory(c, run_log, key_of(USER)), fold_runs(runs), runs
 
 
 def db_now(deployment: Deployment) -> datetime:
@@ -158,40 +158,48 @@ def test_memory_at_a_time_is_the_fold_of_the_runs_committed_by_then(
     consolidate(deployment, batch(1))
     second_live, _, runs = images(deployment)
 
-    at_t1 = fold_runs(runs_until(runs, t1), FoldedMemory(user_id=USER))
+    at_t1 = fold_runs(runs_until(runs, t1), FoldedMemory(user_id=USER, organization_id="org-a"))
     assert diff_memory(first_live, at_t1).identical
     assert at_t1.version == first_live.version < second_live.version
     assert diff_memory(second_live, fold_runs(runs_until(runs, db_now(deployment)))).identical
     long_ago = runs[0].finished_at.replace(year=2000)
-    before_any = fold_runs(runs_until(runs, long_ago), FoldedMemory(user_id=USER))
+    before_any = fold_runs(
+        runs_until(runs, long_ago), FoldedMemory(user_id=USER, organization_id="org-a")
+    )
     assert before_any.version == 0
     assert not before_any.facts
 
     doc = json.loads(
-        run_cli(deployment, ["history", USER, "--at", t1.isoformat(), "--json"], capsys)
+        run_cli(
+            deployment,
+            ["history", "--org", "org-a", USER, "--at", t1.isoformat(), "--json"],
+            capsys,
+        )
     )
     assert doc["memory"]["version"] == first_live.version
     assert doc["memory"]["working_memory"] == first_live.working_memory
     assert {f["fact_id"] for f in doc["memory"]["facts"]} == {str(i) for i in first_live.facts}
     assert len(doc["runs"]) == first_live.version
 
-    listing = json.loads(run_cli(deployment, ["history", USER, "--json"], capsys))["runs"]
+    listing = json.loads(
+        run_cli(deployment, ["history", "--org", "org-a", USER, "--json"], capsys)
+    )["runs"]
     assert [r["seq"] for r in listing] == [r.seq for r in runs]
     consumed = {r[0] for r in deployment.query("SELECT event_id::text FROM consolidated_events")}
     assert {e for r in listing for e in r["input_event_ids"]} == consumed
     for row in listing:
         assert row["backend"] == "offline"
-        assert row["model"] == "offline-deterministic-v1"
-        assert row["prompt_version"] == "offline-v1"
+        assert row["model"] == "offline-deterministic-v2"
+        assert row["prompt_version"] == "offline-v2"
         assert row["status"] == "succeeded"
         assert set(row["gate"]) == {"allowed", "held", "discarded", "reinforced"}
         assert row["tokens"]["prompt"] > 0
         assert row["cost_micro_usd"] == 0
 
-    text = run_cli(deployment, ["history", USER], capsys)
-    assert f"{len(runs)} run(s) of {USER}" in text
+    text = run_cli(deployment, ["history", "--org", "org-a", USER], capsys)
+    assert f"{len(runs)} run(s) of org-a/{USER}" in text
     assert str(runs[0].run.run_id) in text
-    text = run_cli(deployment, ["history", USER, "--at", t1.isoformat()], capsys)
+    text = run_cli(deployment, ["history", "--org", "org-a", USER, "--at", t1.isoformat()], capsys)
     assert f"version {first_live.version}" in text
     assert "# Working memory" in text
 
@@ -222,7 +230,17 @@ def test_shadow_replay_diffs_against_live_and_never_writes(
     before = table_digest(deployment)
 
     # The live backend on the live batches reproduces live memory exactly.
-    argv = ["replay", USER, "--backend", "offline", "--batching", "live", "--json"]
+    argv = [
+        "replay",
+        "--org",
+        "org-a",
+        USER,
+        "--backend",
+        "offline",
+        "--batching",
+        "live",
+        "--json",
+    ]
     doc = json.loads(run_cli(deployment, argv, capsys))
     assert doc["diff"]["identical"], doc["diff"]
     assert doc["events"] == 12
@@ -230,7 +248,7 @@ def test_shadow_replay_diffs_against_live_and_never_writes(
     assert doc["backend"] == "offline"
 
     # Other batching: a real shadow run whose shape the diff reports.
-    argv = ["replay", USER, "--backend", "offline", "--max-batch", "5", "--json"]
+    argv = ["replay", "--org", "org-a", USER, "--backend", "offline", "--max-batch", "5", "--json"]
     doc = json.loads(run_cli(deployment, argv, capsys))
     assert doc["batches"] == 3
     assert doc["shadow_runs"] == 3
@@ -244,19 +262,23 @@ def test_shadow_replay_diffs_against_live_and_never_writes(
         "scaffold",
         "learned_info",
     }
-    text = run_cli(deployment, ["replay", USER, "--backend", "offline", "--max-batch", "5"], capsys)
-    assert "shadow replay of ada: 12 event(s) in 3 batch(es)" in text
+    text = run_cli(
+        deployment,
+        ["replay", "--org", "org-a", USER, "--backend", "offline", "--max-batch", "5"],
+        capsys,
+    )
+    assert "shadow replay of org-a/ada: 12 event(s) in 3 batch(es)" in text
 
     # A backend that keeps nothing: every live fact is reported as missing from the shadow.
     with analyst_core(deployment.settings) as (c, run_log):
-        events = [e.event for e in c.events.user_events(USER)]
+        events = [e.event for e in c.events.user_events(key_of(USER))]
         shadow = shadow_consolidate(
-            USER,
+            key_of(USER),
             batches_by_size(events, 10),
             ForgetfulBackend(OfflineBackend(c.embedder)),
             Consolidator(WriteGate(c.embedder), c.prices),
         )
-        live = live_memory(c, run_log, USER)
+        live = live_memory(c, run_log, key_of(USER))
     diff = diff_memory(live, shadow.memory)
     assert {f.fact_id for f in diff.only_left} == set(live.facts)
     assert not diff.only_right
@@ -285,7 +307,7 @@ def test_export_has_events_runs_facts_with_history_memory_and_ledger(
     deployment.with_core(lambda c: wiring.indexer(c).drain_pending())
     out = tmp_path / "export" / "ada.json"
 
-    text = run_cli(deployment, ["export", USER, "--out", str(out)], capsys)
+    text = run_cli(deployment, ["export", "--org", "org-a", USER, "--out", str(out)], capsys)
     assert text.startswith(f"exported {USER}: 12 event(s)")
     doc = json.loads(out.read_text())
 
@@ -314,12 +336,9 @@ def test_export_has_events_runs_facts_with_history_memory_and_ledger(
 def test_history_of_an_unknown_user_is_empty(
     deployment: Deployment, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert json.loads(run_cli(deployment, ["history", "nobody", "--json"], capsys)) == {
-        "user_id": "nobody",
-        "runs": [],
-    }
-    doc = json.loads(
-        run_cli(deployment, ["history", "nobody", "--at", "2030-01-01T00:00", "--json"], capsys)
-    )
+    listing = run_cli(deployment, ["history", "--org", "org-a", "nobody", "--json"], capsys)
+    assert json.loads(listing) == {"organization_id": "org-a", "user_id": "nobody", "runs": []}
+    at = ["history", "--org", "org-a", "nobody", "--at", "2030-01-01T00:00", "--json"]
+    doc = json.loads(run_cli(deployment, at, capsys))
     assert doc["memory"]["version"] == 0
     assert doc["memory"]["facts"] == []

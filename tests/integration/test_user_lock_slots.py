@@ -1,4 +1,4 @@
-"""The store never lets user locks take the pool's last connections."""
+"""The store never lets memory locks take the pool's last connections."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import pytest
 from store.migrate import migrate
 from store.postgres import make_pool
 from store.write.memory_store import PostgresMemoryStore
+from tests.support.builders import key_of
 
 pytestmark = pytest.mark.integration
 
 
-def test_at_most_pool_size_minus_two_user_locks_are_held_at_once(fresh_database: str) -> None:
+def test_at_most_pool_size_minus_two_memory_locks_are_held_at_once(fresh_database: str) -> None:
     pool = make_pool(fresh_database, max_size=4)
     try:
         migrate(pool)
@@ -25,12 +26,12 @@ def test_at_most_pool_size_minus_two_user_locks_are_held_at_once(fresh_database:
 
         def flush(user: str) -> None:
             nonlocal holding, peak
-            with store.user_lock(user):
+            with store.memory_lock(key_of(user)):
                 with guard:
                     holding += 1
                     peak = max(peak, holding)
                 # A flush needs a second connection while it holds its lock.
-                assert store.load_state(user).version == 0
+                assert store.load_state(key_of(user)).version == 0
                 time.sleep(0.2)
                 with guard:
                     holding -= 1

@@ -8,8 +8,9 @@ from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from consumers.batching import BufferedEvent, TopicPartition
 from domain.codec import fact_to_json
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import (
     Fact,
     FactChange,
@@ -28,6 +29,12 @@ from producers.contract import ContextEvent, EventType, Source, SourceMetadata
 
 BASE_TIME = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 SEED_RUN = uuid.UUID(int=1)
+
+
+def key_of(user_id: str, org: str = "org-a") -> MemoryKey:
+    """The memory of a user of an organization (org-a, as every builder's default)."""
+    return MemoryKey(org, user_id)
+
 
 _PROVENANCE = frozenset(f.name for f in fields(Provenance))
 
@@ -60,6 +67,13 @@ def make_event(
     )
 
 
+def buffered(
+    events: Sequence[ContextEvent], topic: str = "context-events", partition: int = 0
+) -> list[BufferedEvent]:
+    """Events as a processor holds them: read from one partition, at offsets 0, 1, 2..."""
+    return [BufferedEvent(TopicPartition(topic, partition), i, e) for i, e in enumerate(events)]
+
+
 def make_fact(
     user_id: str,
     content: str,
@@ -73,7 +87,7 @@ def make_fact(
     or of its provenance (`status=`, `pinned=`, `context_type=`, `source_event_ids=`...)."""
     on_provenance = {k: changes.pop(k) for k in list(changes) if k in _PROVENANCE}
     fact = Fact(
-        fact_id=fact_id_for(user_id, content, connection_id),
+        fact_id=fact_id_for(MemoryKey(org, user_id), content, connection_id),
         user_id=user_id,
         organization_id=org,
         content=content,
@@ -105,6 +119,7 @@ def make_run(
     status: RunStatus = RunStatus.SUCCEEDED,
     base: int | None = None,
     at: datetime | None = None,
+    org: str = "org-a",
 ) -> LoggedRun:
     """A logged run whose recorded `applied` effect a fold can replay."""
     at = BASE_TIME + timedelta(minutes=seq) if at is None else at
@@ -117,9 +132,9 @@ def make_run(
         "connection_additions": {k: list(v) for k, v in (connections or {}).items()},
     }
     record = RunRecord(
-        run_id=uuid.uuid5(uuid.NAMESPACE_OID, f"{user_id}-{seq}"),
+        run_id=uuid.uuid5(uuid.NAMESPACE_OID, f"{org}-{user_id}-{seq}"),
         user_id=user_id,
-        organization_id="org-a",
+        organization_id=org,
         input_event_ids=(uuid.uuid5(uuid.NAMESPACE_OID, f"{user_id}-event-{seq}"),),
         backend="offline",
         model="offline-deterministic-v1",
@@ -146,7 +161,7 @@ def seed_update(
 ) -> MemoryUpdate:
     """One run's worth of memory for a user, planned on what the store holds now (not
     applied: `seed` applies it)."""
-    state = store.load_state(user_id, org)
+    state = store.load_state(MemoryKey(org, user_id))
     run_id = uuid.uuid4()
     run = RunRecord(
         run_id=run_id,

@@ -30,7 +30,7 @@ from memoryd.settings import (
     Settings,
 )
 from processors.schema import ConsolidationBackend
-from producers.contract import ContextEvent
+from producers.contract import ContextEvent, memory_kafka_key
 from tests.support.builders import seed
 
 with warnings.catch_warnings():
@@ -225,13 +225,14 @@ class ProcessorThread:
             self._ready.set()
 
 
-def partition_of(user_id: str, partitions: int) -> int:
-    """The partition kafka-python's default partitioner sends a user's events to."""
-    return (murmur2(user_id.encode()) & 0x7FFFFFFF) % partitions
+def partition_of(user_id: str, partitions: int, org: str = "org-a") -> int:
+    """The partition kafka-python's default partitioner sends a memory's events to (the key
+    is the organization and the user)."""
+    return (murmur2(memory_kafka_key(org, user_id)) & 0x7FFFFFFF) % partitions
 
 
 def users_per_partition(prefix: str, partitions: int, per_partition: int) -> list[str]:
-    """User ids chosen so every partition holds `per_partition` of them."""
+    """User ids (of org-a) chosen so every partition holds `per_partition` of them."""
     chosen: dict[int, list[str]] = {p: [] for p in range(partitions)}
     n = 0
     while any(len(v) < per_partition for v in chosen.values()):

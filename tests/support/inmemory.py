@@ -12,12 +12,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from consumers.flush import BudgetPolicy, UserFlusher
+from consumers.forgetting import ForgottenEvents
 from consumers.indexer import FactIndexer, IndexQueue
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor
 from consumers.settings import ProcessorSettings
+from domain.ids import SubjectHasher
 from domain.model import Fact
-from domain.ports import VectorIndex
+from domain.ports import Embedder, VectorIndex
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
 from processors.gate import WriteGate
@@ -40,6 +42,7 @@ FAST = ProcessorSettings(
     max_batch=5, max_wait_s=0.01, backoff_base_s=0.01, backoff_max_s=0.05, revoke_wait_s=5.0
 )
 QUICK_WRITER = WriterSettings(max_delay_s=0.01, idle_exit_s=0.5)
+SUBJECTS = SubjectHasher(b"test-subject-key")
 
 
 @dataclass
@@ -49,7 +52,7 @@ class InMemoryMemoryd:
     memory: InMemoryMemoryStore = field(init=False)
     reads: InMemoryReadModel = field(init=False)
     runs: InMemoryRunLog = field(init=False)
-    embedder: BagOfWordsEmbedder = field(default_factory=BagOfWordsEmbedder)
+    embedder: Embedder = field(default_factory=BagOfWordsEmbedder)
     index: InMemoryVectorIndex = field(init=False)
     observer: RecordingObserver = field(default_factory=RecordingObserver)
 
@@ -80,14 +83,16 @@ class InMemoryMemoryd:
         backend: ConsolidationBackend,
         budget_policy: BudgetPolicy = BudgetPolicy.DEFER,
         index: VectorIndex | None = None,
+        gate: WriteGate | None = None,
     ) -> UserFlusher:
         return UserFlusher(
             self.memory,
             backend,
-            Consolidator(WriteGate(None), PriceTable({})),
+            Consolidator(gate or WriteGate(None), PriceTable({})),
             IndexQueue(self.indexer(index), self.observer),
             self.observer,
             self.clock,
+            ForgottenEvents(self.memory, SUBJECTS),
             budget_policy,
         )
 

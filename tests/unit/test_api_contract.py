@@ -22,6 +22,7 @@ def test_openapi_lists_every_route_with_bearer_auth() -> None:
         "/healthz",
         "/v1/context",
         "/v1/events",
+        "/v1/users/{user_id}",
         "/v1/users/{user_id}/memory",
         "/v1/users/{user_id}/facts/{fact_id}",
         "/v1/users/{user_id}/facts/{fact_id}/correction",

@@ -1,4 +1,4 @@
-"""Per-user buffers and per-partition offsets: what is ready, what may be committed."""
+"""Per-memory buffers and per-partition offsets: what is ready, what may be committed."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ from datetime import UTC, datetime
 import pytest
 
 from consumers.batching import BufferedEvent, OffsetTracker, TopicPartition, UserBuffers
+from domain.ids import MemoryKey
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
 
 P0 = TopicPartition("events", 0)
 P1 = TopicPartition("events", 1)
 
 
-def item(user: str, offset: int, tp: TopicPartition = P0) -> BufferedEvent:
+def item(user: str, offset: int, tp: TopicPartition = P0, org: str = "org-a") -> BufferedEvent:
     event = ContextEvent(
         event_id=uuid.uuid4(),
         user_id=user,
-        organization_id="org-a",
+        organization_id=org,
         event_type=EventType.FACT,
         content=f"observation {offset}",
         source_metadata=SourceMetadata(source=Source.INTERACTIVE),
@@ -109,18 +110,46 @@ def test_forget_drops_a_revoked_partition() -> None:
 # --- UserBuffers -------------------------------------------------------------------------
 
 
-def test_a_user_is_ready_when_the_batch_is_full_or_old_enough() -> None:
+def key(user: str, org: str = "org-a") -> MemoryKey:
+    return MemoryKey(org, user)
+
+
+def test_a_memory_is_ready_when_the_batch_is_full_or_old_enough() -> None:
     buffers = UserBuffers(max_batch=3, max_wait_s=2.0)
     for offset in range(3):
         buffers.add(item("full", offset), now=10.0)
     buffers.add(item("young", 3), now=10.0)
     buffers.add(item("old", 4), now=7.0)
-    assert buffers.ready(now=10.0) == ["old", "full"]  # oldest first
-    assert buffers.ready(now=12.0) == ["old", "full", "young"]
-    assert buffers.ready(now=10.0, exclude=["old"]) == ["full"]
-    assert buffers.ready(now=10.0, force=True) == ["old", "full", "young"]
+    full, old, young = key("full"), key("old"), key("young")
+    assert buffers.ready(now=10.0) == [old, full]  # oldest first
+    assert buffers.ready(now=12.0) == [old, full, young]
+    assert buffers.ready(now=10.0, exclude=[old]) == [full]
+    assert buffers.ready(now=10.0, force=True) == [old, full, young]
     assert len(buffers) == 5
-    assert sorted(buffers.users()) == ["full", "old", "young"]
+    assert sorted(buffers.memories()) == [full, old, young]
+
+
+def test_the_same_user_id_in_two_organizations_is_two_buffers() -> None:
+    buffers = UserBuffers(max_batch=2, max_wait_s=60.0)
+    buffers.add(item("ada", 0, org="org-a"), now=1.0)
+    buffers.add(item("ada", 1, org="org-b"), now=1.0)
+    buffers.add(item("ada", 2, org="org-a"), now=1.0)
+    assert buffers.ready(now=2.0) == [key("ada", "org-a")]  # only org-a's is full
+    taken = buffers.take(key("ada", "org-a"))
+    assert [i.offset for i in taken.items] == [0, 2]
+    assert {i.event.organization_id for i in taken.items} == {"org-a"}
+    assert buffers.memories() == [key("ada", "org-b")]
+
+
+def test_drop_memory_forgets_that_memory_only() -> None:
+    buffers = UserBuffers(max_batch=10, max_wait_s=1.0)
+    buffers.add(item("ada", 0, org="org-a"), now=0.0)
+    buffers.add(item("ada", 1, org="org-b"), now=0.0)
+    buffers.add(item("ada", 2, org="org-a"), now=0.0)
+    dropped = buffers.drop_memory(key("ada", "org-a"))
+    assert [i.offset for i in dropped] == [0, 2]
+    assert [e.organization_id for e in buffers.events()] == ["org-b"]
+    assert buffers.drop_memory(key("nobody")) == []
 
 
 @pytest.mark.parametrize(("max_batch", "events", "taken"), [(3, 2, 2), (3, 3, 3), (3, 7, 3)])
@@ -130,15 +159,15 @@ def test_take_returns_at_most_a_batch_and_the_rest_keeps_its_age(
     buffers = UserBuffers(max_batch=max_batch, max_wait_s=60.0)
     for offset in range(events):
         buffers.add(item("ada", offset), now=1.0 + offset)
-    batch = buffers.take("ada")
+    batch = buffers.take(key("ada"))
     assert [i.offset for i in batch.items] == list(range(taken))
     assert len(buffers) == events - taken
     if events > taken:
-        # The rest has waited since the first event: ready as soon as the user is free.
-        assert buffers.ready(now=61.0) == ["ada"]
-        assert buffers.take("ada").items[0].offset == taken
+        # The rest has waited since the first event: ready as soon as the memory is free.
+        assert buffers.ready(now=61.0) == [key("ada")]
+        assert buffers.take(key("ada")).items[0].offset == taken
     else:
-        assert buffers.users() == []
+        assert buffers.memories() == []
 
 
 def test_drop_partitions_forgets_their_events_only() -> None:
@@ -147,5 +176,5 @@ def test_drop_partitions_forgets_their_events_only() -> None:
     buffers.add(item("bo", 0, P1), now=0.0)
     buffers.add(item("bo", 1, P1), now=0.0)
     assert buffers.drop_partitions([P1]) == 2
-    assert buffers.users() == ["ada"]
+    assert buffers.memories() == [key("ada")]
     assert len(buffers) == 1

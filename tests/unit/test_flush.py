@@ -10,15 +10,15 @@ import pytest
 from consumers.flush import BudgetPolicy, FlushKind
 from domain.ids import ledger_entry_id_for
 from domain.model import Fact, LedgerEntry, RunStatus
-from store.errors import VectorIndexUnavailable
-from tests.support.builders import BASE_TIME, make_event
+from store.errors import MemoryBeingErased, VectorIndexUnavailable
+from tests.support.builders import BASE_TIME, buffered, key_of, make_event
 from tests.support.fakes import FlakyBackend
-from tests.support.inmemory import InMemoryMemoryd
+from tests.support.inmemory import SUBJECTS, InMemoryMemoryd
 
 
 def spend(m: InMemoryMemoryd, user_id: str, micro_usd: int) -> None:
     """Credit of `micro_usd`, all spent."""
-    m.memory.set_credit(user_id, micro_usd)
+    m.memory.set_credit(key_of(user_id), micro_usd)
     m.memory.record_ledger(
         [
             LedgerEntry(
@@ -50,17 +50,20 @@ def test_a_flush_consolidates_then_indexes_in_the_background() -> None:
     m = InMemoryMemoryd()
     backend = FlakyBackend()
     flusher = m.flusher(backend)
-    result = flusher.flush("ada", [*EVENTS, EVENTS[0]], attempt=0)  # a repeat in the batch
+    # A repeat in the batch.
+    result = flusher.flush(key_of("ada"), buffered([*EVENTS, EVENTS[0]]), attempt=0)
     flusher.close()  # waits for the index thread
 
     assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 2)
     assert len(backend.requests[0].observations) == 2
-    assert m.memory.load_state("ada").version == 1
-    assert m.memory.already_consolidated(e.event_id for e in EVENTS) == {e.event_id for e in EVENTS}
-    facts = m.memory.facts("ada")
+    assert m.memory.load_state(key_of("ada")).version == 1
+    assert m.memory.already_consolidated(key_of("ada"), (e.event_id for e in EVENTS)) == {
+        e.event_id for e in EVENTS
+    }
+    facts = m.memory.facts(key_of("ada"))
     assert {f.content for f in facts} >= {"The user lives in Lisbon"}
     assert m.memory.pending_count() == 0
-    assert m.index.count("ada") == len(facts)
+    assert m.index.count(key_of("ada")) == len(facts)
     assert [r.run_id for r in m.observer.runs] == [result.run_id]
     assert [backend_name for backend_name, _ in m.observer.flushes] == [backend.name]
     assert m.observer.budget == []
@@ -70,8 +73,8 @@ def test_events_already_consolidated_are_not_sent_again() -> None:
     m = InMemoryMemoryd()
     backend = FlakyBackend()
     flusher = m.flusher(backend)
-    flusher.flush("ada", EVENTS, attempt=0)
-    again = flusher.flush("ada", EVENTS, attempt=0)
+    flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
+    again = flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
     flusher.close()
     assert (again.kind, again.events) == (FlushKind.NOTHING_NEW, 0)
     assert backend.calls == 1
@@ -82,15 +85,15 @@ def test_out_of_credit_defers_without_calling_the_backend() -> None:
     spend(m, "ada", 100)
     backend = FlakyBackend()
     flusher = m.flusher(backend, BudgetPolicy.DEFER)
-    result = flusher.flush("ada", EVENTS, attempt=0)
+    result = flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
     flusher.close()
 
     assert result.kind is FlushKind.DEFERRED
     assert "credit exhausted (balance 0 micro-USD)" in result.reason
     assert backend.calls == 0
-    assert m.memory.load_state("ada").version == 0
-    assert m.memory.already_consolidated(e.event_id for e in EVENTS) == frozenset()
-    (run,) = m.runs.runs("ada")
+    assert m.memory.load_state(key_of("ada")).version == 0
+    assert m.memory.already_consolidated(key_of("ada"), (e.event_id for e in EVENTS)) == frozenset()
+    (run,) = m.runs.runs(key_of("ada"))
     assert (run.run.status, run.run.run_id) == (RunStatus.DEFERRED, result.run_id)
     assert m.observer.budget == ["defer"]
 
@@ -99,15 +102,15 @@ def test_out_of_credit_can_consolidate_without_indexing() -> None:
     m = InMemoryMemoryd()
     spend(m, "ada", 100)
     flusher = m.flusher(FlakyBackend(), BudgetPolicy.SKIP_EMBEDDINGS)
-    result = flusher.flush("ada", EVENTS, attempt=0)
+    result = flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
     flusher.close()
 
     assert result.kind is FlushKind.CONSOLIDATED
     assert result.skip_embeddings
-    (run,) = m.runs.runs("ada")
+    (run,) = m.runs.runs(key_of("ada"))
     assert run.run.output is not None
     assert run.run.output["budget_action"] == "skip_embeddings"
-    assert m.memory.pending_count() == len(m.memory.facts("ada")) > 0
+    assert m.memory.pending_count() == len(m.memory.facts(key_of("ada"))) > 0
     assert m.index.count() == 0
     assert m.memory.pending_index(skip_out_of_credit=True) == []
     assert m.observer.budget == ["skip_embeddings"]
@@ -115,9 +118,9 @@ def test_out_of_credit_can_consolidate_without_indexing() -> None:
 
 def test_credit_left_is_no_budget_action() -> None:
     m = InMemoryMemoryd()
-    m.memory.set_credit("ada", 1_000)
+    m.memory.set_credit(key_of("ada"), 1_000)
     flusher = m.flusher(FlakyBackend(), BudgetPolicy.DEFER)
-    assert flusher.flush("ada", EVENTS, attempt=0).kind is FlushKind.CONSOLIDATED
+    assert flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0).kind is FlushKind.CONSOLIDATED
     flusher.close()
     assert m.observer.budget == []
 
@@ -125,11 +128,11 @@ def test_credit_left_is_no_budget_action() -> None:
 def test_an_index_outage_leaves_the_facts_pending() -> None:
     m = InMemoryMemoryd()
     flusher = m.flusher(FlakyBackend(), index=BrokenIndex())  # type: ignore[arg-type]
-    assert flusher.flush("ada", EVENTS, attempt=0).kind is FlushKind.CONSOLIDATED
+    assert flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0).kind is FlushKind.CONSOLIDATED
     flusher.close()
     assert m.observer.index_failures == 1
     pending = m.memory.pending_count()
-    assert pending == len(m.memory.facts("ada")) > 0
+    assert pending == len(m.memory.facts(key_of("ada"))) > 0
     assert m.indexer().drain_pending() == pending  # the drain picks them up
     assert m.memory.pending_count() == 0
     assert m.observer.pending_facts == 0
@@ -139,12 +142,38 @@ def test_an_index_outage_leaves_the_facts_pending() -> None:
 def test_a_failure_is_recorded_as_its_own_run(raw: str | None) -> None:
     m = InMemoryMemoryd()
     flusher = m.flusher(FlakyBackend())
-    first = flusher.record_failure("ada", EVENTS, 3, "gave up", raw)
-    second = flusher.record_failure("ada", EVENTS, 3, "gave up", raw)
+    first = flusher.record_failure(key_of("ada"), EVENTS, 3, "gave up", raw)
+    second = flusher.record_failure(key_of("ada"), EVENTS, 3, "gave up", raw)
     flusher.close()
-    runs = [r.run for r in m.runs.runs("ada")]
+    runs = [r.run for r in m.runs.runs(key_of("ada"))]
     assert [r.run_id for r in runs] == [first, second]  # one record per occurrence
     assert {(r.status, r.error, r.raw_response, r.attempt) for r in runs} == {
         (RunStatus.FAILED, "gave up", raw, 3)
     }
-    assert m.memory.load_state("ada").version == 0
+    assert m.memory.load_state(key_of("ada")).version == 0
+
+
+def test_events_before_an_erasures_cut_off_are_forgotten_under_the_lock() -> None:
+    m = InMemoryMemoryd()
+    backend = FlakyBackend()
+    flusher = m.flusher(backend)
+    events = [make_event("ada", f"I like topic {i}") for i in range(3)]
+    m.db.cutoffs[SUBJECTS(key_of("ada"))] = {("context-events", 0): 2}
+    result = flusher.flush(key_of("ada"), buffered(events), attempt=0)
+    all_gone = flusher.flush(key_of("ada"), buffered(events[:2]), attempt=0)
+    flusher.close()
+    assert (result.kind, result.events, result.forgotten) == (FlushKind.CONSOLIDATED, 1, 2)
+    assert [o.event.content for o in backend.requests[0].observations] == ["I like topic 2"]
+    assert (all_gone.kind, all_gone.forgotten) == (FlushKind.FORGOTTEN, 2)
+    assert backend.calls == 1
+
+
+def test_a_memory_being_erased_waits() -> None:
+    m = InMemoryMemoryd()
+    backend = FlakyBackend()
+    flusher = m.flusher(backend)
+    m.db.erasing.add(key_of("ada"))
+    with pytest.raises(MemoryBeingErased):
+        flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
+    flusher.close()
+    assert backend.calls == 0

@@ -17,6 +17,7 @@ from processors.gate import (
     WriteGate,
     canonical_form,
 )
+from processors.heuristics import MAX_CANDIDATES
 from processors.schema import FactProposal
 from store.embeddings import CachingEmbedder
 from tests.support.builders import make_fact
@@ -44,7 +45,7 @@ def stored(content: str) -> Fact:
     [
         # length
         (proposal("x" * (MIN_CONTENT_CHARS - 1)), Verdict.DISCARD, "shorter than"),
-        (proposal("x" * MIN_CONTENT_CHARS), Verdict.ALLOW, "passed"),
+        (proposal("Uses Vim"), Verdict.ALLOW, "passed"),  # MIN_CONTENT_CHARS long
         # confidence: below 0.4 discarded, 0.4 up to 0.6 held, from 0.6 allowed
         (proposal(confidence=0.0), Verdict.DISCARD, "confidence"),
         (proposal(confidence=0.39), Verdict.DISCARD, "confidence 0.39 < 0.4"),
@@ -151,7 +152,22 @@ def test_vectors_of_known_facts_are_cached() -> None:
     embedder = BagOfWordsEmbedder()
     gate = WriteGate(CachingEmbedder(embedder))  # as the composition root builds it
     facts = [stored("The user has two cats."), stored("The user plays the cello.")]
-    gate.judge(proposal("The user sings in a choir."), facts)
-    gate.judge(proposal("The user runs marathons."), facts)
+    gate.judge(proposal("The user has two cats and a dog."), facts)
+    gate.judge(proposal("The user plays the cello in an orchestra."), facts)
+    gate.judge(proposal("The user has two cats named Tom and Kit."), facts)
     embedded = [t for call in embedder.calls for t in call]
     assert embedded.count("The user has two cats.") == 1
+
+
+def test_a_proposal_is_compared_with_a_bounded_set_of_facts() -> None:
+    embedder = BagOfWordsEmbedder()
+    gate = WriteGate(embedder)
+    facts = [stored(f"The user visited museum number {i} in Paris.") for i in range(200)]
+    facts.append(stored("The user owns a red bicycle."))
+    gate.judge(proposal("The user owns a red bicycle with a basket."), facts)
+    embedded = [t for call in embedder.calls for t in call]
+    # The fact sharing the most words is among the few compared; the 200 others are not all.
+    assert "The user owns a red bicycle." in embedded
+    assert len(embedded) <= MAX_CANDIDATES + 1
+    nearby = gate.judge(proposal("The user visited museum number 7 in Paris."), facts)
+    assert (nearby.verdict, nearby.duplicate_of) == (Verdict.REINFORCE, facts[7])

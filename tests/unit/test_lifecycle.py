@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import (
     Fact,
     FactChange,
@@ -97,7 +97,7 @@ def test_add_creates_a_fact_with_provenance_and_no_history() -> None:
     [change] = run.changes()
     assert (change.kind, change.before) == (FactChangeKind.ADD, None)
     new = change.after
-    assert new.fact_id == fact_id_for("ada", "The user works in design.", None)
+    assert new.fact_id == fact_id_for(MemoryKey("org-a", "ada"), "The user works in design.", None)
     assert (new.status, new.created_by_run, new.created_at) == (FactStatus.ACTIVE, RUN, NOW)
     assert new.provenance.source_event_ids == (EVENT.event_id,)
     assert new.provenance.message_id == "m-1"
@@ -145,7 +145,7 @@ def test_contradict_supersedes_the_target_with_the_new_fact() -> None:
     run = ledger(ENGINEERING)
     run.apply(propose(FactOp.CONTRADICT, "The user works in design.", ENGINEERING))
     changes = by_id(run.changes())
-    new_id = fact_id_for("ada", "The user works in design.", None)
+    new_id = fact_id_for(MemoryKey("org-a", "ada"), "The user works in design.", None)
     assert set(changes) == {ENGINEERING.fact_id, new_id}
     new, old = changes[new_id], changes[ENGINEERING.fact_id]
     assert (new.kind, new.before, new.after.status) == (

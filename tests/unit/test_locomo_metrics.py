@@ -12,6 +12,7 @@ from bench.locomo.metrics import (
     Answer,
     covered,
     hit_at_k,
+    hit_within,
     markdown_table,
     normalize_dia_id,
     normalize_evidence,
@@ -191,3 +192,16 @@ def test_conversation_reads_turns_and_cleans_questions() -> None:
     assert conv.turns[2].occurred_at == datetime(2023, 5, 2, 9, 0, tzinfo=UTC)
     assert [(q.question, q.evidence) for q in conv.questions] == [("q1", ("D1:2", "D2:1"))]
     assert conv.skipped == {"category 5 (adversarial)": 1, "no evidence turn": 2}
+
+
+@pytest.mark.parametrize(
+    ("sizes", "budget", "hit"),
+    [
+        ((1_500, 400, 100), 2_000, 1.0),  # the evidence (third) fits: 2,000 exactly
+        ((1_500, 600, 100), 2_000, 0.0),  # the second overflows and ends the list
+        ((2_100, 10, 10), 2_000, 0.0),  # not even the first fits
+    ],
+)
+def test_hit_within_a_character_budget(sizes: tuple[int, ...], budget: int, hit: float) -> None:
+    ranked = [frozenset({"D1:1"}), frozenset({"D1:2"}), frozenset({"D1:3"})]
+    assert hit_within(ranked, sizes, ["D1:3"], budget) == hit

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.ids import fact_id_for
+from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, MemoryState, Provenance, SurfacePolicy
 from processors.heuristics import Slot, classify_slot, first_sentences, to_third_person
 from processors.offline import OfflineBackend
@@ -62,7 +62,7 @@ def fact(
 ) -> Fact:
     at = BASE + timedelta(minutes=minutes)
     return Fact(
-        fact_id=fact_id_for(USER, content, connection_id),
+        fact_id=fact_id_for(MemoryKey(ORG, USER), content, connection_id),
         user_id=USER,
         organization_id=ORG,
         content=content,
@@ -177,7 +177,7 @@ def test_raw_response_is_the_output_as_sorted_json() -> None:
     decoded = json.loads(response.raw_response)
     assert ConsolidationOutput.model_validate(decoded) == response.output
     assert response.raw_response == json.dumps(decoded, sort_keys=True, ensure_ascii=False)
-    assert response.model == "offline-deterministic-v1"
+    assert response.model == "offline-deterministic-v2"
 
 
 @pytest.mark.parametrize("embedder", EMBEDDERS)

@@ -4,12 +4,13 @@ dead letters, the offsets it commits, and what a rebalance does to buffered and 
 from __future__ import annotations
 
 import threading
+import uuid
 
 from consumers.processor import MemoryProcessor
 from processors.errors import BackendError, TransientBackendError
 from processors.schema import ConsolidationRequest
-from producers.contract import ContextEvent
-from tests.support.builders import make_event
+from producers.contract import ContextEvent, MemoryTombstone
+from tests.support.builders import BASE_TIME, key_of, make_event
 from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
 from tests.support.inmemory import FAST, TOPIC, InMemoryMemoryd, step_until
 
@@ -19,7 +20,11 @@ def publish(consumer: FakeConsumer, partition: int, *events: ContextEvent) -> li
 
 
 def consolidated(m: InMemoryMemoryd, events: list[ContextEvent]) -> bool:
-    return m.memory.already_consolidated(e.event_id for e in events) == {e.event_id for e in events}
+    """Every event consumed by its own memory."""
+    return all(
+        m.memory.already_consolidated(key_of(e.user_id, e.organization_id), [e.event_id])
+        for e in events
+    )
 
 
 def started(processor: MemoryProcessor) -> MemoryProcessor:
@@ -77,7 +82,7 @@ def test_a_transient_failure_is_retried_and_holds_its_offsets_back() -> None:
     processor.shutdown()
 
     assert consolidated(m, [ada])
-    (run,) = m.runs.runs("ada")
+    (run,) = m.runs.runs(key_of("ada"))
     assert run.run.attempt == backend.refused
     assert letters.letters == []
 
@@ -100,9 +105,9 @@ def test_a_batch_that_keeps_failing_is_dead_lettered_with_its_failed_run() -> No
         ("consolidate", 1),
     ]
     assert letters.letters[0].reason == "gave up after 3 attempts: 503"
-    (failed,) = [r.run for r in m.runs.runs("ada")]
+    (failed,) = [r.run for r in m.runs.runs(key_of("ada"))]
     assert (failed.status.value, failed.raw_response, failed.attempt) == ("failed", "busy", 2)
-    assert m.memory.load_state("ada").version == 0
+    assert m.memory.load_state(key_of("ada")).version == 0
 
 
 def test_an_unusable_answer_is_not_retried() -> None:
@@ -128,7 +133,7 @@ def test_a_dead_letter_topic_outage_retries_only_the_delivery() -> None:
     step_until(processor, lambda: consumer.committed.get(0) == 1)
     processor.shutdown()
     assert backend.calls == 1  # the backend is not asked again
-    assert len(m.runs.runs("ada")) == 1  # nor is the failed run recorded twice
+    assert len(m.runs.runs(key_of("ada"))) == 1  # nor is the failed run recorded twice
 
 
 class Gate(FlakyBackend):
@@ -163,6 +168,29 @@ def test_a_revocation_drops_the_buffer_and_rereads_it_when_the_partition_comes_b
     processor.shutdown()  # flushes what is buffered
     assert consolidated(m, [third])
     assert consumer.committed[0] == 3
+
+
+def test_a_tombstone_drops_what_is_held_of_its_memory_and_no_more() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    settings = FAST.model_copy(update={"max_batch": 100, "max_wait_s": 60.0})
+    ours = [make_event("ada", f"I like topic {i}") for i in range(2)]
+    theirs = make_event("ada", "I live in Porto", org="org-b")  # another memory, same user id
+    publish(consumer, 0, *ours, theirs)
+    tombstone = MemoryTombstone(
+        organization_id="org-a", user_id="ada", erasure_id=uuid.uuid4(), forgotten_at=BASE_TIME
+    )
+    consumer.produce(0, tombstone.to_bytes(), tombstone.kafka_key)
+    after = make_event("ada", "I collect stamps")
+    publish(consumer, 0, after)
+    processor = started(m.processor(consumer, FlakyBackend(), letters, settings))
+    step_until(processor, lambda: consumer.position[0] == 5)
+    # Dropped on sight of the tombstone; org-b's ada and what came after it are still held.
+    assert {e.content for e in processor.held_events()} == {"I live in Porto", "I collect stamps"}
+    processor.shutdown()
+    assert consolidated(m, [theirs, after])
+    assert not any(consolidated(m, [e]) for e in ours)
+    assert letters.letters == []  # forgotten, not dead-lettered
+    assert consumer.committed[0] == 5
 
 
 def test_a_flush_still_running_at_a_revocation_finishes_as_an_orphan() -> None:

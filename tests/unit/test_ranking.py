@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import uuid
+from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 import pytest
 
+from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
 from domain.ports import Vector
 from store.read.ranking import (
     PROFILES,
     Budget,
     BudgetProfile,
     cosine,
+    cue_weight,
     mmr,
+    query_cues,
     recency,
     reciprocal_rank_fusion,
     rerank,
@@ -184,13 +188,101 @@ def test_within_budget(scores: list[float], profile: BudgetProfile, expected: li
 
 @pytest.mark.parametrize(
     ("budget", "low", "high"),
-    [(Budget.LEAN, 2, 3), (Budget.BALANCED, 5, 7), (Budget.DEEP, 10, 15)],
+    [(Budget.LEAN, 2, 6), (Budget.BALANCED, 5, 14), (Budget.DEEP, 10, 32)],
 )
 def test_budget_profiles(budget: Budget, low: int, high: int) -> None:
     profile = PROFILES[budget]
     assert (profile.min_facts, profile.max_facts) == (low, high)
-    assert profile.pool >= 3 * profile.max_facts
+    assert profile.pool >= 2 * profile.max_facts
+    assert profile.max_chars is not None
+
+
+def test_deeper_budgets_give_more_room() -> None:
+    rooms = [PROFILES[b].max_chars or 0 for b in (Budget.LEAN, Budget.BALANCED, Budget.DEEP)]
+    assert rooms == sorted(rooms)
+    assert rooms[-1] >= 2_000
+
+
+@pytest.mark.parametrize(
+    ("sizes", "max_chars", "expected"),
+    [
+        ([100, 100, 100], 250, [0, 1]),  # the third does not fit
+        ([100, 300, 50], 250, [0, 2]),  # a long one is skipped, a short one after it fits
+        ([300, 10], 250, [1]),  # even the best is skipped when it cannot fit
+        ([100, 100], None, [0, 1]),  # no character budget: only the count limits
+    ],
+)
+def test_within_budget_fills_characters_in_rank_order(
+    sizes: list[int], max_chars: int | None, expected: list[int]
+) -> None:
+    profile = BudgetProfile(0, 10, 20, max_chars=max_chars)
+    ordered = [(i, 1.0) for i in range(len(sizes))]
+    assert within_budget(ordered, profile, dict(enumerate(sizes))) == expected
+
+
+@pytest.mark.parametrize(
+    ("query", "names", "temporal"),
+    [
+        ("What did Caroline research?", {"caroline"}, False),
+        ("When did Melanie run a charity race?", {"melanie"}, True),
+        ("What is Jon's dance studio called?", {"jon"}, False),
+        ("Which year did Maria and John move?", {"maria", "john"}, True),
+        ("What is the user working on right now?", set(), False),
+        ("How long ago was Caroline's 18th birthday?", {"caroline"}, True),
+        ("Did they go in May?", set(), False),
+    ],
+)
+def test_query_cues(query: str, names: set[str], temporal: bool) -> None:
+    cues = query_cues(query)
+    assert (set(cues.names), cues.temporal) == (names, temporal)
+
+
+def _fact(content: str, subject: str | None = None, dated: bool = False) -> Fact:
+    return Fact(
+        fact_id=uuid.uuid5(uuid.NAMESPACE_OID, content),
+        user_id="u",
+        organization_id="o",
+        content=content,
+        fact_type=FactType.PROFILE,
+        surface=SurfacePolicy.SPEAK,
+        status=FactStatus.ACTIVE,
+        confidence=0.8,
+        salience=0.6,
+        provenance=Provenance(context_type="fact", source="interactive"),
+        created_by_run=uuid.UUID(int=1),
+        created_at=NOW,
+        updated_at=NOW,
+        event_date=date(2023, 5, 7) if dated else None,
+        subject=subject,
+    )
+
+
+def test_cue_weight_favours_the_named_person_then_a_mention_then_dates() -> None:
+    cues = query_cues("When did Mel go camping with Caroline?")
+    about_mel = cue_weight(_fact("Melanie went camping", subject="Melanie"), cues)
+    mentions = cue_weight(_fact("Jon met Caroline", subject="Jon"), cues)
+    unrelated = cue_weight(_fact("Jon went hiking", subject="Jon"), cues)
+    dated = cue_weight(_fact("Jon went hiking on 7 May 2023", subject="Jon", dated=True), cues)
+    assert about_mel > mentions > unrelated == 1.0
+    assert dated > unrelated
 
 
 def test_cosine_of_a_zero_vector_is_zero() -> None:
     assert cosine(np.zeros(3, dtype=np.float32), X) == 0.0
+
+
+def test_fusion_strengths_keep_how_near_a_dense_hit_is() -> None:
+    dense = ["about", "noise", "barely"]
+    cosine = {"about": 0.47, "noise": 0.30, "barely": 0.004}
+    plain = reciprocal_rank_fusion([dense, []])
+    weighted = reciprocal_rank_fusion([dense, []], strengths=[cosine, None])
+    assert weighted["about"] == pytest.approx(plain["about"])  # the best keeps its score
+    assert weighted["barely"] < 0.01 * plain["barely"]
+    # Ranks 1 and 3 are 3 % apart by rank alone: a salient fact could overtake the best.
+    assert plain["barely"] > 0.95 * plain["about"]
+    assert weighted["noise"] < 0.7 * weighted["about"]
+
+
+def test_fusion_without_strengths_for_a_ranking_is_rank_only() -> None:
+    keyword = ["a", "b"]
+    assert reciprocal_rank_fusion([keyword], strengths=[None]) == reciprocal_rank_fusion([keyword])

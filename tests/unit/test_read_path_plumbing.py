@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 
 import pytest
 
 from domain.errors import QueryRewriteFailed
+from domain.ids import MemoryKey
 from domain.model import MemoryState
+from domain.reads import Injection, MemoryStamp
 from store.errors import DatabaseUnavailable
 from store.read.background import BatchWriter, WriterSettings
-from store.read.fact_queries import Injection
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import RewriteOutcome, TimeBoundRewriter
 
@@ -87,35 +89,98 @@ def test_the_worker_exits_when_idle_and_comes_back() -> None:
     assert [x for b in sink.batches for x in b] == [1, 2]
 
 
+GEN_1, GEN_2 = uuid.UUID(int=1), uuid.UUID(int=2)
+
+
 class Reads:
+    """Memories by key: (generation, version) and W; a missing key is an unknown memory."""
+
     def __init__(self) -> None:
-        self.version: int | None = None
+        self.memories: dict[MemoryKey, tuple[uuid.UUID, int]] = {}
         self.loads = 0
 
-    def memory_version(self, user_id: str) -> int | None:
-        return self.version
+    def set(self, key: MemoryKey, version: int, generation: uuid.UUID = GEN_1) -> None:
+        self.memories[key] = (generation, version)
 
-    def injection(self, user_id: str) -> Injection | None:
+    def memory_stamp(self, key: MemoryKey) -> MemoryStamp | None:
+        found = self.memories.get(key)
+        return None if found is None else MemoryStamp(*found)
+
+    def memory_stamps(self, keys: Sequence[MemoryKey]) -> dict[MemoryKey, MemoryStamp]:
+        return {k: MemoryStamp(*self.memories[k]) for k in keys if k in self.memories}
+
+    def injection(self, key: MemoryKey) -> Injection | None:
         self.loads += 1
-        if self.version is None:
+        found = self.memories.get(key)
+        if found is None:
             return None
-        return Injection(MemoryState(user_id, "org", f"W{self.version}", version=self.version))
+        generation, version = found
+        state = MemoryState(key.user_id, key.organization_id, f"{key} W{version}", version=version)
+        return Injection(state, generation=generation)
+
+
+ADA_A, ADA_B, BOB = MemoryKey("org-a", "ada"), MemoryKey("org-b", "ada"), MemoryKey("org-a", "bob")
 
 
 def test_injection_cache_reloads_only_when_the_version_moves() -> None:
     reads = Reads()
     cache = InjectionCache(reads, max_users=1)
-    assert cache.get("ada") == (Injection(MemoryState("ada", "")), False)
-    reads.version = 1
-    assert cache.get("ada")[0].state.working_memory == "W1"
-    assert cache.get("ada")[1] is True
-    reads.version = 2
-    fresh, hit = cache.get("ada")
-    assert (fresh.state.working_memory, hit) == ("W2", False)
+    assert cache.get(ADA_A) == (Injection(MemoryState.empty(ADA_A)), False)
+    reads.set(ADA_A, 1)
+    assert cache.get(ADA_A)[0].state.working_memory == "org-a/ada W1"
+    assert cache.get(ADA_A)[1] is True
+    reads.set(ADA_A, 2)
+    fresh, hit = cache.get(ADA_A)
+    assert (fresh.state.working_memory, hit) == ("org-a/ada W2", False)
     assert reads.loads == 2
-    cache.get("bob")  # evicts ada (max_users=1)
-    cache.get("ada")
+    reads.set(BOB, 1)
+    cache.get(BOB)  # evicts ada (max_users=1)
+    cache.get(ADA_A)
     assert reads.loads == 4
+
+
+def test_the_same_user_id_in_two_organizations_is_two_entries() -> None:
+    reads = Reads()
+    cache = InjectionCache(reads)
+    reads.set(ADA_A, 1)
+    reads.set(ADA_B, 1)
+    assert cache.get(ADA_A)[0].state.working_memory == "org-a/ada W1"
+    b, hit = cache.get(ADA_B)
+    assert (b.state.working_memory, b.state.organization_id, hit) == (
+        "org-b/ada W1",
+        "org-b",
+        False,
+    )
+    assert cache.get(ADA_A)[0].state.organization_id == "org-a"
+    assert sorted(cache.memories()) == [ADA_A, ADA_B]
+
+
+def test_an_erased_memory_leaves_the_cache() -> None:
+    reads = Reads()
+    cache = InjectionCache(reads)
+    reads.set(ADA_A, 3)
+    cache.get(ADA_A)
+    # Erased, then memory starts afresh and reaches the same version: the cached injection
+    # of the old generation must not be served for it.
+    reads.set(ADA_A, 3, generation=GEN_2)
+    fresh, hit = cache.get(ADA_A)
+    assert (hit, fresh.generation) == (False, GEN_2)
+    del reads.memories[ADA_A]  # erased, not recreated: the next read drops the entry
+    assert cache.get(ADA_A) == (Injection(MemoryState.empty(ADA_A)), False)
+    assert cache.memories() == []
+
+
+def test_the_sweep_drops_what_changed_or_went_elsewhere() -> None:
+    reads = Reads()
+    cache = InjectionCache(reads)
+    for key in (ADA_A, ADA_B, BOB):
+        reads.set(key, 1)
+        cache.get(key)
+    del reads.memories[ADA_B]  # erased by another process
+    reads.set(BOB, 1, generation=GEN_2)  # one of its facts erased elsewhere
+    assert cache.sweep() == 2
+    assert cache.memories() == [ADA_A]
+    assert [e.state.working_memory for e in cache.entries()] == ["org-a/ada W1"]
 
 
 def slow(query: str) -> str:

@@ -43,6 +43,7 @@ def test_surface_group(surface: SurfacePolicy, pinned: bool, group: SurfaceGroup
 
 def bundle(facts: list[RetrievedFact], degraded: str | None = None) -> ContextBundle:
     b = ContextBundle(
+        organization_id="org-a",
         user_id="ada",
         memory_version=3,
         working_memory="Ada is a designer.",

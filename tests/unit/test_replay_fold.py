@@ -29,7 +29,7 @@ from processors.fold import FoldedMemory, FoldError, fold_runs, runs_until
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from producers.contract import ContextEvent, EventType
-from tests.support.builders import make_event, make_fact, make_run
+from tests.support.builders import key_of, make_event, make_fact, make_run
 from tests.support.fakes import BagOfWordsEmbedder, FlakyBackend
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
@@ -164,7 +164,9 @@ def test_a_later_upsert_keeps_the_row_identity_origin_and_read_counters() -> Non
     [
         ([run(2, version=1), run(1, version=2)], "seq 1 after seq 2"),
         ([run(1, version=1), run(2, version=3, base=2)], "a run is missing"),
-        ([run(1, version=1), run(2, version=2, user="bob")], "of user bob"),
+        ([run(1, version=1), run(2, version=2, user="bob")], "of org-a/bob"),
+        # The same user id in another organization is another memory: never folded in.
+        ([run(1, version=1), run(2, version=2, org="org-b")], "of org-b/ada"),
         ([replace(run(1, version=1), run=replace(run(1, version=1).run, output={}))], "no applied"),
         (
             [
@@ -290,8 +292,8 @@ def test_shadow_consolidation_folds_like_the_log_and_is_reproducible() -> None:
         make_event(USER, "I prefer short answers", EventType.PREFERENCE, minutes=3),
     ]
     backend = OfflineBackend(BagOfWordsEmbedder())
-    first = shadow_consolidate(USER, batches_by_size(log, 2), backend, consolidator())
-    again = shadow_consolidate(USER, batches_by_size(log, 2), backend, consolidator())
+    first = shadow_consolidate(key_of(USER), batches_by_size(log, 2), backend, consolidator())
+    again = shadow_consolidate(key_of(USER), batches_by_size(log, 2), backend, consolidator())
 
     assert first.memory == again.memory
     assert len(first.runs) == 2
@@ -319,7 +321,7 @@ def test_shadow_retries_transient_errors_and_skips_batches_the_backend_cannot_do
         ]
     )
     slept: list[float] = []
-    result = shadow_consolidate(USER, batches, backend, consolidator(), sleep=slept.append)
+    result = shadow_consolidate(key_of(USER), batches, backend, consolidator(), sleep=slept.append)
 
     assert backend.calls == 6
     assert slept == [1.0, 1.0, 2.0]

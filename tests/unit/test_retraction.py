@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
+from domain.ids import MemoryKey
 from domain.model import (
     Fact,
     FactChangeKind,
@@ -40,17 +41,22 @@ NOW = datetime(2026, 11, 2, tzinfo=UTC)
 EARLIER = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def fact(content: str, user: str = "ada", pinned: bool = False) -> Fact:
-    return make_fact(user, content, at=EARLIER, pinned=pinned)
+def fact(content: str, user: str = "ada", pinned: bool = False, org: str = "org-a") -> Fact:
+    return make_fact(user, content, at=EARLIER, pinned=pinned, org=org)
 
 
 LISBON = fact("Ada lives in Lisbon")
 PINNED = fact("Ada's daughter is Mia", pinned=True)
 BOBS = fact("Bob lives in Porto", user="bob")
+OTHER_ADAS = fact("Ada lives in Lisbon", org="org-b")  # the same user id in another organization
 
 
 def retraction(target: Fact, reason: RetractionReason, user: str = "ada") -> Retraction:
-    return Retraction(uuid.uuid4(), user, FactRetraction(fact_id=target.fact_id, reason=reason))
+    return Retraction(
+        uuid.uuid4(),
+        MemoryKey("org-a", user),
+        FactRetraction(fact_id=target.fact_id, reason=reason),
+    )
 
 
 @pytest.mark.parametrize(
@@ -59,6 +65,7 @@ def retraction(target: Fact, reason: RetractionReason, user: str = "ada") -> Ret
         (LISBON, RetractionReason.DELETED, "ada", FactStatus.ARCHIVED),
         (LISBON, RetractionReason.CORRECTED, "ada", FactStatus.CONTRADICTED),
         (BOBS, RetractionReason.DELETED, "ada", None),  # another user's fact
+        (OTHER_ADAS, RetractionReason.DELETED, "ada", None),  # another organization's "ada"
         (PINNED, RetractionReason.DELETED, "ada", None),  # pinned rows are never overwritten
         (fact("never stored"), RetractionReason.DELETED, "ada", None),
     ],
@@ -67,7 +74,7 @@ def test_retraction_changes(
     target: Fact, reason: RetractionReason, user: str, status: FactStatus | None
 ) -> None:
     changes, decisions = retraction_changes(
-        [LISBON, PINNED, BOBS], [retraction(target, reason, user)], NOW
+        [LISBON, PINNED, BOBS, OTHER_ADAS], [retraction(target, reason, user)], NOW
     )
     if status is None:
         assert changes == []

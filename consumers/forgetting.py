@@ -1,0 +1,55 @@
+"""What an erasure takes away from the pipeline: a forgotten memory's events before its tombstone.
+
+`memoryd forget` records, per partition, the first offset that is not forgotten (the
+tombstone's own offset on its partition). A consumer may hold events it read before that
+happened (buffered, retrying, or read again by a new group from offset 0): a flush checks,
+under the memory's lock, which of its events are forgotten, and waits while the erasure is
+still running, so nothing it writes can bring the erased memory back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+
+from consumers.batching import Batch, BufferedEvent, UserBuffers
+from domain.ids import MemoryKey
+from domain.ports import MemoryStore
+from producers.contract import ContextEvent, MemoryTombstone
+from store.errors import MemoryBeingErased
+
+
+def drop_held(
+    tombstone: MemoryTombstone, buffers: UserBuffers, batches: MutableMapping[MemoryKey, Batch]
+) -> list[BufferedEvent]:
+    """A processor met a memory's tombstone: drop what it holds of the memory and has not
+    handed to a flush (a running flush checks the cut-offs under the memory lock itself)."""
+    key = MemoryKey(tombstone.organization_id, tombstone.user_id)
+    dropped = buffers.drop_memory(key)
+    batch = batches.get(key)
+    if batch is not None and batch.future is None:
+        del batches[key]
+        dropped += batch.items
+    return dropped
+
+
+def held_events(buffers: UserBuffers, batches: Mapping[MemoryKey, Batch]) -> list[ContextEvent]:
+    return [*buffers.events(), *(i.event for b in batches.values() for i in b.items)]
+
+
+class ForgottenEvents:
+    def __init__(self, memory: MemoryStore, subjects: Callable[[MemoryKey], str]) -> None:
+        self._memory = memory
+        self._subjects = subjects
+
+    def remembered(self, key: MemoryKey, items: Sequence[BufferedEvent]) -> list[BufferedEvent]:
+        """The items an erasure did not forget. Call it holding the memory's lock.
+
+        Raises MemoryBeingErased while an erasure of the memory is under way: what it will
+        keep (events after its tombstone) is only known once it is done.
+        """
+        if self._memory.memory_erasure_open(key):
+            raise MemoryBeingErased(f"memory {key} is being erased")
+        cutoffs = self._memory.forgotten_before(self._subjects(key))
+        if not cutoffs:
+            return list(items)
+        return [i for i in items if i.offset >= cutoffs.get((i.tp.topic, i.tp.partition), -1)]

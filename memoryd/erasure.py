@@ -1,0 +1,197 @@
+"""Forgetting: a whole memory (`memoryd forget`, DELETE /v1/users/{id}) or one fact's content.
+
+A memory is forgotten in durable steps, each recorded in the erasure audit before the next
+starts, all under the memory's lock (no flush of it runs meanwhile):
+
+1. audit: a row of `erasure_audit` (no content, no ids: a keyed digest names the memory);
+2. tombstone: a `MemoryTombstone` on the event topic under the memory's key, and per
+   partition the first offset that is not forgotten (`memory_cutoffs`): every consumer, also
+   a new group reading from offset 0, ignores the memory's events before them;
+3. Postgres: every row of the memory in every table, in one transaction (`erase_memory`),
+   which records what it removed;
+4. Chroma: every vector of the memory, then a count that must be zero;
+5. seal: the receipt's digest, and the memory's ids leave `erasure_pending`.
+
+Run again after a crash, it resumes at the first step not recorded, and the receipt comes
+out the same (the counts were recorded by the step that removed the rows). Asked again once
+completed, it starts a new erasure, which finds nothing but what came since; with the same
+`request_id` it returns the first receipt instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from domain.erasure import ErasureReceipt, ErasureScope, ErasureStatus, TombstoneAt
+from domain.ids import MemoryKey, SubjectHasher, erasure_id_for
+from domain.ports import VectorIndex
+from producers.contract import MemoryTombstone
+from producers.publisher import TombstonePosition
+from store.errors import StoreError
+from store.write.erasure_log import ErasureRecord, PostgresErasureLog
+from store.write.memory_store import PostgresMemoryStore
+
+log = logging.getLogger(__name__)
+
+
+class ErasureIncomplete(StoreError):
+    """A step could not be verified (vectors left in the index); run the erasure again."""
+
+
+@dataclass(frozen=True)
+class ErasureRequest:
+    actor: str
+    reason: str
+    request_id: str | None = None  # the caller's idempotency key: same key, same erasure
+
+
+class Eraser:
+    def __init__(
+        self,
+        erasures: PostgresErasureLog,
+        memory: PostgresMemoryStore,
+        index: VectorIndex,
+        publish_tombstone: Callable[[MemoryTombstone], TombstonePosition],
+        end_offsets: Callable[[], Mapping[int, int]],
+        subjects: SubjectHasher,
+        clock: Callable[[], datetime],
+        on_erased: Callable[[MemoryKey], None] = lambda _key: None,
+    ) -> None:
+        self._erasures = erasures
+        self._memory = memory
+        self._index = index
+        self._publish_tombstone = publish_tombstone
+        self._end_offsets = end_offsets
+        self._subjects = subjects
+        self._clock = clock
+        self._on_erased = on_erased
+
+    # -- a whole memory -------------------------------------------------------------------
+
+    def forget(self, key: MemoryKey, request: ErasureRequest) -> ErasureReceipt:
+        """Erase the memory everywhere and return the receipt (resuming an open erasure)."""
+        record = self._open(key, ErasureScope.MEMORY, None, request)
+        return self._run(key, None, record.erasure_id)
+
+    def _run(
+        self, key: MemoryKey, fact_id: uuid.UUID | None, erasure_id: uuid.UUID
+    ) -> ErasureReceipt:
+        record = self._erasures.get(erasure_id)
+        if record is not None and record.status is not ErasureStatus.COMPLETED:
+            with self._memory.memory_lock(key):
+                # Read again under the lock: another process may have moved it on meanwhile.
+                record = self._erasures.get(erasure_id)
+                if record is not None and record.status is not ErasureStatus.COMPLETED:
+                    if fact_id is None:
+                        record = self._forget_steps(key, record)
+                    else:
+                        record = self._erase_fact_steps(key, fact_id, record)
+        if record is None:
+            raise StoreError(f"erasure {erasure_id} is not audited")
+        return record.receipt()
+
+    def _forget_steps(self, key: MemoryKey, record: ErasureRecord) -> ErasureRecord:
+        subject = record.subject
+        if record.status is ErasureStatus.STARTED:
+            self._tombstone(key, record.erasure_id, subject)
+            log.info("erasure %s: tombstone recorded", record.erasure_id)
+        if record.status in (ErasureStatus.STARTED, ErasureStatus.TOMBSTONED):
+            vectors = self._index.count(key)
+            self._erasures.erase_memory(
+                record.erasure_id, key, subject, {"chroma": {"vectors": vectors}}
+            )
+            log.info("erasure %s: postgres erased", record.erasure_id)
+        self._index.delete_memory(key)
+        left = self._index.count(key)
+        if left:
+            raise ErasureIncomplete(f"erasure {record.erasure_id}: {left} vector(s) left")
+        self._on_erased(key)
+        return self._erasures.complete(record.erasure_id)
+
+    def _tombstone(self, key: MemoryKey, erasure_id: uuid.UUID, subject: str) -> None:
+        position = self._publish_tombstone(
+            MemoryTombstone(
+                organization_id=key.organization_id,
+                user_id=key.user_id,
+                erasure_id=erasure_id,
+                forgotten_at=self._clock(),
+            )
+        )
+        # Read after the tombstone is acknowledged: on the other partitions everything up to
+        # here is older than the forget (events keyed before the key held the organization).
+        cutoffs = {(position.topic, p): end for p, end in self._end_offsets().items()}
+        cutoffs[(position.topic, position.partition)] = position.offset
+        tombstone = TombstoneAt(position.topic, position.partition, position.offset)
+        self._erasures.record_tombstone(erasure_id, subject, tombstone, cutoffs)
+
+    # -- one fact -------------------------------------------------------------------------
+
+    def erase_fact(
+        self, key: MemoryKey, fact_id: uuid.UUID, request: ErasureRequest
+    ) -> ErasureReceipt:
+        """Delete one fact and every copy of its text in the memory (not an archive)."""
+        record = self._open(key, ErasureScope.FACT, fact_id, request)
+        return self._run(key, fact_id, record.erasure_id)
+
+    def _erase_fact_steps(
+        self, key: MemoryKey, fact_id: uuid.UUID, record: ErasureRecord
+    ) -> ErasureRecord:
+        if record.status is ErasureStatus.STARTED:
+            vectors = len(self._index.embeddings([fact_id]))
+            self._erasures.erase_fact(
+                record.erasure_id, key, fact_id, {"chroma": {"vectors": vectors}}
+            )
+        self._index.delete([fact_id])
+        if self._index.embeddings([fact_id]):
+            raise ErasureIncomplete(f"erasure {record.erasure_id}: the fact's vector is left")
+        self._on_erased(key)
+        return self._erasures.complete(record.erasure_id)
+
+    # -- resuming -------------------------------------------------------------------------
+
+    def resume_pending(self) -> list[ErasureReceipt]:
+        """Finish every erasure a crash left open (the processor's scheduler calls it)."""
+        return [self._run(p.key, p.fact_id, p.record.erasure_id) for p in self._erasures.pending()]
+
+    def earlier_receipt(
+        self, key: MemoryKey, fact_id: uuid.UUID | None, request_id: str
+    ) -> ErasureReceipt | None:
+        """The receipt of the completed erasure asked for earlier with this request id."""
+        scope = ErasureScope.MEMORY if fact_id is None else ErasureScope.FACT
+        record = self._erasures.get(self._erasure_id(key, scope, fact_id, request_id))
+        if record is None or record.status is not ErasureStatus.COMPLETED:
+            return None
+        return record.receipt()
+
+    def _erasure_id(
+        self, key: MemoryKey, scope: ErasureScope, fact_id: uuid.UUID | None, request_id: str
+    ) -> uuid.UUID:
+        target = "" if fact_id is None else str(fact_id)
+        return erasure_id_for(self._subjects(key), f"{scope.value}:{target}:{request_id}")
+
+    def _open(
+        self,
+        key: MemoryKey,
+        scope: ErasureScope,
+        fact_id: uuid.UUID | None,
+        request: ErasureRequest,
+    ) -> ErasureRecord:
+        subject = self._subjects(key)
+        if request.request_id is not None:
+            erasure_id = self._erasure_id(key, scope, fact_id, request.request_id)
+        else:
+            running = self._erasures.open_erasure(subject, scope, fact_id)
+            erasure_id = uuid.uuid4() if running is None else running.erasure_id
+        return self._erasures.start(
+            erasure_id,
+            subject=subject,
+            scope=scope,
+            key=key,
+            fact_id=fact_id,
+            actor=request.actor,
+            reason=request.reason,
+        )

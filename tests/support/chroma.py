@@ -1,0 +1,82 @@
+"""A Chroma server of the test's own, which the test may stop or freeze (SIGSTOP)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+class DisposableChroma:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        exe = Path(sys.executable).parent / "chroma"
+        env = {**os.environ, "ANONYMIZED_TELEMETRY": "False", "NO_COLOR": "1"}
+        with (self.home / "chroma.log").open("ab") as log:
+            self._proc = subprocess.Popen(
+                [
+                    str(exe),
+                    "run",
+                    "--path",
+                    str(self.home / "data"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        deadline = time.monotonic() + timeout
+        while not self._answers():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                log_text = (self.home / "chroma.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"chroma run did not start:\n{log_text}")
+            time.sleep(0.1)
+
+    def freeze(self) -> None:
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=20)
+
+    def _answers(self) -> bool:
+        try:
+            resp = httpx.get(f"{self.url}/api/v2/heartbeat", timeout=1.0, trust_env=False)
+        except httpx.HTTPError:
+            return False
+        return resp.is_success
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -1,0 +1,95 @@
+"""Looking for what an erasure must have removed: every table's text, Chroma, row counts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from chromadb.api import ClientAPI
+from psycopg import sql
+
+from domain.ids import MemoryKey
+
+# Every column that can hold words: text, JSON, arrays of text, and the full-text vector.
+_TEXTUAL = ("text", "character varying", "json", "jsonb", "ARRAY", "tsvector")
+
+
+def textual_columns(dsn: str) -> list[tuple[str, str]]:
+    """(table, column) of every textual column of every table, from information_schema: a
+    table added later is scanned without anyone remembering to list it here."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT c.table_name, c.column_name FROM information_schema.columns c"
+            " JOIN information_schema.tables t USING (table_schema, table_name)"
+            " WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE'"
+            " AND c.data_type = ANY(%s) ORDER BY 1, 2",
+            (list(_TEXTUAL),),
+        ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def find_in_tables(dsn: str, needles: Sequence[str]) -> dict[str, list[str]]:
+    """needle -> every "table.column" holding it (case-insensitive), across all tables."""
+    found: dict[str, list[str]] = {}
+    columns = textual_columns(dsn)
+    assert len(columns) > 20, columns  # the scan must see the schema, not an empty database
+    with psycopg.connect(dsn) as conn:
+        for table, column in columns:
+            query = sql.SQL("SELECT count(*) FROM {} WHERE strpos(lower({}::text), %s) > 0")
+            for needle in needles:
+                stmt = query.format(sql.Identifier(table), sql.Identifier(column))
+                row = conn.execute(stmt, (needle.lower(),)).fetchone()
+                if row and row[0]:
+                    found.setdefault(needle, []).append(f"{table}.{column}")
+    return found
+
+
+def find_in_chroma(client: ClientAPI, needles: Sequence[str]) -> dict[str, list[str]]:
+    """needle -> ids of the vectors whose document or metadata holds it, in every collection."""
+    found: dict[str, list[str]] = {}
+    for collection in client.list_collections():
+        got = client.get_collection(collection.name).get(include=["documents", "metadatas"])
+        for fact_id, document, metadata in zip(
+            got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
+        ):
+            text = f"{document} {metadata}".lower()
+            for needle in needles:
+                if needle.lower() in text:
+                    found.setdefault(needle, []).append(fact_id)
+    return found
+
+
+def memory_row_counts(dsn: str, key: MemoryKey) -> dict[str, int]:
+    """Rows of the memory in every table that has organization_id and user_id columns, plus
+    fact_history through its facts: what an erasure of the memory must report."""
+    with psycopg.connect(dsn) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.columns c"
+                " JOIN information_schema.tables t USING (table_schema, table_name)"
+                " WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE'"
+                " AND column_name IN ('organization_id', 'user_id')"
+                " GROUP BY table_name HAVING count(*) = 2 ORDER BY 1"
+            ).fetchall()
+        ]
+        counts: dict[str, int] = {}
+        for table in tables:
+            stmt = sql.SQL("SELECT count(*) FROM {} WHERE organization_id = %s AND user_id = %s")
+            row = conn.execute(
+                stmt.format(sql.Identifier(table)), (key.organization_id, key.user_id)
+            ).fetchone()
+            counts[table] = int(row[0]) if row else 0
+        row = conn.execute(
+            "SELECT count(*) FROM fact_history h JOIN memory_facts f USING (fact_id)"
+            " WHERE f.organization_id = %s AND f.user_id = %s",
+            (key.organization_id, key.user_id),
+        ).fetchone()
+        counts["fact_history"] = int(row[0]) if row else 0
+    return counts
+
+
+def rows(dsn: str, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(query, params).fetchall()
