@@ -1,64 +1,53 @@
-"""Read-path latency at scale: injection and full retrieval over many users' facts.
+"""Read-path latency at scale: injection and retrieval for users of 100 to 10,000 facts.
 
-    python -m bench.read_path [--facts 10000,100000] [--users 1000] [--samples 500]
-        [--distinct-texts 10000] [--dsn DSN] [--chroma-url URL] [--keep]
+    python -m bench.read_path [--facts 1000000] [--facts-per-user 100,1000,10000]
+        [--heavy-users 10] [--samples 300] [--distinct-texts 4000] [--json-out FILE]
+        [--dsn DSN] [--chroma-url URL] [--keep]
 
-Loads synthetic memory (`bench.synthetic_memory`) straight into a scratch Postgres database
-(`user_memory`, `connections`, `memory_facts`, written with COPY) and a scratch Chroma
-collection (through `ChromaVectorIndex.upsert`), growing it to each size in `--facts` in turn,
-spread evenly over `--users`. At each size it measures, over random users:
+Loads synthetic memory (`bench.synthetic_memory`) into a scratch Postgres database and Chroma
+collection, growing it to each total in `--facts` in turn. Every size tier of
+`--facts-per-user` but the smallest has `--heavy-users` users; the smallest tier fills the rest
+of the total. At each total and for each tier it measures, over random users of the tier with
+one of their two connections active and a templated question:
 
 - injection: what every turn is given whatever its query (W, S, learned info, the active
-  connection's learned info) read from Postgres with `load_state` and `connections` (the
-  service has no injection method of its own); and, as the service serves it, the
-  `injection` stage of the bundle's timings (a version check, then a cache hit or the reads);
+  connection's learned info), as the service serves it: the `injection` stage of the bundle's
+  timings (a version check, then the per-version cache);
 - retrieval: a full `ContextService.assemble` (query embedding, dense and keyword search,
-  ranking, rendering), for each budget, with a fresh service (cold injection cache) per budget.
+  truth check, ranking, rendering), for each budget.
 
-Fact texts come from templates with per-user variation; each distinct text is embedded once
-and its vector reused for every fact that has that text (`--distinct-texts` of them), which
-keeps the load to about a minute instead of embedding every fact. Prints Markdown tables with
-the seed's limits (50 ms injection, 300 ms retrieval) beside the measured p50/p99.
+One service serves every call, as one API process would, and each sampled user is read once
+before measuring: the figures are the steady state of a memory that has been read since its
+last consolidation. That first read (which fills the memory's vector matrix from Chroma) is
+reported on its own. Prints Markdown tables; `--json-out` writes the rows and the resident
+memory of the process serving the reads.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from bench import services
+from bench import synthetic_memory as synthetic
 from bench.locomo.metrics import markdown_table
-from bench.synthetic_memory import (
-    CONNECTIONS_PER_USER,
-    ORGANIZATION,
-    QUERIES,
-    connection_ids,
-    fill,
-    index_facts,
-    load_facts,
-    load_users,
-    make_facts,
-    text_pool,
-    user_ids,
-)
 from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.settings import ChromaSettings, MetricsSettings, Settings
-from store.embeddings import CachingEmbedder, MiniLmEmbedder
+from store.embeddings import MiniLmEmbedder
+from store.read.context_service import ContextService
 from store.read.ranking import Budget
 
-SEED_INJECTION_MS = 50.0
-SEED_RETRIEVAL_MS = 300.0
-
-
-# --- measuring -------------------------------------------------------------------------
+LOAD_BATCH = 20_000
 
 
 @dataclass(frozen=True)
@@ -73,122 +62,154 @@ class Latencies:
         return cls(float(p50), float(p99), statistics.fmean(samples_ms))
 
 
-def timed(calls: Iterator[Callable[[], object]]) -> list[float]:
-    out = []
-    for call in calls:
-        started = time.perf_counter()
-        call()
-        out.append((time.perf_counter() - started) * 1000)
-    return out
+@dataclass(frozen=True)
+class Population:
+    """Users per size tier at one total: heavy tiers fixed, the smallest fills the rest."""
 
+    tiers: dict[int, list[str]]
 
-def _requests(users: Sequence[str], samples: int, seed: int) -> list[tuple[str, str, str]]:
-    """(user, active connection, query) triples, the same for the same seed."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(samples):
-        user = rng.choice(users)
-        out.append((user, rng.choice(connection_ids(user)), fill(rng.choice(QUERIES), rng)))
-    return out
-
-
-def measure_injection(c: wiring.Core, requests: Sequence[tuple[str, str, str]]) -> list[float]:
-    """W, S and learned info (load_state) plus the active connection's learned info."""
-
-    def call(user: str, connection: str) -> Callable[[], object]:
-        key = MemoryKey(ORGANIZATION, user)
-        return lambda: (c.memory.load_state(key), c.memory.connections(key, [connection]))
-
-    return timed(call(u, conn) for u, conn, _ in requests)
-
-
-def measure_retrieval(
-    c: wiring.Core, requests: Sequence[tuple[str, str, str]], budget: Budget
-) -> tuple[list[float], dict[str, list[float]]]:
-    """Full assemble latencies, and the stage timings the bundles report.
-
-    A fresh service (so an empty injection cache) per call of this function: every budget
-    meets the same sequence of cache misses and hits.
-    """
-    total: list[float] = []
-    stages: dict[str, list[float]] = {}
-    with wiring.read_path(c) as service:
-        for user, connection, query in requests:
-            started = time.perf_counter()
-            bundle = service.assemble(MemoryKey(ORGANIZATION, user), query, [connection], budget)
-            total.append((time.perf_counter() - started) * 1000)
-            for stage, ms in bundle.timings_ms.items():
-                stages.setdefault(stage, []).append(ms)
-    return total, stages
-
-
-# --- the run ---------------------------------------------------------------------------
+    @classmethod
+    def at(cls, total: int, per_user: Sequence[int], heavy_users: int) -> Population:
+        smallest, *heavier = sorted(set(per_user))
+        rest = total - heavy_users * sum(heavier)
+        if rest < 0 or rest % smallest:
+            raise SystemExit(
+                f"{total:,} facts cannot hold {heavy_users} users of each of {heavier} facts"
+                f" and fill the rest with users of {smallest}"
+            )
+        tiers = {smallest: synthetic.user_ids(rest // smallest)}
+        for n in heavier:
+            tiers[n] = synthetic.user_ids(heavy_users, tier=n)
+        return cls(tiers)
 
 
 @dataclass(frozen=True)
 class Row:
     facts: int
+    per_user: int
     measure: str
-    limit_ms: float
+    budget: Budget | None
     latencies: Latencies
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "facts": self.facts,
+            "facts_per_user": self.per_user,
+            "measure": self.measure,
+            "budget": None if self.budget is None else self.budget.value,
+            "p50_ms": round(self.latencies.p50, 3),
+            "p99_ms": round(self.latencies.p99, 3),
+        }
 
 
 @dataclass(frozen=True)
 class Stages:
     facts: int
+    per_user: int
     budget: Budget
     p50_ms: dict[str, float]
 
 
-def run_scale(
-    c: wiring.Core, users: Sequence[str], samples: int, seed: int, facts: int
-) -> tuple[list[Row], list[Stages]]:
-    warm = _requests(users, 50, seed + 1)
-    measure_injection(c, warm)
-    measure_retrieval(c, warm, Budget.BALANCED)
-    requests = _requests(users, samples, seed)
-    injection = Latencies.of(measure_injection(c, requests))
-    rows = [Row(facts, "injection: load_state + connection info", SEED_INJECTION_MS, injection)]
-    retrievals, stages = [], []
+@dataclass
+class Results:
+    rows: list[Row]
+    stages: list[Stages]
+    first_read: list[tuple[int, int, Latencies]]  # facts, per user, dense stage on first read
+    loads: list[tuple[int, float, float]]  # facts, Postgres s, Chroma s
+    rss_mb: list[tuple[int, float]]
+
+
+def sample_requests(users: Sequence[str], samples: int, seed: int) -> list[tuple[str, str, str]]:
+    """(user, active connection, query) triples, the same for the same seed."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(samples):
+        user = rng.choice(users)
+        connection = rng.choice(synthetic.connection_ids(user))
+        out.append((user, connection, synthetic.fill_query(rng)))
+    return out
+
+
+def _assemble(
+    service: ContextService, requests: Sequence[tuple[str, str, str]], budget: Budget
+) -> tuple[list[float], dict[str, list[float]]]:
+    total: list[float] = []
+    stages: dict[str, list[float]] = {}
+    for user, connection, query in requests:
+        started = time.perf_counter()
+        bundle = service.assemble(
+            MemoryKey(synthetic.ORGANIZATION, user), query, [connection], budget
+        )
+        total.append((time.perf_counter() - started) * 1000)
+        for stage, ms in bundle.timings_ms.items():
+            stages.setdefault(stage, []).append(ms)
+    return total, stages
+
+
+def measure_tier(
+    service: ContextService, users: Sequence[str], facts: int, per_user: int, samples: int,
+    seed: int, out: Results,
+) -> None:  # fmt: skip
+    requests = sample_requests(users, samples, seed)
+    first = list({r[0]: r for r in requests}.values())
+    _, first_laps = _assemble(service, first, Budget.BALANCED)
+    out.first_read.append((facts, per_user, Latencies.of(first_laps["dense"])))
     for budget in Budget:
-        total, laps = measure_retrieval(c, requests, budget)
-        if budget is Budget.BALANCED and "injection" in laps:
-            name = "injection stage inside assemble (balanced)"
-            rows.append(Row(facts, name, SEED_INJECTION_MS, Latencies.of(laps["injection"])))
-        name = f"retrieval: assemble, budget {budget.value}"
-        retrievals.append(Row(facts, name, SEED_RETRIEVAL_MS, Latencies.of(total)))
+        total, laps = _assemble(service, requests, budget)
+        if budget is Budget.BALANCED:
+            injection = Latencies.of(laps["injection"])
+            out.rows.append(Row(facts, per_user, "injection", None, injection))
+        out.rows.append(Row(facts, per_user, "retrieval", budget, Latencies.of(total)))
         p50 = {stage: float(np.percentile(ms, 50)) for stage, ms in laps.items()}
-        stages.append(Stages(facts, budget, p50))
-    return rows + retrievals, stages
+        out.stages.append(Stages(facts, per_user, budget, p50))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--facts", default="10000,100000", help="comma-separated sizes")
-    parser.add_argument("--users", type=int, default=1000)
-    parser.add_argument("--samples", type=int, default=500, help="calls per measure and size")
-    parser.add_argument("--distinct-texts", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=7)
-    services.add_options(parser, kafka=False)
-    args = parser.parse_args(argv)
-    sizes = sorted(int(s) for s in args.facts.split(","))
-    if any(s % args.users for s in sizes):
-        raise SystemExit("every --facts size must be a multiple of --users")
+def resident_mb() -> float:
+    """This process's resident set now (it is the one serving the reads)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
-    began = time.perf_counter()
+
+def load(
+    c: wiring.Core, ends: services.Endpoints, collection: str, pool: synthetic.TextPool,
+    users: Sequence[str], numbers: range, seed: int,
+) -> tuple[float, float]:  # fmt: skip
+    """Facts `numbers` of these users into Postgres and Chroma: (Postgres s, Chroma s)."""
+    pg_s = chroma_s = 0.0
+    for facts, vectors in synthetic.fact_batches(pool, users, numbers, seed, LOAD_BATCH):
+        started = time.perf_counter()
+        synthetic.load_facts(c, facts)
+        pg_s += time.perf_counter() - started
+        started = time.perf_counter()
+        synthetic.index_facts(ends.chroma_url, collection, c.embedder, facts, vectors)
+        chroma_s += time.perf_counter() - started
+    return pg_s, chroma_s
+
+
+def publish(args: argparse.Namespace, results: Results, elapsed_s: float) -> None:
+    print(_report(args, results, elapsed_s), flush=True)
+    if args.json_out:
+        document = {
+            "rows": [r.as_json() for r in results.rows],
+            "rss_mb": round(max(mb for _, mb in results.rss_mb), 1),
+        }
+        args.json_out.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def run(
+    args: argparse.Namespace, sizes: Sequence[int], per_user: Sequence[int], began: float
+) -> Results:
     base = Settings()
-    users = user_ids(args.users)
-    pool = text_pool(args.distinct_texts, args.seed)
-    embedder = CachingEmbedder(MiniLmEmbedder(), max_entries=args.distinct_texts)
-    rows: list[Row] = []
-    stages: list[Stages] = []
-    loads: list[tuple[int, float, float]] = []
+    pool = synthetic.TextPool.embedded(args.distinct_texts, MiniLmEmbedder(), args.seed)
+    out = Results([], [], [], [], [])
     with services.endpoints(args, base, kafka=False) as ends:
-        run = services.run_id()
+        run_id = services.run_id()
         with (
             services.scratch_database(ends.postgres_dsn, "bench_read", keep=args.keep) as dsn,
             services.scratch_collection(
-                ends.chroma_url, f"bench_read_{run}", keep=args.keep
+                ends.chroma_url, f"bench_read_{run_id}", keep=args.keep
             ) as collection,
         ):
             settings = base.model_copy(
@@ -200,69 +221,95 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "metrics": MetricsSettings(enabled=False),
                 }
             )
-            with wiring.core(settings) as c:
-                load_users(c, users, args.seed)
-                loaded_per_user = 0
+            loaded: dict[str, int] = {}
+            with wiring.core(settings) as c, wiring.read_path(c) as service:
                 for size in sizes:
-                    per_user = size // args.users
-                    started = time.perf_counter()
-                    numbers = range(loaded_per_user, per_user)
-                    facts = make_facts(users, numbers, sizes[-1] // args.users, pool, args.seed)
-                    load_facts(c, facts)
-                    pg_s = time.perf_counter() - started
-                    index_facts(ends.chroma_url, collection, embedder, facts)
-                    loads.append((size, pg_s, time.perf_counter() - started - pg_s))
-                    loaded_per_user = per_user
-                    measured, laps = run_scale(c, users, args.samples, args.seed, size)
-                    rows.extend(measured)
-                    stages.extend(laps)
-    print(_report(args, rows, stages, loads, time.perf_counter() - began))
+                    population = Population.at(size, per_user, args.heavy_users)
+                    pg_s = chroma_s = 0.0
+                    for n, users in population.tiers.items():
+                        new = [u for u in users if u not in loaded]
+                        synthetic.load_users(c, new, args.seed)
+                        p, ch = load(c, ends, collection, pool, new, range(n), args.seed)
+                        pg_s, chroma_s = pg_s + p, chroma_s + ch
+                        loaded |= dict.fromkeys(new, n)
+                    synthetic.analyze(c)
+                    out.loads.append((size, pg_s, chroma_s))
+                    for n, users in sorted(population.tiers.items()):
+                        measure_tier(service, users, size, n, args.samples, args.seed, out)
+                    out.rss_mb.append((size, resident_mb()))
+                    # Written as each total is measured: a failure later loses nothing.
+                    publish(args, out, time.perf_counter() - began)
+    return out
 
 
-def _report(
-    args: argparse.Namespace,
-    rows: Sequence[Row],
-    stages: Sequence[Stages],
-    loads: Sequence[tuple[int, float, float]],
-    total_s: float,
-) -> str:
-    names = list(dict.fromkeys(name for s in stages for name in s.p50_ms))
-    stage_table = markdown_table(
-        ["facts", "budget", *names],
-        [
-            [f"{s.facts:,}", s.budget.value, *(f"{s.p50_ms.get(n, 0.0):.1f}" for n in names)]
-            for s in stages
-        ],
-        left=2,
-    )
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--facts", default="1000000", help="comma-separated totals")
+    parser.add_argument("--facts-per-user", default="100,1000,10000", help="size tiers")
+    parser.add_argument("--heavy-users", type=int, default=10, help="users per larger tier")
+    parser.add_argument("--samples", type=int, default=300, help="calls per measure and tier")
+    parser.add_argument("--distinct-texts", type=int, default=4_000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json-out", type=Path, help="write the rows as JSON here")
+    services.add_options(parser, kafka=False)
+    args = parser.parse_args(argv)
+    sizes = sorted(int(s) for s in args.facts.split(","))
+    per_user = sorted(int(s) for s in args.facts_per_user.split(","))
+    for size in sizes:
+        Population.at(size, per_user, args.heavy_users)  # refuse impossible sizes up front
+    run(args, sizes, per_user, time.perf_counter())
+
+
+def _report(args: argparse.Namespace, r: Results, total_s: float) -> str:
     table = markdown_table(
-        ["facts", "measure", "seed limit", "p50", "p99", "mean"],
+        ["facts", "facts/user", "measure", "budget", "p50", "p99", "mean"],
         [
             [
-                f"{r.facts:,}",
-                r.measure,
-                f"{r.limit_ms:.0f} ms",
-                f"{r.latencies.p50:.1f} ms",
-                f"{r.latencies.p99:.1f} ms",
-                f"{r.latencies.mean:.1f} ms",
+                f"{x.facts:,}",
+                f"{x.per_user:,}",
+                x.measure,
+                "-" if x.budget is None else x.budget.value,
+                f"{x.latencies.p50:.1f} ms",
+                f"{x.latencies.p99:.1f} ms",
+                f"{x.latencies.mean:.1f} ms",
             ]
-            for r in rows
+            for x in r.rows
+        ],
+        left=4,
+    )
+    names = list(dict.fromkeys(name for s in r.stages for name in s.p50_ms))
+    stage_table = markdown_table(
+        ["facts", "facts/user", "budget", *names],
+        [
+            [f"{s.facts:,}", f"{s.per_user:,}", s.budget.value]
+            + [f"{s.p50_ms.get(n, 0.0):.1f}" for n in names]
+            for s in r.stages
+        ],
+        left=3,
+    )
+    first_table = markdown_table(
+        ["facts", "facts/user", "dense stage p50", "p99"],
+        [
+            [f"{n:,}", f"{u:,}", f"{lat.p50:.1f} ms", f"{lat.p99:.1f} ms"]
+            for n, u, lat in r.first_read
         ],
         left=2,
     )
     load_table = markdown_table(
-        ["facts", "Postgres COPY (added facts)", "Chroma upsert (added facts)"],
-        [[f"{n:,}", f"{pg:.1f} s", f"{ch:.1f} s"] for n, pg, ch in loads],
+        ["facts", "Postgres COPY (added facts)", "Chroma upsert (added facts)", "RSS after"],
+        [
+            [f"{n:,}", f"{pg:.1f} s", f"{ch:.1f} s", f"{rss:.0f} MB"]
+            for (n, pg, ch), (_, rss) in zip(r.loads, r.rss_mb, strict=True)
+        ],
     )
     return "\n".join(
         [
             (
-                f"{args.users:,} users, {args.samples} sequential calls per measure and size "
-                f"(random user, one of its {CONNECTIONS_PER_USER} connections active, a "
-                f"templated question); {args.distinct_texts:,} distinct fact texts, each "
-                "embedded once. Injection = load_state (W, S, learned info) + the active "
-                "connection's learned info; retrieval = ContextService.assemble, query "
-                "embedding included."
+                f"Tiers {args.facts_per_user} facts per user ({args.heavy_users} users in each"
+                f" larger tier), {args.samples} sequential calls per measure and tier (random"
+                " user of the tier, one of its connections active, a templated question) after"
+                f" one read of each sampled user; {args.distinct_texts:,} distinct texts"
+                " embedded, fact vectors derived from them."
             ),
             "",
             table,
@@ -271,7 +318,11 @@ def _report(
             "",
             stage_table,
             "",
-            "Load:",
+            "First read of a memory since its last consolidation (fills its vector matrix):",
+            "",
+            first_table,
+            "",
+            "Load, and the resident memory of the process serving the reads:",
             "",
             load_table,
             "",

@@ -154,7 +154,8 @@ def scratch_collection(chroma_url: str, name: str, *, keep: bool = False) -> Ite
         yield name
     finally:
         if not keep:
-            client = http_client(chroma_url)
+            # Dropping a collection of a million vectors takes longer than a request usually may.
+            client = http_client(chroma_url, timeout_s=600)
             try:
                 if any(c.name == name for c in client.list_collections()):
                     client.delete_collection(name)

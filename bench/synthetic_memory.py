@@ -1,7 +1,13 @@
-"""Synthetic memory for the read-path bench: many users' W, S, learned info, connections and
-facts, from templates with per-user variation, loaded straight into Postgres (COPY) and Chroma.
+"""Synthetic memory for the benches: users, connections and facts, loaded in bulk.
 
-The same seed gives the same memory, and growing to a larger size adds to what is loaded.
+Facts come from templates with per-user variation (names, cities, projects, tools, dates):
+20 % in one of the user's two connections, 5 % archived or contradicted, 1 % pinned. Their
+vectors are not computed by the model for every fact, which would take 40 minutes per million
+at 410 texts/s: a pool of distinct texts is embedded once, every fact takes one pool text
+(numbered when a user has more facts than the pool has texts) and its vector is that text's
+vector plus a tenth of another pool vector, normalized. Deterministic for a seed, so growing
+to a larger size adds to what is loaded. Postgres is written with COPY, Chroma in batches of
+the server's maximum size with the vectors given.
 """
 
 from __future__ import annotations
@@ -10,19 +16,25 @@ import io
 import json
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import numpy.typing as npt
 
 from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
-from domain.ports import Embedder
+from domain.ports import Embedder, Vector
 from memoryd import wiring
 from store.chroma import ChromaVectorIndex, close_client, http_client
 
 ORGANIZATION = "bench-org"
 CONNECTIONS_PER_USER = 2
-CHROMA_BATCH = 2_000
 NOW = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+PERTURBATION = 0.1
+
+# --- synthetic memory ------------------------------------------------------------------
 
 NAMES = [
     "Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kofi", "Lena",
@@ -83,7 +95,7 @@ QUERIES = [
 ]
 
 
-def fill(template: str, rng: random.Random) -> str:
+def _fill(template: str, rng: random.Random) -> str:
     return template.format(
         city=rng.choice(CITIES),
         project=rng.choice(PROJECTS),
@@ -106,72 +118,13 @@ def text_pool(size: int, seed: int = 5) -> list[str]:
         attempts += 1
         if attempts > size * 50:
             raise ValueError(f"the templates cannot make {size} distinct texts")
-        pool[fill(rng.choice(TEMPLATES), rng)] = None
+        pool[_fill(rng.choice(TEMPLATES), rng)] = None
     return list(pool)
-
-
-def user_ids(count: int) -> list[str]:
-    return [f"bench-user-{i:05d}" for i in range(count)]
-
-
-def connection_ids(user_id: str) -> list[str]:
-    return [f"{user_id}-conn-{j}" for j in range(CONNECTIONS_PER_USER)]
-
-
-def make_facts(
-    users: Sequence[str], numbers: range, most: int, pool: Sequence[str], seed: int
-) -> list[Fact]:
-    """Facts number `numbers` of every user, out of at most `most` per user: the same facts
-    for the same seed, so growing to a larger size adds to what is loaded."""
-    if most > len(pool):
-        raise ValueError(f"{most} facts per user need at least as many distinct texts")
-    facts = []
-    for user in users:
-        texts = random.Random(f"{seed}:{user}").sample(pool, most)
-        for i in numbers:
-            rng_i = random.Random(f"{seed}:{user}:{i}")
-            content = texts[i]
-            connection = rng_i.choice(connection_ids(user)) if rng_i.random() < 0.2 else None
-            roll = rng_i.random()
-            status = (
-                FactStatus.ARCHIVED
-                if roll < 0.03
-                else FactStatus.CONTRADICTED
-                if roll < 0.05
-                else FactStatus.ACTIVE
-            )
-            at = NOW - timedelta(days=rng_i.uniform(0, 180))
-            kind = rng_i.choice([FactType.PROFILE, FactType.PREFERENCE, FactType.EPISODIC])
-            facts.append(
-                Fact(
-                    fact_id=fact_id_for(MemoryKey(ORGANIZATION, user), content, connection),
-                    user_id=user,
-                    organization_id=ORGANIZATION,
-                    content=content,
-                    fact_type=kind,
-                    surface=SurfacePolicy.SPEAK,
-                    status=status,
-                    confidence=round(rng_i.uniform(0.6, 1.0), 2),
-                    salience=round(rng_i.uniform(0.3, 0.9), 2),
-                    provenance=Provenance(
-                        context_type="fact",
-                        source="interactive",
-                        connection_id=connection,
-                        message_id=f"msg-{i}",
-                        source_event_ids=(uuid.uuid5(uuid.NAMESPACE_URL, f"{user}/{i}"),),
-                    ),
-                    created_by_run=uuid.uuid5(uuid.NAMESPACE_URL, f"{user}/run"),
-                    created_at=at,
-                    updated_at=at,
-                    pinned=rng_i.random() < 0.01,
-                )
-            )
-    return facts
 
 
 def working_memory(user: str, rng: random.Random) -> str:
     """About 300 words, the size a consolidated W settles at."""
-    sentences = [fill(rng.choice(TEMPLATES), rng) for _ in range(30)]
+    sentences = [_fill(rng.choice(TEMPLATES), rng) for _ in range(30)]
     return f"Context for {user}. " + " ".join(sentences)
 
 
@@ -179,9 +132,9 @@ def scaffold(rng: random.Random) -> dict[str, object]:
     return {
         "Role": f"Engineer on the {rng.choice(PROJECTS)} team",
         "Location": rng.choice(CITIES),
-        "Projects": [fill(rng.choice(TEMPLATES), rng) for _ in range(5)],
-        "Preferences": [fill(rng.choice(TEMPLATES), rng) for _ in range(5)],
-        "Profile": [fill(rng.choice(TEMPLATES), rng) for _ in range(6)],
+        "Projects": [_fill(rng.choice(TEMPLATES), rng) for _ in range(5)],
+        "Preferences": [_fill(rng.choice(TEMPLATES), rng) for _ in range(5)],
+        "Profile": [_fill(rng.choice(TEMPLATES), rng) for _ in range(6)],
     }
 
 
@@ -210,7 +163,7 @@ def load_users(c: wiring.Core, users: Sequence[str], seed: int) -> None:
     rows, connections = [], []
     for user in users:
         rng = random.Random(f"{seed}:memory:{user}")
-        learned = [fill(rng.choice(TEMPLATES), rng) for _ in range(8)]
+        learned = [_fill(rng.choice(TEMPLATES), rng) for _ in range(8)]
         rows.append(
             (
                 user,
@@ -223,7 +176,7 @@ def load_users(c: wiring.Core, users: Sequence[str], seed: int) -> None:
             )
         )
         for connection in connection_ids(user):
-            info = [f"{connection}: " + fill(rng.choice(TEMPLATES), rng) for _ in range(3)]
+            info = [f"{connection}: " + _fill(rng.choice(TEMPLATES), rng) for _ in range(3)]
             connections.append((user, connection, ORGANIZATION, json.dumps(info)))
     with c.pool.connection() as conn, conn.cursor() as cur:
         cur.executemany(
@@ -250,19 +203,129 @@ def load_facts(c: wiring.Core, facts: Sequence[Fact]) -> None:
             f.created_by_run, f.created_at, f.updated_at, NOW, f.version,
         )  # fmt: skip
         buffer.write("\t".join(_copy_text(v) for v in fields) + "\n")
-    with c.pool.connection() as conn, conn.cursor() as cur:
-        with cur.copy(f"COPY memory_facts ({_FACT_COLUMNS}) FROM STDIN") as copy:
-            copy.write(buffer.getvalue())
-        cur.execute("ANALYZE memory_facts")
+    with (
+        c.pool.connection() as conn,
+        conn.cursor() as cur,
+        cur.copy(f"COPY memory_facts ({_FACT_COLUMNS}) FROM STDIN") as copy,
+    ):
+        copy.write(buffer.getvalue())
+
+
+def analyze(c: wiring.Core) -> None:
+    """Fresh planner statistics after a bulk load."""
+    with c.pool.connection() as conn:
+        conn.execute("ANALYZE memory_facts")
+
+
+def user_ids(count: int, tier: int = 0) -> list[str]:
+    """Users of one size tier; tier 0 keeps the names earlier versions of the bench used."""
+    prefix = "bench-user" if tier == 0 else f"bench-user-t{tier}"
+    return [f"{prefix}-{i:05d}" for i in range(count)]
+
+
+def connection_ids(user_id: str) -> list[str]:
+    return [f"{user_id}-conn-{j}" for j in range(CONNECTIONS_PER_USER)]
+
+
+@dataclass(frozen=True)
+class TextPool:
+    """Distinct fact texts and their model vectors, unit rows."""
+
+    texts: list[str]
+    vectors: npt.NDArray[np.float32]
+
+    @classmethod
+    def embedded(cls, size: int, embedder: Embedder, seed: int) -> TextPool:
+        texts = text_pool(size, seed)
+        vectors = np.stack(embedder.embed(texts)).astype(np.float32)
+        return cls(texts, vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+
+
+def make_facts(
+    pool: TextPool, user: str, numbers: range, seed: int
+) -> tuple[list[Fact], list[Vector]]:
+    """Facts number `numbers` of a user, with their vectors; the same for the same seed."""
+    size = len(pool.texts)
+    order = random.Random(f"{seed}:{user}").sample(range(size), size)
+    facts, anchors, others = [], [], []
+    for i in numbers:
+        rng = random.Random(f"{seed}:{user}:{i}")
+        anchor = order[i % size]
+        lap = i // size
+        content = pool.texts[anchor] + (f" (note {lap})" if lap else "")
+        connection = rng.choice(connection_ids(user)) if rng.random() < 0.2 else None
+        roll = rng.random()
+        status = (
+            FactStatus.ARCHIVED
+            if roll < 0.03
+            else FactStatus.CONTRADICTED
+            if roll < 0.05
+            else FactStatus.ACTIVE
+        )
+        at = NOW - timedelta(days=rng.uniform(0, 180))
+        facts.append(
+            Fact(
+                fact_id=fact_id_for(MemoryKey(ORGANIZATION, user), content, connection),
+                user_id=user,
+                organization_id=ORGANIZATION,
+                content=content,
+                fact_type=rng.choice([FactType.PROFILE, FactType.PREFERENCE, FactType.EPISODIC]),
+                surface=SurfacePolicy.SPEAK,
+                status=status,
+                confidence=round(rng.uniform(0.6, 1.0), 2),
+                salience=round(rng.uniform(0.3, 0.9), 2),
+                provenance=Provenance(
+                    context_type="fact",
+                    source="interactive",
+                    connection_id=connection,
+                    message_id=f"msg-{i}",
+                    source_event_ids=(uuid.uuid5(uuid.NAMESPACE_URL, f"{user}/{i}"),),
+                ),
+                created_by_run=uuid.uuid5(uuid.NAMESPACE_URL, f"{user}/run"),
+                created_at=at,
+                updated_at=at,
+                pinned=rng.random() < 0.01,
+            )
+        )
+        anchors.append(anchor)
+        others.append(rng.randrange(size))
+    mixed = pool.vectors[anchors] + PERTURBATION * pool.vectors[others]
+    mixed /= np.linalg.norm(mixed, axis=1, keepdims=True)
+    return facts, list(mixed)
+
+
+def fact_batches(
+    pool: TextPool, users: Sequence[str], numbers: range, seed: int, batch: int
+) -> Iterator[tuple[list[Fact], list[Vector]]]:
+    """Facts `numbers` of every user in batches of about `batch`, so a million never sit in
+    memory at once."""
+    facts: list[Fact] = []
+    vectors: list[Vector] = []
+    for user in users:
+        more, their = make_facts(pool, user, numbers, seed)
+        facts += more
+        vectors += their
+        if len(facts) >= batch:
+            yield facts, vectors
+            facts, vectors = [], []
+    if facts:
+        yield facts, vectors
 
 
 def index_facts(
-    chroma_url: str, collection: str, embedder: Embedder, facts: Sequence[Fact]
+    chroma_url: str,
+    collection: str,
+    embedder: Embedder,
+    facts: Sequence[Fact],
+    vectors: Sequence[Vector],
 ) -> None:
-    client = http_client(chroma_url, timeout_s=120)
+    client = http_client(chroma_url, timeout_s=300)
     try:
-        index = ChromaVectorIndex(client, embedder, collection)
-        for start in range(0, len(facts), CHROMA_BATCH):
-            index.upsert(facts[start : start + CHROMA_BATCH])
+        ChromaVectorIndex(client, embedder, collection).upsert_embedded(facts, vectors)
     finally:
         close_client(client)
+
+
+def fill_query(rng: random.Random) -> str:
+    """A templated question about a user's memory."""
+    return _fill(rng.choice(QUERIES), rng)

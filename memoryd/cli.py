@@ -196,10 +196,9 @@ def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
         # From stdin, so the token stays out of shell history and the process list.
         print(hash_token(sys.stdin.readline().strip()))
         return 0
-    from memoryd.ops.runtime import run_api  # noqa: PLC0415
+    from memoryd.api.serve import serve  # noqa: PLC0415 - the API process only
 
-    with wiring.core(settings) as c:
-        run_api(c)
+    serve(settings)
     return 0
 
 

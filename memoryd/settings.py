@@ -73,6 +73,8 @@ class ReadPathSettings(BaseModel):
     """The read path: injection cache, background writers, optional query rewrite."""
 
     cache_max_users: int = Field(default=10_000, ge=1)
+    # Memories' fact vectors held for dense retrieval: 1 GiB is 700k facts of 384 dimensions.
+    dense_cache_mb: int = Field(default=1024, ge=1)
     # How often an API process drops cached injections of memories erased elsewhere.
     cache_sweep_s: float = Field(default=30.0, gt=0)
     # The background writers of audit rows and recall counters.
@@ -85,6 +87,8 @@ class ReadPathSettings(BaseModel):
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8080
+    # Worker processes sharing the port (see memoryd.api.serve): one per core measured best.
+    workers: int = Field(default=2, ge=1)
     # sha256 (hex) of each bearer token -> the organization it acts for. Only digests are
     # configured, so neither the settings file nor the environment holds a usable secret.
     tokens: dict[str, str] = Field(default_factory=dict)

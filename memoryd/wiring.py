@@ -45,6 +45,7 @@ from store.postgres import make_pool
 from store.read.background import BatchWriter
 from store.read.candidate_search import HybridFactSearch
 from store.read.context_service import ContextService
+from store.read.dense import DenseCache, DenseReads, DenseSearch
 from store.read.fact_queries import PostgresReadModel
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import TimeBoundRewriter
@@ -77,6 +78,8 @@ class Core:
     registry: CollectorRegistry
     metrics: PipelineMetrics
     clock: Clock
+    # One per process, shared by every read path in it: a memory's vectors are fetched once.
+    dense_cache: DenseCache
 
 
 @contextmanager
@@ -112,6 +115,7 @@ def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
                 registry=registry,
                 metrics=PipelineMetrics(registry),
                 clock=clock,
+                dense_cache=DenseCache(settings.read_path.dense_cache_mb * 2**20),
             )
         finally:
             index.close()
@@ -312,6 +316,7 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
         observer=metrics,
         charges=read_charges(c),
         ledger=BatchWriter("read-costs", ReadLedger(c.pool).write, r.writer, **hooks),
+        dense=DenseSearch(DenseReads(c.pool), c.index, c.embedder, c.dense_cache),
     )
 
 

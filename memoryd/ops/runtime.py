@@ -7,6 +7,7 @@ with a signal-driven stop event; tests run them in threads with their own.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -131,15 +132,20 @@ def run_processor(
         admin.close()
 
 
-def run_api(c: wiring.Core) -> None:
-    """uvicorn until SIGTERM; /healthz and /readyz on the API port and the metrics port."""
+def run_api(c: wiring.Core, *, sock: socket.socket | None = None, index: int = 0) -> None:
+    """uvicorn until SIGTERM; /healthz and /readyz on the API port and the metrics port.
+
+    Worker `index` of several (`memoryd.api.serve`) accepts on the shared `sock` and serves
+    its metrics on `metrics.api_port + index`."""
     import uvicorn  # noqa: PLC0415 - api process only
 
     s = c.settings
     admin = kafka_admin(s)
     checks = dependency_checks(c, admin, chroma=True)
+    port = s.metrics.api_port + index if s.metrics.api_port else 0
     try:
-        with ops_port(c, s.metrics.api_port, checks) as monitor, wiring.api_app(c, monitor) as app:
-            uvicorn.run(app, host=s.api.host, port=s.api.port, log_config=None)
+        with ops_port(c, port, checks) as monitor, wiring.api_app(c, monitor) as app:
+            config = uvicorn.Config(app, host=s.api.host, port=s.api.port, log_config=None)
+            uvicorn.Server(config).run(sockets=None if sock is None else [sock])
     finally:
         admin.close()

@@ -97,6 +97,20 @@ class ChromaVectorIndex:
             )
         return len(fresh)
 
+    def upsert_embedded(self, facts: Sequence[Fact], vectors: Sequence[Vector]) -> None:
+        """Index facts with vectors computed elsewhere (a bulk load, a rebuild from a dump)."""
+        if len(facts) != len(vectors):
+            raise ValueError(f"{len(facts)} facts but {len(vectors)} vectors")
+        with translated("upsert"):
+            collection = self._get_collection()
+            for chunk in _chunks(list(range(len(facts))), self._max_batch_size()):
+                collection.upsert(
+                    ids=[str(facts[i].fact_id) for i in chunk],
+                    embeddings=np.stack([vectors[i] for i in chunk]),
+                    documents=[facts[i].content for i in chunk],
+                    metadatas=[fact_metadata(facts[i]) for i in chunk],
+                )
+
     def update_status(self, statuses: Mapping[uuid.UUID, FactStatus]) -> None:
         items = list(statuses.items())
         if not items:
@@ -183,6 +197,8 @@ class ChromaVectorIndex:
         stored = self.embeddings(fact_ids)
         if not stored:
             return [], {}
+        # Ties rank by fact id, as in the cached dense search.
+        stored = {k: stored[k] for k in sorted(stored, key=str)}
         (query,) = self._embedder.embed([text])
         # The vectors go back too: the caller's diversity step (MMR) needs them as well.
         return nearest(query, stored, n), stored

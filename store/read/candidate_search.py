@@ -27,8 +27,12 @@ from store import fact_rows
 from store.candidate_ranking import CONSOLIDATION_STATUSES, fuse, nearest_ids
 from store.errors import VectorIndexUnavailable
 from store.postgres import transaction
-from store.read.context_service import EXACT_SEARCH_MAX_FACTS
 from store.read.fact_queries import PostgresReadModel
+
+
+# Up to this many facts in scope a memory's vectors are fetched and scored exactly; beyond it,
+# Chroma's filtered query is cheaper than fetching them all for one batch.
+EXACT_SEARCH_MAX_FACTS = 1_000
 
 
 def _scope(key: MemoryKey, connection_id: str | None) -> Scope:

@@ -20,10 +20,11 @@ from typing import Any, Protocol
 from domain.ids import MemoryKey, normalize_content
 from domain.model import Fact, FactStatus, LedgerEntry
 from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
-from domain.reads import ContextLogRow, Injection, Recall, Scope
+from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
 from store.errors import VectorIndexUnavailable
 from store.read.background import BatchWriter
 from store.read.bundle import ContextBundle, RetrievedFact, audit_row
+from store.read.dense import DenseSearch
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import Rewrite, RewriteOutcome
 from store.read.ranking import (
@@ -88,11 +89,13 @@ class ContextService:
         observer: ReadPathObserver | None = None,
         charges: Callable[[ReadCharge], Sequence[LedgerEntry]] | None = None,
         ledger: BatchWriter[LedgerEntry] | None = None,
+        dense: DenseSearch | None = None,
     ) -> None:
         self._reads = reads
         self._charges = charges
         self._ledger = ledger
         self._index = index
+        self._dense_search = dense
         self._clock = clock
         self._cache = cache or InjectionCache(reads)
         self._rewriter = rewriter
@@ -131,7 +134,9 @@ class ContextService:
             context_types=tuple(sorted(set(context_types))),
         )
         pinned = [f for f in injection.pinned if _in_scope(f, connections) and f.key == key]
-        found = self._retrieve(scope, rewrite.query, PROFILES[budget], pinned, watch)
+        found = self._retrieve(
+            scope, injection.stamp, rewrite.query, PROFILES[budget], pinned, watch
+        )
         bundle = ContextBundle(
             organization_id=key.organization_id,
             user_id=key.user_id,
@@ -163,36 +168,36 @@ class ContextService:
     def forget(self, key: MemoryKey) -> None:
         """Drop what this process caches of a memory (its erasure calls it)."""
         self._cache.invalidate(key)
+        if self._dense_search is not None:
+            self._dense_search.forget(key)
 
     def sweep_cache(self) -> int:
-        """Drop cached injections of memories erased or changed elsewhere; returns how many."""
-        return self._cache.sweep()
+        """Drop cached injections and dense matrices of memories erased or changed elsewhere;
+        returns how many entries went."""
+        dropped = self._cache.sweep()
+        if self._dense_search is not None:
+            dropped += self._dense_search.sweep(self._reads.memory_stamps)
+        return dropped
 
     # -- retrieval ------------------------------------------------------------------------
 
     def _dense(
-        self, scope: Scope, text: str, pool: int
-    ) -> tuple[list[VectorHit], dict[uuid.UUID, Vector]]:
-        """Exact search over the user's facts when they are few, else Chroma's filtered ANN.
+        self, scope: Scope, stamp: MemoryStamp, text: str, pool: int
+    ) -> tuple[list[VectorHit], Mapping[uuid.UUID, Vector]]:
+        """Exact search over the user's facts in scope; the vectors come back for MMR.
 
-        The exact path also returns the vectors it fetched, so MMR does not fetch them again.
+        With a `DenseSearch` the memory's matrix is cached per stamp (one Chroma fetch per
+        consolidation or erasure); without one, the vectors are fetched by id on every call.
         """
-        candidates = self._reads.indexed_ids(scope, EXACT_SEARCH_MAX_FACTS + 1)
-        if len(candidates) <= EXACT_SEARCH_MAX_FACTS:
-            return self._index.score(text, candidates, pool)
-        hits = self._index.query(
-            key=scope.key,
-            text=text,
-            connection_ids=scope.connection_ids,
-            n=pool,
-            statuses=scope.statuses,
-            context_types=scope.context_types,
-        )
-        return hits, {}
+        if self._dense_search is not None:
+            return self._dense_search.search(scope, stamp, text, pool)
+        ids = self._reads.indexed_ids(scope, UNCACHED_SEARCH_MAX_FACTS)
+        return self._index.score(text, ids, pool)
 
     def _retrieve(
         self,
         scope: Scope,
+        stamp: MemoryStamp,
         text: str,
         profile: BudgetProfile,
         pinned: Sequence[Fact],
@@ -200,7 +205,7 @@ class ContextService:
     ) -> _Found:
         degraded: str | None = None
         try:
-            hits, known_vectors = self._dense(scope, text, profile.pool)
+            hits, known_vectors = self._dense(scope, stamp, text, profile.pool)
         except VectorIndexUnavailable as e:
             hits, known_vectors, degraded = [], {}, f"vector index unavailable: {e}"
         embedded = degraded is None
@@ -222,8 +227,13 @@ class ContextService:
             h.fact_id for h in hits if h.fact_id in rows and h.fact_id not in pinned_ids
         ]
         keyword_ranking = [f.fact_id for f in keyword if f.fact_id not in pinned_ids]
-        rankings = [keyword_ranking] if degraded else [dense_ranking, keyword_ranking]
-        fused = reciprocal_rank_fusion(rankings)
+        if degraded:
+            fused = reciprocal_rank_fusion([keyword_ranking])
+        else:
+            # The dense term keeps how near a fact is, not only its rank (see the fusion).
+            fused = reciprocal_rank_fusion(
+                [dense_ranking, keyword_ranking], strengths=[similarity, None]
+            )
         now, cues = self._clock(), query_cues(text)
         scores = {
             fid: rerank(
@@ -241,7 +251,9 @@ class ContextService:
             sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0]))), rows, pinned
         )
         wanted = [*pinned_ids, *(k for k, _ in ordered)]
-        vectors = {k: known_vectors[k] for k in wanted if k in known_vectors}
+        vectors: dict[uuid.UUID, Vector] = {
+            k: known_vectors[k] for k in wanted if k in known_vectors
+        }
         missing = [k for k in wanted if k not in vectors]
         if not degraded and missing:
             try:
@@ -316,9 +328,8 @@ class ContextService:
 
 
 CONNECTIONS_KEY = "Connections"
-# Up to this many facts in scope, dense retrieval scores them all exactly (a get by id and one
-# matrix product); beyond it, Chroma's filtered ANN query is cheaper than fetching them.
-EXACT_SEARCH_MAX_FACTS = 1_000
+# Without a DenseSearch every turn fetches the vectors it scores: a bound on that fetch.
+UNCACHED_SEARCH_MAX_FACTS = 100_000
 
 
 def scoped_scaffold(scaffold: Mapping[str, Any], connection_ids: Sequence[str]) -> dict[str, Any]:

@@ -1,15 +1,19 @@
-"""Dense retrieval scores a user's few facts exactly, and many through Chroma's filtered ANN.
+"""Dense retrieval: the cached per-memory matrix, the uncached fetch by id and Chroma's
+filtered ANN query must agree on what is relevant and respect the same scope.
 
-Both paths must agree on what is relevant and respect the same scope.
+The read path serves from the cached matrix; the other two are the references it replaced.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from domain.model import FactStatus
+from domain.reads import Scope
 from memoryd import wiring
 from producers.contract import EventType
-from store.read import context_service
+from store.read.context_service import ContextService
+from store.read.dense import DenseCache, DenseReads, DenseSearch
 from store.read.ranking import Budget
 from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment
@@ -17,33 +21,115 @@ from tests.support.deployment import Deployment
 pytestmark = pytest.mark.integration
 
 OBSERVATIONS = [
-    ("I keep bees on the roof of my building", EventType.FACT),
-    ("My daughter Lina starts school in January", EventType.FACT),
-    ("I drink espresso, never after 2pm", EventType.PREFERENCE),
-    ("I am migrating the settlement ledger from MySQL to Postgres", EventType.PROJECT_DETAILS),
-    ("I am allergic to peanuts", EventType.FACT),
+    ("I keep bees on the roof of my building", EventType.FACT, None),
+    ("My daughter Lina starts school in January", EventType.FACT, None),
+    ("I drink espresso, never after 2pm", EventType.PREFERENCE, None),
+    (
+        "I am migrating the settlement ledger from MySQL to Postgres",
+        EventType.PROJECT_DETAILS,
+        "gh",
+    ),
+    ("I am allergic to peanuts", EventType.FACT, None),
+    ("The hive inspection checklist lives in the repo wiki", EventType.FACT, "gh"),
 ]
+OMAR = key_of("omar")
+QUERIES = ["beekeeping honey hives", "what is the user allergic to", "database migration"]
 
 
-def test_exact_and_ann_dense_paths_agree(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _search(c: wiring.Core, cache: DenseCache) -> DenseSearch:
+    return DenseSearch(DenseReads(c.pool), c.index, c.embedder, cache)
+
+
+def test_cached_exact_and_ann_dense_searches_agree(deployment: Deployment) -> None:
     events = [
-        make_event("omar", text, kind, minutes=i) for i, (text, kind) in enumerate(OBSERVATIONS)
+        make_event("omar", text, kind, minutes=i, connection_id=conn)
+        for i, (text, kind, conn) in enumerate(OBSERVATIONS)
     ]
     events.append(make_event("other", "I keep bees and sell honey", minutes=9))
+    events.append(make_event("omar", "I keep bees too", minutes=9, org="org-b"))
     deployment.publish(events)
     deployment.run_both()
 
+    def compare(c: wiring.Core) -> None:
+        search = _search(c, DenseCache(2**20))
+        reads = wiring.read_model(c)
+        stamp = reads.memory_stamp(OMAR)
+        assert stamp is not None
+        for connections in [(), ("gh",)]:
+            scope = Scope(OMAR, connections)
+            ids = reads.indexed_ids(scope, 1_000)
+            for query in QUERIES:
+                cached, vectors = search.search(scope, stamp, query, 4)
+                exact, _ = c.index.score(query, ids, 4)
+                ann = c.index.query(key=OMAR, text=query, connection_ids=connections, n=4)
+                assert [h.fact_id for h in cached] == [h.fact_id for h in exact]
+                assert [h.similarity for h in cached] == pytest.approx(
+                    [h.similarity for h in exact], abs=1e-5
+                )
+                assert [h.fact_id for h in cached] == [h.fact_id for h in ann]
+                assert {h.fact_id for h in ann} <= set(ids)
+                assert all(h.fact_id in vectors for h in cached)
+            assert len(ids) == len(search.memory(OMAR, stamp).mask(scope).nonzero()[0])
+
+    deployment.with_core(compare)
+
     def top_facts(c: wiring.Core) -> list[str]:
         with wiring.read_path(c) as service:
-            bundle = service.assemble(key_of("omar"), "beekeeping honey hives", budget=Budget.LEAN)
+            bundle = service.assemble(OMAR, "beekeeping honey hives", budget=Budget.LEAN)
         assert not bundle.degraded
-        assert all(r.fact.user_id == "omar" for r in bundle.facts)
+        # The other user's and the other organization's bee facts are nearer still.
+        assert all(r.fact.key == OMAR for r in bundle.facts)
         return [r.fact.content for r in bundle.facts]
 
-    exact = deployment.with_core(top_facts)
-    monkeypatch.setattr(context_service, "EXACT_SEARCH_MAX_FACTS", 0)
-    ann = deployment.with_core(top_facts)
-    assert "bees" in exact[0]
-    assert exact[0] == ann[0]
+    # No keyword matches this query: the dense stage alone must put the bees first.
+    assert "bees" in deployment.with_core(top_facts)[0]
+
+
+def test_read_path_bundles_unchanged_by_the_cache(deployment: Deployment) -> None:
+    events = [
+        make_event("omar", text, kind, minutes=i, connection_id=conn)
+        for i, (text, kind, conn) in enumerate(OBSERVATIONS)
+    ]
+    deployment.publish(events)
+    deployment.run_both()
+
+    def bundles(c: wiring.Core, service: ContextService) -> list[list[str]]:
+        out = []
+        for query in QUERIES:
+            bundle = service.assemble(OMAR, query, ["gh"], Budget.DEEP)
+            assert not bundle.degraded
+            out.append([r.fact.content for r in bundle.facts])
+        return out
+
+    def both(c: wiring.Core) -> tuple[list[list[str]], list[list[str]]]:
+        with wiring.read_path(c) as cached:
+            with_cache = bundles(c, cached)
+        uncached = ContextService(wiring.read_model(c), c.index, c.clock)
+        return with_cache, bundles(c, uncached)
+
+    with_cache, without = deployment.with_core(both)
+    assert with_cache == without, (with_cache, without)
+    assert all(with_cache)
+
+
+def test_a_new_version_brings_new_facts_and_drops_closed_ones(deployment: Deployment) -> None:
+    deployment.publish([make_event("omar", "I keep bees on the roof of my building")])
+    deployment.run_both()
+    cache = DenseCache(2**20)
+
+    def top(c: wiring.Core) -> list[str]:
+        search = _search(c, cache)
+        stamp = wiring.read_model(c).memory_stamp(OMAR)
+        assert stamp is not None
+        scope = Scope(OMAR, (), (FactStatus.ACTIVE,))
+        hits, _ = search.search(scope, stamp, "peanut allergy", 5)
+        contents = {f.fact_id: f.content for f in c.memory.facts(OMAR)}
+        return [contents[h.fact_id] for h in hits if h.fact_id in contents]
+
+    first = deployment.with_core(top)
+    assert len(first) == 1
+    deployment.publish([make_event("omar", "I am allergic to peanuts", minutes=5)])
+    deployment.run_both()
+    second = deployment.with_core(top)
+    assert "peanuts" in second[0]
+    assert len(second) == 2

@@ -8,13 +8,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-import pytest
-
 from domain.model import FactStatus
 from domain.ports import Vector, VectorHit
 from store.errors import VectorIndexUnavailable
 from store.inmemory import InMemoryVectorIndex
-from store.read import context_service
 from store.read.bundle import ContextBundle
 from store.read.query_rewrite import RewriteOutcome
 from store.read.ranking import Budget
@@ -160,15 +157,3 @@ def test_the_audit_row_recalls_and_observer_get_every_turn() -> None:
     assert row["retrieved"][0]["fact_id"] == str(bees.fact_id)
     (stored,) = m.memory.facts_by_id([bees.fact_id])
     assert stored.recall_count == 2
-
-
-def test_exact_and_approximate_dense_search_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    m = InMemoryMemoryd()
-    m.seed("ada", [make_fact("ada", f"Ada keeps note number {i}") for i in range(5)])
-    service = m.context_service()
-    exact = service.assemble(key_of("ada"), "note number 3")
-    monkeypatch.setattr(context_service, "EXACT_SEARCH_MAX_FACTS", 2)
-    approximate = service.assemble(key_of("ada"), "note number 3")
-    service.close()
-    assert contents(exact) == contents(approximate)
-    assert contents(exact)[0] == "Ada keeps note number 3"

@@ -269,3 +269,20 @@ def test_cue_weight_favours_the_named_person_then_a_mention_then_dates() -> None
 
 def test_cosine_of_a_zero_vector_is_zero() -> None:
     assert cosine(np.zeros(3, dtype=np.float32), X) == 0.0
+
+
+def test_fusion_strengths_keep_how_near_a_dense_hit_is() -> None:
+    dense = ["about", "noise", "barely"]
+    cosine = {"about": 0.47, "noise": 0.30, "barely": 0.004}
+    plain = reciprocal_rank_fusion([dense, []])
+    weighted = reciprocal_rank_fusion([dense, []], strengths=[cosine, None])
+    assert weighted["about"] == pytest.approx(plain["about"])  # the best keeps its score
+    assert weighted["barely"] < 0.01 * plain["barely"]
+    # Ranks 1 and 3 are 3 % apart by rank alone: a salient fact could overtake the best.
+    assert plain["barely"] > 0.95 * plain["about"]
+    assert weighted["noise"] < 0.7 * weighted["about"]
+
+
+def test_fusion_without_strengths_for_a_ranking_is_rank_only() -> None:
+    keyword = ["a", "b"]
+    assert reciprocal_rank_fusion([keyword], strengths=[None]) == reciprocal_rank_fusion([keyword])

@@ -1,0 +1,63 @@
+"""Serving the API with several worker processes on one listening socket.
+
+A chat turn's read is CPU work in Python (query embedding, ranking, JSON) and one process
+runs Python on one core at a time, so one process caps the API at one core whatever its
+thread pool. The parent binds the socket and starts `api.workers` processes that each build
+their own core (pool, embedder, caches) and accept on the shared socket; the kernel spreads
+connections over them. Each worker serves its metrics on `metrics.api_port + i`.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import socket
+from types import FrameType
+
+from memoryd import wiring
+from memoryd.ops.logs import configure_logging
+from memoryd.ops.runtime import run_api
+from memoryd.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def serve(settings: Settings) -> None:
+    """Serve until SIGINT or SIGTERM; one worker runs in this process itself."""
+    workers = settings.api.workers
+    if workers == 1:
+        _run_worker(settings, None, 0)
+        return
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.api.host, settings.api.port))
+    sock.set_inheritable(True)
+    # spawn, not fork: each worker starts with no threads and no connections of the parent's.
+    context = multiprocessing.get_context("spawn")
+    children = [
+        context.Process(target=_run_worker, args=(settings, sock, i), name=f"memoryd-api-{i}")
+        for i in range(workers)
+    ]
+    for child in children:
+        child.start()
+    log.info("API on %s:%d with %d worker processes", settings.api.host, settings.api.port, workers)
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        for child in children:
+            if child.pid is not None and child.is_alive():
+                child.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for child in children:
+        child.join()
+    sock.close()
+
+
+def _run_worker(settings: Settings, sock: socket.socket | None, index: int) -> None:
+    if sock is not None:
+        # A spawned worker starts with a fresh interpreter: set its logging up again.
+        configure_logging(settings.log_level, settings.log_format)
+    with wiring.core(settings) as c:
+        run_api(c, sock=sock, index=index)

@@ -1,0 +1,330 @@
+"""The dense stage of retrieval: an exact search over one memory's vectors, held in process.
+
+A memory (organization, user) changes only when a consolidation run commits, which increments
+`user_memory.version`, or when an erasure gives it a new generation. So the vectors of a memory
+at a stamp (generation, version) are fetched from
+Chroma once, kept as one matrix with each fact's scope columns beside it, and every later turn
+of that memory costs one matrix-vector product and a mask, whatever the collection holds: no
+Chroma call, no Postgres query beyond the version the injection cache reads anyway.
+
+Why not Chroma's own filtered query: Chroma 1.5 answers a metadata-filtered query by scanning
+the metadata of the whole collection (265 ms at 100k facts), and a fetch by id grows with the
+user's facts (9 ms for 100, about 100 ms for 10,000). A new version reuses the vectors of the
+previous one of the same generation for every fact whose (id, version) is unchanged, so a run
+that adds 20 facts fetches 20 vectors, not 10,000; a new generation fetches everything again,
+so no vector of erased content is carried over.
+
+Facts written by a run are indexed in Chroma a moment after it commits. A matrix built in
+between holds them as pending; while any is pending each turn asks Postgres (by primary key)
+whether they are indexed now, and takes them in when they are.
+
+The matrices are bounded by bytes, least recently used evicted first; an erasure in this
+process drops its memory's matrix at once, the periodic sweep those erased elsewhere.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from domain.ids import NO_CONNECTION, MemoryKey
+from domain.model import FactStatus
+from domain.ports import Embedder, Vector, VectorHit
+from domain.reads import MemoryStamp, Scope
+from store.errors import DatabaseUnavailable, StoreError
+from store.postgres import transaction
+
+__all__ = ["DenseCache", "DenseReads", "DenseSearch", "IndexedRow", "MemoryVectors"]
+
+_STATUS_CODES = {status: code for code, status in enumerate(FactStatus)}
+_ENTRY_OVERHEAD_BYTES = 200  # per fact: the id, its row in the lookup, the scope columns
+
+
+@dataclass(frozen=True)
+class IndexedRow:
+    """What the dense stage needs of one fact row: identity, version and scope."""
+
+    fact_id: uuid.UUID
+    version: int
+    connection_id: str | None
+    status: FactStatus
+    context_type: str
+    indexed: bool
+
+
+class VectorSource(Protocol):
+    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Vector]: ...
+
+
+class DenseReads:
+    """The two Postgres reads of the dense stage; both use the memory's index or the key."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+
+    def rows(self, key: MemoryKey) -> list[IndexedRow]:
+        sql = (
+            "SELECT fact_id, version, connection_id, status, context_type,"
+            " indexed_at IS NOT NULL FROM memory_facts"
+            " WHERE organization_id = %s AND user_id = %s"
+        )
+        with self._transaction() as conn:
+            found = conn.execute(sql, (key.organization_id, key.user_id)).fetchall()
+        return [
+            IndexedRow(r[0], int(r[1]), r[2], FactStatus(r[3]), str(r[4]), bool(r[5]))
+            for r in found
+        ]
+
+    def indexed(self, versions: Mapping[uuid.UUID, int]) -> set[uuid.UUID]:
+        """Which of these fact versions are in the vector index by now."""
+        if not versions:
+            return set()
+        with self._transaction() as conn:
+            found = conn.execute(
+                "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)"
+                " AND indexed_at IS NOT NULL AND version = ANY(%s)",
+                (list(versions), sorted(set(versions.values()))),
+            ).fetchall()
+        return {r[0] for r in found}
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction; driver errors become StoreError (DatabaseUnavailable if transient)."""
+        try:
+            with transaction(self._pool) as conn:
+                yield conn
+        except psycopg.OperationalError as e:
+            raise DatabaseUnavailable(str(e)) from e
+        except psycopg.Error as e:
+            raise StoreError(f"dense read failed: {e}") from e
+
+
+@dataclass(frozen=True)
+class MemoryVectors:
+    """One memory's indexed vectors at one stamp, rows in fact-id order."""
+
+    stamp: MemoryStamp
+    ids: tuple[uuid.UUID, ...]
+    fact_versions: npt.NDArray[np.int64]
+    matrix: npt.NDArray[np.float32]  # len(ids) × dimension, unit rows
+    connections: npt.NDArray[np.str_]  # NO_CONNECTION for a fact outside every connection
+    statuses: npt.NDArray[np.int8]
+    context_types: npt.NDArray[np.object_]
+    row_of: Mapping[uuid.UUID, int]
+    pending: Mapping[uuid.UUID, int]  # fact id -> version written but not indexed yet
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.matrix.nbytes) + _ENTRY_OVERHEAD_BYTES * (len(self.ids) + len(self.pending))
+
+    def mask(self, scope: Scope) -> npt.NDArray[np.bool_]:
+        """Rows the scope may see: its statuses, its connections or none, its context types."""
+        wanted = np.array([_STATUS_CODES[s] for s in scope.statuses], dtype=np.int8)
+        keep = np.isin(self.statuses, wanted)
+        keep &= np.isin(self.connections, [NO_CONNECTION, *scope.connection_ids])
+        if scope.context_types:
+            keep &= np.isin(self.context_types, list(scope.context_types))
+        return keep
+
+
+class _RowVectors(Mapping[uuid.UUID, Vector]):
+    """The vectors of a memory's facts by id, without copying the matrix into a dict."""
+
+    def __init__(self, entry: MemoryVectors) -> None:
+        self._entry = entry
+
+    def __getitem__(self, fact_id: uuid.UUID) -> Vector:
+        row: Vector = self._entry.matrix[self._entry.row_of[fact_id]]
+        return row
+
+    def __contains__(self, fact_id: object) -> bool:
+        return fact_id in self._entry.row_of
+
+    def __iter__(self) -> Iterator[uuid.UUID]:
+        return iter(self._entry.ids)
+
+    def __len__(self) -> int:
+        return len(self._entry.ids)
+
+
+class DenseCache:
+    """Memories' vector matrices, bounded by bytes, least recently used evicted first."""
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        self._max = max_bytes
+        self._entries: OrderedDict[MemoryKey, MemoryVectors] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: MemoryKey) -> MemoryVectors | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: MemoryKey, entry: MemoryVectors) -> None:
+        with self._lock:
+            current = self._entries.get(key)
+            # A slower builder must not replace a newer version with an older one; an entry
+            # of another generation is stale whatever its version.
+            if (
+                current is not None
+                and current.stamp.generation == entry.stamp.generation
+                and current.stamp.version > entry.stamp.version
+            ):
+                return
+            if current is not None:
+                self._bytes -= current.nbytes
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            self._bytes += entry.nbytes
+            # The newest entry stays even when it alone is over the bound: it is in use.
+            while self._bytes > self._max and len(self._entries) > 1:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.nbytes
+
+    def invalidate(self, key: MemoryKey) -> None:
+        with self._lock:
+            dropped = self._entries.pop(key, None)
+            if dropped is not None:
+                self._bytes -= dropped.nbytes
+
+    def sweep(
+        self, stamps: Callable[[Sequence[MemoryKey]], Mapping[MemoryKey, MemoryStamp]]
+    ) -> int:
+        """Drop the matrices whose memory is gone or changed; returns how many.
+
+        `stamps` gives the stored stamp of each memory that still exists (the read model's
+        `memory_stamps`): an erasure done by another process is seen here within one sweep.
+        """
+        with self._lock:
+            keys = list(self._entries)
+        current = stamps(keys) if keys else {}
+        dropped = 0
+        with self._lock:
+            for key in keys:
+                entry = self._entries.get(key)
+                if entry is not None and entry.stamp != current.get(key):
+                    del self._entries[key]
+                    self._bytes -= entry.nbytes
+                    dropped += 1
+        return dropped
+
+
+class DenseSearch:
+    """Exact top-n by cosine over a memory's facts in scope, from the cached matrix."""
+
+    def __init__(
+        self,
+        reads: DenseReads,
+        vectors: VectorSource,
+        embedder: Embedder,
+        cache: DenseCache,
+        *,
+        fetch_batch: int = 5_000,
+    ) -> None:
+        self._reads = reads
+        self._vectors = vectors
+        self._embedder = embedder
+        self._cache = cache
+        self._fetch_batch = fetch_batch
+
+    def search(
+        self, scope: Scope, stamp: MemoryStamp, text: str, n: int
+    ) -> tuple[list[VectorHit], Mapping[uuid.UUID, Vector]]:
+        """The n nearest facts in scope (ties by id), and the vectors of all of them."""
+        if n <= 0 or not scope.statuses:
+            return [], {}
+        entry = self.memory(scope.key, stamp)
+        if not entry.ids:
+            return [], {}
+        rows = np.flatnonzero(entry.mask(scope))
+        if rows.size == 0:
+            return [], {}
+        (query,) = self._embedder.embed([text])
+        similarity = entry.matrix[rows] @ query
+        # Rows are in id order and the sort is stable, so equal scores rank by fact id.
+        order = np.argsort(-similarity, kind="stable")[:n]
+        hits = [VectorHit(entry.ids[rows[k]], float(similarity[k]), "", {}) for k in order]
+        return hits, _RowVectors(entry)
+
+    def memory(self, key: MemoryKey, stamp: MemoryStamp) -> MemoryVectors:
+        """The memory's matrix at this stamp: cached, completed, or built."""
+        cached = self._cache.get(key)
+        if (
+            cached is not None
+            and cached.stamp == stamp
+            and (not cached.pending or not self._reads.indexed(cached.pending))
+        ):
+            return cached
+        entry = self._build(key, stamp, cached)
+        self._cache.put(key, entry)
+        return entry
+
+    def forget(self, key: MemoryKey) -> None:
+        """Drop the memory's matrix (its erasure in this process calls it)."""
+        self._cache.invalidate(key)
+
+    def sweep(
+        self, stamps: Callable[[Sequence[MemoryKey]], Mapping[MemoryKey, MemoryStamp]]
+    ) -> int:
+        return self._cache.sweep(stamps)
+
+    def _build(
+        self, key: MemoryKey, stamp: MemoryStamp, previous: MemoryVectors | None
+    ) -> MemoryVectors:
+        rows = sorted(self._reads.rows(key), key=lambda r: str(r.fact_id))
+        indexed = [r for r in rows if r.indexed]
+        known: dict[uuid.UUID, Vector] = {}
+        # Only within one generation: an erasure's new generation must not inherit vectors.
+        if previous is not None and previous.stamp.generation == stamp.generation:
+            known = {
+                r.fact_id: previous.matrix[previous.row_of[r.fact_id]]
+                for r in indexed
+                if r.fact_id in previous.row_of
+                and int(previous.fact_versions[previous.row_of[r.fact_id]]) == r.version
+            }
+        missing = [r.fact_id for r in indexed if r.fact_id not in known]
+        for start in range(0, len(missing), self._fetch_batch):
+            known |= self._vectors.embeddings(missing[start : start + self._fetch_batch])
+        # A fact marked indexed but absent from Chroma (lost, or erased) cannot be scored.
+        present = [r for r in indexed if r.fact_id in known]
+        dimension = self._embedder.dimension
+        matrix = (
+            np.stack([known[r.fact_id] for r in present]).astype(np.float32, copy=False)
+            if present
+            else np.zeros((0, dimension), dtype=np.float32)
+        )
+        return MemoryVectors(
+            stamp=stamp,
+            ids=tuple(r.fact_id for r in present),
+            fact_versions=np.array([r.version for r in present], dtype=np.int64),
+            matrix=matrix,
+            connections=np.array(
+                [r.connection_id or NO_CONNECTION for r in present], dtype=np.str_
+            ),
+            statuses=np.array([_STATUS_CODES[r.status] for r in present], dtype=np.int8),
+            context_types=np.array([r.context_type for r in present], dtype=object),
+            row_of={r.fact_id: i for i, r in enumerate(present)},
+            pending={r.fact_id: r.version for r in rows if not r.indexed},
+        )
