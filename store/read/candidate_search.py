@@ -29,7 +29,6 @@ from store.errors import VectorIndexUnavailable
 from store.postgres import transaction
 from store.read.fact_queries import PostgresReadModel
 
-
 # Up to this many facts in scope a memory's vectors are fetched and scored exactly; beyond it,
 # Chroma's filtered query is cheaper than fetching them all for one batch.
 EXACT_SEARCH_MAX_FACTS = 1_000
