@@ -33,16 +33,17 @@ from bench import services
 from bench.locomo.metrics import markdown_table
 from bench.synthetic_memory import (
     ORGANIZATION,
+    TextPool,
     index_facts,
     load_facts,
     make_facts,
     scaffold,
-    text_pool,
     working_memory,
 )
 from domain.codec import fact_to_json
 from domain.ids import MemoryKey
 from domain.model import Fact
+from domain.ports import Embedder
 from memoryd import wiring
 from memoryd.erasure import ErasureRequest
 from memoryd.settings import ChromaSettings, KafkaSettings, MetricsSettings, Settings
@@ -137,24 +138,29 @@ def load_memory(c: wiring.Core, user: str, seed: int) -> None:
     c.memory.set_credit(MemoryKey(ORGANIZATION, user), 10_000_000)
 
 
+# Distinct texts embedded once; facts are perturbed copies of their vectors (as in bench.read_path).
+DISTINCT_TEXTS = 4_000
+
+
 def load(
     c: wiring.Core,
     chroma_url: str,
     collection: str,
     users: Sequence[str],
     per_user: int,
-    pool: Sequence[str],
+    pool: TextPool,
     seed: int,
-    embedder: CachingEmbedder,
+    embedder: Embedder,
 ) -> None:
-    facts = make_facts(users, range(per_user), per_user, pool, seed)
-    # The read-path bench's facts share one run per user; here runs are per 20 facts.
-    facts = [replace(f, created_by_run=uuid.uuid5(uuid.NAMESPACE_URL, f.user_id)) for f in facts]
-    load_facts(c, facts)
     for user in users:
+        facts, vectors = make_facts(pool, user, range(per_user), seed)
+        # The read-path bench's facts share one run per user; here runs are per 20 facts.
+        run = uuid.uuid5(uuid.NAMESPACE_URL, user)
+        facts = [replace(f, created_by_run=run) for f in facts]
+        load_facts(c, facts)
         load_memory(c, user, seed)
-        load_history(c, user, [f for f in facts if f.user_id == user])
-    index_facts(chroma_url, collection, embedder, facts)
+        load_history(c, user, facts)
+        index_facts(chroma_url, collection, embedder, facts, vectors)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -168,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     began = time.perf_counter()
     base = Settings()
-    pool = text_pool(max(args.facts, args.background_facts), args.seed)
     embedder = CachingEmbedder(MiniLmEmbedder())
+    pool = TextPool.embedded(DISTINCT_TEXTS, embedder, args.seed)
     forgotten = [f"forget-{i}" for i in range(args.repeats)]
     background = [f"stay-{i}" for i in range(args.background_users)]
     with services.endpoints(args, base, kafka=True) as ends:

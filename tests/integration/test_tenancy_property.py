@@ -111,7 +111,14 @@ def build(plan: Sequence[Step]) -> World:
         event = make_event(step.user, text, minutes=i, org=orgs[step.org])
         if step.reuse_id and events:
             previous = events[-1][0]
-            if (previous.organization_id, previous.user_id) != (event.organization_id, step.user):
+            # Another memory's id, never one this memory already used: within one memory an
+            # event id is the idempotency key, so a second content under it is a duplicate.
+            here = (event.organization_id, event.user_id)
+            mine = {e.event_id for e, _ in events if (e.organization_id, e.user_id) == here}
+            if (
+                previous.organization_id,
+                previous.user_id,
+            ) != here and previous.event_id not in mine:
                 event = event.model_copy(update={"event_id": previous.event_id})
         events.append((event, step.via_api))
     return World(orgs, events)
