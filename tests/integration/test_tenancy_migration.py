@@ -127,3 +127,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             " VALUES ('org-b', 'ada', 'gmail')"
         )
         assert rows("SELECT count(DISTINCT generation) FROM user_memory") == [(3,)]
+        # An erasure's deletes check the superseded_by foreign key through this index.
+        assert rows(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'memory_facts_superseded_by'"
+        ) == [(1,)]
