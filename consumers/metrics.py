@@ -112,6 +112,18 @@ class PipelineMetrics:
             ["consumer"],
             registry=registry,
         )
+        self.degraded = Gauge(
+            "memoryd_consumer_degraded",
+            "1 while the consumer retries an outage (database, broker, dead-letter topic)",
+            ["consumer"],
+            registry=registry,
+        )
+        self.outage_retries = Counter(
+            "memoryd_outage_retries_total",
+            "Retries of work that failed because a dependency was away, by cause",
+            ["consumer", "cause"],
+            registry=registry,
+        )
         self.budget_actions = Counter(
             "memoryd_budget_actions_total",
             "Flushes of users out of credit, by the budget policy applied",
