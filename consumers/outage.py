@@ -17,7 +17,7 @@ from kafka.errors import KafkaError
 from consumers.errors import DeadLetterError
 from consumers.metrics import PipelineMetrics
 from domain.retry import Backoff
-from store.errors import DatabaseUnavailable, StoreError
+from store.errors import DatabaseRefused, DatabaseUnavailable, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,12 @@ DEFAULT_BACKOFF = Backoff(base_s=0.5, max_s=30.0)
 
 def cause_of(error: BaseException) -> str:
     """A low-cardinality label for what is away."""
+    if isinstance(error, DatabaseRefused) or (
+        isinstance(error, StoreError) and not isinstance(error, DatabaseUnavailable)
+    ):
+        return "database_refused"
     if isinstance(error, DatabaseUnavailable):
         return "database"
-    if isinstance(error, StoreError):
-        return "database_refused"
     if isinstance(error, DeadLetterError):
         return "dead_letter_topic"
     return "broker"
