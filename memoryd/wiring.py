@@ -303,7 +303,13 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
     r = c.settings.read_path
     reads = read_model(c)
     hooks: dict[str, Any] = (
-        {"on_dropped": metrics.dropped, "on_written": metrics.written} if metrics else {}
+        {
+            "on_dropped": metrics.dropped,
+            "on_written": metrics.written,
+            "on_pending": metrics.pending,
+        }
+        if metrics
+        else {}
     )
     return ContextService(
         reads,

@@ -6,7 +6,7 @@ Labels stay low-cardinality: budget, stage, outcome, writer — never a user id 
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from store.read.bundle import ContextBundle
 from store.read.query_rewrite import RewriteOutcome
@@ -50,10 +50,20 @@ class ReadPathMetrics:
         )
         self.writer_dropped = Counter(
             "memoryd_background_dropped_total",
-            "Items the read path's background writers dropped (queue full, write failed)",
+            "Items the read path's background writers gave up (writer closed, shutdown)",
             ["writer", "reason"],
             registry=registry,
         )
+
+        self.writer_pending = Gauge(
+            "memoryd_background_pending",
+            "Items submitted to the read path's background writers, not yet written",
+            ["writer"],
+            registry=registry,
+        )
+
+    def pending(self, writer: str, n: int) -> None:
+        self.writer_pending.labels(writer).set(n)
 
     def dropped(self, writer: str, reason: str, n: int) -> None:
         self.writer_dropped.labels(writer, reason).inc(n)
