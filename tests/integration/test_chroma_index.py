@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -197,16 +198,6 @@ def test_any_embedder_can_back_the_index(client: ClientAPI, collection_name: str
 # --- outages: a server of our own that the test may stop or freeze --------------------------------
 
 
-@pytest.fixture
-def own_chroma(tmp_path: Path) -> Iterator[DisposableChroma]:
-    server = DisposableChroma(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def _raises_unavailable_quickly(call: Callable[[], object]) -> None:
     started = time.monotonic()
     with pytest.raises(VectorIndexUnavailable) as caught:
@@ -215,14 +206,23 @@ def _raises_unavailable_quickly(call: Callable[[], object]) -> None:
     assert isinstance(caught.value.__cause__, httpx.HTTPError | ChromaError | OSError)
 
 
+@contextmanager
+def _berlin_on(server: DisposableChroma, embedder: MiniLmEmbedder) -> Iterator[ClientAPI]:
+    """A client of server (1 s timeout) whose default index holds "lives in Berlin"."""
+    client = http_client(server.url, timeout_s=1.0)
+    try:
+        ChromaVectorIndex(client, embedder).upsert([make_fact("u1", "lives in Berlin")])
+        yield client
+    finally:
+        close_client(client)
+
+
 @integration
 def test_a_stopped_server_makes_every_call_unavailable(
     own_chroma: DisposableChroma, embedder: MiniLmEmbedder
 ) -> None:
-    client = http_client(own_chroma.url, timeout_s=1.0)
-    try:
+    with _berlin_on(own_chroma, embedder) as client:
         index = ChromaVectorIndex(client, embedder)
-        index.upsert([make_fact("u1", "lives in Berlin")])
         own_chroma.stop()
         more = [make_fact("u1", "likes green tea")]
         _raises_unavailable_quickly(lambda: nearest(index, key_of("u1"), "Berlin"))
@@ -237,24 +237,20 @@ def test_a_stopped_server_makes_every_call_unavailable(
         own_chroma.start()
         assert contents(nearest(index, key_of("u1"), "Berlin")) == {"lives in Berlin"}
         assert index.upsert(more) == 1
-    finally:
-        close_client(client)
 
 
 @integration
 def test_a_frozen_server_times_out_as_unavailable(
     own_chroma: DisposableChroma, embedder: MiniLmEmbedder
 ) -> None:
-    client = http_client(own_chroma.url, timeout_s=1.0)
-    try:
+    with _berlin_on(own_chroma, embedder) as client:
         index = ChromaVectorIndex(client, embedder)
-        index.upsert([make_fact("u1", "lives in Berlin")])
         own_chroma.freeze()
-        _raises_unavailable_quickly(lambda: nearest(index, key_of("u1"), "Berlin"))
-        _raises_unavailable_quickly(lambda: index.upsert([make_fact("u1", "likes green tea")]))
-    finally:
-        own_chroma.stop()
-        close_client(client)
+        try:
+            _raises_unavailable_quickly(lambda: nearest(index, key_of("u1"), "Berlin"))
+            _raises_unavailable_quickly(lambda: index.upsert([make_fact("u1", "likes green tea")]))
+        finally:
+            own_chroma.stop()  # before the client closes, as a frozen server never answers
 
 
 @integration
