@@ -190,6 +190,8 @@ def _consumer(settings: Settings, group: str, client_id: str) -> Any:
             client_id=client_id,
             session_timeout_ms=k.session_timeout_ms,
             max_poll_interval_ms=k.max_poll_interval_ms,
+            # Kafka's rule of thumb: three heartbeats per session timeout, however short.
+            heartbeat_interval_ms=min(3_000, k.session_timeout_ms // 3),
         )
     )
 
