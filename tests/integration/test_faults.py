@@ -15,9 +15,15 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from pydantic import SecretStr
 
+from memoryd.redrive import redrive
+from memoryd.settings import ChromaSettings, LlmSettings
+from tests.support.chroma import DisposableChroma
 from tests.support.deployment import Deployment
+from tests.support.fake_gemini import FakeGemini, FakeReply
 from tests.support.faults import (
+    Pipeline,
     Producer,
     consolidated_count,
     expected_of,
@@ -86,3 +92,85 @@ def test_connections_killed_with_pg_terminate_backend(
         assert (report.expected, report.logged, report.consolidated) == (60, 60, 60)
         assert report.dead_lettered == 0
         p.assert_healthy()
+
+
+def test_chroma_killed_and_restarted(
+    deployment: Deployment, own_chroma: DisposableChroma, tmp_path: Path
+) -> None:
+    chroma = ChromaSettings(mode="http", url=own_chroma.url)
+    settings = fault_settings(deployment).model_copy(update={"chroma": chroma})
+    events = make_stream(users=6, per_user=10)
+    with pipeline(settings, tmp_path) as p:
+        wait_until(lambda: dependency_up(p, "chroma") == 1, 60, "chroma up")
+        producer = Producer(deployment, events).start()
+        wait_until(lambda: consolidated_count(deployment) >= 3, 60, "the first runs")
+        own_chroma.kill()
+        wait_until(lambda: dependency_up(p, "chroma") == 0, 60, "chroma reported down")
+        producer.join()
+        # Consolidation goes on without the index: facts wait in Postgres.
+        wait_until(lambda: consolidated_count(deployment) == len(events), 120, "all consolidated")
+        own_chroma.start()
+        report = settled(settings, expected_of(events), pipeline=p)
+        assert report.violations() == {}, report.summary()
+        assert (report.expected, report.logged, report.consolidated) == (60, 60, 60)
+        wait_until(lambda: dependency_up(p, "chroma") == 1, 60, "chroma reported up")
+        # The index drain catches up: every fact version is in Chroma in the end.
+        wait_until(lambda: pending_index(deployment) == 0, 90, "pending facts indexed")
+        p.assert_healthy()
+
+
+def test_llm_failing_then_redrive(deployment: Deployment, tmp_path: Path) -> None:
+    with FakeGemini(default=FakeReply.status(503, "overloaded")) as fake:
+        llm = LlmSettings(
+            backend="gemini", base_url=fake.url, api_key=SecretStr("k"), timeout_ms=5000
+        )
+        settings = fault_settings(deployment, max_attempts=2, backoff_base_s=0.05).model_copy(
+            update={"llm": llm}
+        )
+        events = make_stream(users=3, per_user=4)
+        with pipeline(settings, tmp_path) as p:
+            deployment.publish(events)
+            expected = expected_of(events)
+            failing = settled(settings, expected, pipeline=p)
+            # Every event gave up on and dead-lettered with its failed run, none consolidated.
+            assert failing.violations() == {}, failing.summary()
+            assert (failing.consolidated, failing.dead_lettered) == (0, len(events))
+            failed_runs = deployment.query("SELECT count(*) FROM consolidation_runs")[0][0]
+            assert failed_runs > 0
+            fake.default = FakeReply.json(GOOD)
+            assert redrive(settings, idle_s=2.0) == len(events)
+            wait_until(
+                lambda: consolidated_count(deployment) == len(events), 120, "all consolidated"
+            )
+            report = settled(settings, expected, pipeline=p)
+            assert report.violations() == {}, report.summary()
+            assert (report.logged, report.consolidated) == (len(events), len(events))
+            # Nothing redriven twice.
+            assert redrive(settings, idle_s=1.0) == 0
+            p.assert_healthy()
+
+
+GOOD = {
+    "updated_working_memory": "Works on several projects this week.",
+    "updated_scaffold": {"Role": "Engineer"},
+    "facts": [
+        {
+            "op": "add",
+            "content": "The user works on the billing API.",
+            "type": "episodic",
+            "confidence": 0.8,
+            "salience": 0.5,
+            "surface": "speak",
+            "target_fact_id": None,
+            "evidence": ["E1"],
+        }
+    ],
+}
+
+
+def dependency_up(p: Pipeline, dependency: str) -> float | None:
+    return p["processor"].metric("memoryd_dependency_up", dependency=dependency)
+
+
+def pending_index(deployment: Deployment) -> int:
+    return int(deployment.query("SELECT count(*) FROM memory_facts WHERE indexed_at IS NULL")[0][0])
