@@ -34,7 +34,7 @@ from tests.support.faults import (
     wait_until,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 GARBAGE = [b"not json", b'{"event_id": 1}']
 

@@ -37,7 +37,7 @@ from tests.support.faults import (
     wait_until,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # What the application role may no longer do while its privileges are revoked.
 WRITES = ("context_events", "consolidation_runs", "consolidated_events", "memory_facts")
