@@ -181,7 +181,7 @@ def pipeline(settings: Settings, log_dir: Path, roles: Sequence[str] = ROLES) ->
         for proc in p.processes.values():
             proc.start()
         for role, proc in p.processes.items():
-            wait_until(lambda proc=proc: proc.metric("memoryd_ready") == 1, 90, f"{role} up", proc)
+            wait_until(lambda proc=proc: proc.metric("memoryd_ready") == 1, 300, f"{role} up", proc)
         yield p
     finally:
         for proc in p.processes.values():
