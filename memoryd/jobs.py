@@ -96,23 +96,12 @@ def _erasure_job(c: wiring.Core) -> None:
 
 def start_scheduler(c: wiring.Core) -> BackgroundScheduler:
     scheduler = BackgroundScheduler(timezone="UTC")
-    scheduler.add_job(
-        _erasure_job,
-        "interval",
-        seconds=ERASURE_RESUME_EVERY_S,
-        args=[c],
-        id="erasure-resume",
-        max_instances=1,
-        coalesce=True,
-    )
-    scheduler.add_job(
-        _drain_job,
-        "interval",
-        seconds=INDEX_DRAIN_EVERY_S,
-        args=[c],
-        id="index-drain",
-        max_instances=1,
-        coalesce=True,
-    )
+    for job, job_id, every_s in (
+        (_erasure_job, "erasure-resume", ERASURE_RESUME_EVERY_S),
+        (_drain_job, "index-drain", INDEX_DRAIN_EVERY_S),
+    ):
+        scheduler.add_job(
+            job, "interval", seconds=every_s, args=[c], id=job_id, max_instances=1, coalesce=True
+        )
     scheduler.start()
     return scheduler
