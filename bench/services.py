@@ -149,6 +149,20 @@ def scratch_topics(bootstrap: str, names: list[str], *, keep: bool = False) -> I
 
 
 @contextmanager
+def scratch_stores(
+    ends: Endpoints, name: str, run: str, topics: list[str], *, keep: bool = False
+) -> Iterator[tuple[str, str]]:
+    """A run's own database, Kafka topics and Chroma collection (bench_<name>...), removed at
+    the end unless keep: yields the database's DSN and the collection's name."""
+    with (
+        scratch_database(ends.postgres_dsn, f"bench_{name}", keep=keep) as dsn,
+        scratch_topics(ends.kafka_bootstrap, topics, keep=keep),
+        scratch_collection(ends.chroma_url, f"bench_{name}_{run}", keep=keep) as collection,
+    ):
+        yield dsn, collection
+
+
+@contextmanager
 def scratch_collection(chroma_url: str, name: str, *, keep: bool = False) -> Iterator[str]:
     try:
         yield name
