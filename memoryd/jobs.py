@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import closing
 from datetime import timedelta
 from typing import TypeVar
 
@@ -63,11 +64,8 @@ def resume_erasures_once(c: wiring.Core, older_than_s: float = ERASURE_RESUME_AF
         return 0
 
     def resume() -> int:
-        pub = wiring.publisher(c.settings)
-        try:
+        with closing(wiring.publisher(c.settings)) as pub:
             return len(wiring.eraser(c, pub).resume_pending())
-        finally:
-            pub.close()
 
     return _once(c, ERASURE_RESUME_LOCK, resume) or 0
 
