@@ -86,6 +86,16 @@ class PipelineMetrics:
             "Offset commits that failed (the records are read again, harmlessly)",
             ["consumer"],
         )
+        self.degraded = gauge(
+            "memoryd_consumer_degraded",
+            "1 while the consumer retries an outage (database, broker, dead-letter topic)",
+            ["consumer"],
+        )
+        self.outage_retries = counter(
+            "memoryd_outage_retries_total",
+            "Retries of work that failed because a dependency was away, by cause",
+            ["consumer", "cause"],
+        )
         self.budget_actions = counter(
             "memoryd_budget_actions_total",
             "Flushes of users out of credit, by the budget policy applied",

@@ -226,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--stage",
         action="append",
         default=None,
-        help="only these stages (consolidate, budget); default both",
+        choices=("consolidate", "budget"),
+        help="only these stages; default both (each stage keeps its own progress)",
     )
     p.add_argument("--idle-s", type=float, default=3.0)
     p.set_defaults(fn=cmd_redrive)

@@ -167,6 +167,7 @@ def _kafka_container() -> Iterator[str]:
         "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
         "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
         "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS": "1000",
     }.items():
         container.with_env(key, value)
     with _started(container):

@@ -261,15 +261,17 @@ def _count_doubled_facts(found: _Findings, pool: ConnectionPool) -> None:
 
 
 def _count_doubled_ledger(found: _Findings, pool: ConnectionPool) -> None:
-    # One LLM charge per run; an embedding batch charged twice shows as two equal entries.
+    # One LLM charge per run. Embeddings are booked per fact version in the transaction that
+    # marks it indexed, so a run's facts may be booked in several entries (indexed in several
+    # batches): only an entry repeated at the same instant is a double.
     rows = _fetch(
         pool,
-        "SELECT run_id, operation, CASE WHEN operation = 'llm' THEN '' ELSE model END,"
-        " CASE WHEN operation = 'llm' THEN 0 ELSE units END, count(*)"
-        " FROM credit_ledger WHERE run_id IS NOT NULL"
-        " GROUP BY 1, 2, 3, 4 HAVING count(*) > 1",
+        "SELECT run_id, operation, count(*) FROM credit_ledger WHERE run_id IS NOT NULL"
+        " GROUP BY run_id, operation,"
+        " CASE WHEN operation = 'llm' THEN NULL ELSE (model, units, occurred_at) END"
+        " HAVING count(*) > 1",
     )
-    found.add("doubled_ledger", [f"run {r[0]} {r[1]}" for r in rows], sum(r[4] - 1 for r in rows))
+    found.add("doubled_ledger", [f"run {r[0]} {r[1]}" for r in rows], sum(r[2] - 1 for r in rows))
 
 
 def _count_letters(found: _Findings, letters: Sequence[SeenLetter]) -> None:

@@ -231,6 +231,9 @@ class LocalKafka:
             "share.coordinator.state.topic.min.isr": "1",
             # Tests join groups constantly; the default 3 s delay would slow every one of them.
             "group.initial.rebalance.delay.ms": "0",
+            # The fault tests stop members and the broker itself for longer than a session
+            # timeout; the default floor of 6 s would make each of them wait that much more.
+            "group.min.session.timeout.ms": "1000",
         }
         self._props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), "utf-8")
         log4j = (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from store.read.bundle import ContextBundle
 from store.read.query_rewrite import RewriteOutcome
@@ -49,9 +49,17 @@ class ReadPathMetrics:
         )
         self.writer_dropped = counter(
             "memoryd_background_dropped_total",
-            "Items the read path's background writers dropped (queue full, write failed)",
+            "Items the read path's background writers gave up (writer closed, shutdown)",
             ["writer", "reason"],
         )
+        self.writer_pending = partial(Gauge, registry=registry)(
+            "memoryd_background_pending",
+            "Items submitted to the read path's background writers, not yet written",
+            ["writer"],
+        )
+
+    def pending(self, writer: str, n: int) -> None:
+        self.writer_pending.labels(writer).set(n)
 
     def dropped(self, writer: str, reason: str, n: int) -> None:
         self.writer_dropped.labels(writer, reason).inc(n)

@@ -121,15 +121,19 @@ def _fact_copied(conn: psycopg.Connection[Any], _e: Expected, _l: Letters) -> No
     )
 
 
-def _ledger_copied(conn: psycopg.Connection[Any], _e: Expected, _l: Letters) -> None:
-    columns = (
-        "user_id, organization_id, run_id, operation, model, units, cost_micro_usd, occurred_at"
-    )
-    conn.execute(
-        f"INSERT INTO credit_ledger (entry_id, {columns}) SELECT %s, {columns} FROM credit_ledger"
-        " WHERE operation = 'llm' ORDER BY seq LIMIT 1",
-        (uuid.uuid4(),),
-    )
+def _ledger_copied(operation: str, later: bool = False) -> Case:
+    """A copy of a ledger entry under a new id, at the same instant or a second later."""
+
+    def case(conn: psycopg.Connection[Any], _e: Expected, _l: Letters) -> None:
+        columns = "user_id, organization_id, run_id, operation, model, units, cost_micro_usd"
+        conn.execute(
+            f"INSERT INTO credit_ledger (entry_id, occurred_at, {columns})"
+            f" SELECT %s, occurred_at + %s * interval '1 second', {columns} FROM credit_ledger"
+            " WHERE operation = %s AND run_id IS NOT NULL ORDER BY seq LIMIT 1",
+            (uuid.uuid4(), int(later), operation),
+        )
+
+    return case
 
 
 def _letter_twice(_c: psycopg.Connection[Any], _e: Expected, letters: Letters) -> None:
@@ -159,7 +163,10 @@ CASES: dict[str, tuple[Case, dict[str, int]]] = {
     # One failed attempt recorded twice (failed runs change no memory).
     "doubled_runs": (_run_copied("failed", attempt=1, times=2), {"doubled_runs": 1}),
     "doubled_facts": (_fact_copied, {"doubled_facts": 1, "diverged_memories": 1}),
-    "doubled_ledger": (_ledger_copied, {"doubled_ledger": 1}),
+    "doubled_ledger": (_ledger_copied("llm"), {"doubled_ledger": 1}),
+    "doubled_embedding_charge": (_ledger_copied("embedding"), {"doubled_ledger": 1}),
+    # A run's facts indexed in two batches are booked in two entries: no double.
+    "embedding_charged_in_two_batches": (_ledger_copied("embedding", later=True), {}),
     "doubled_dead_letters": (_letter_twice, {"doubled_dead_letters": 1}),
     "letters_without_reason": (_letter_without_reason, {"letters_without_reason": 1}),
     "diverged_memories": (_memory_tampered, {"diverged_memories": 1}),
@@ -226,7 +233,9 @@ def test_the_checker_counts_each_broken_invariant(
     k = deployment.settings.kafka
     letters_seen = read_dead_letters(k.bootstrap_servers, k.dead_letter_topic)
     assert len(letters_seen) == 2
-    assert deployment.query("SELECT count(*) FROM credit_ledger WHERE operation = 'llm'")[0][0] > 0
+    charged = dict(deployment.query("SELECT operation, count(*) FROM credit_ledger GROUP BY 1"))
+    assert charged["llm"] > 0
+    assert charged["embedding"] > 0
 
     for name, (case, broken) in CASES.items():
         dsn = database_copies()
