@@ -22,6 +22,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, StringConstraints, mo
 SCHEMA_VERSION: Literal[1] = 1
 MAX_CONTENT_CHARS = 8_000
 MAX_ID_CHARS = 128
+# How deep a scaffold value may nest: a profile is a few levels of objects and lists, and a
+# fixed bound does not depend on how deep the interpreter's JSON parser can go.
+MAX_SCAFFOLD_DEPTH = 32
 
 Identifier = Annotated[
     str,
@@ -98,9 +101,15 @@ class ContextEvent(BaseModel):
             if self.scaffold_key is None:
                 raise ValueError("scaffold_update needs scaffold_key")
             try:
-                json.loads(self.content)
-            except json.JSONDecodeError as e:
+                too_deep = json_depth(json.loads(self.content)) > MAX_SCAFFOLD_DEPTH
+            except ValueError as e:  # not JSON, or a number too long to convert
                 raise ValueError(f"scaffold_update content must be a JSON value: {e}") from e
+            except RecursionError:
+                too_deep = True  # deeper than the interpreter's parser goes
+            if too_deep:
+                raise ValueError(
+                    f"scaffold_update content is nested too deeply (over {MAX_SCAFFOLD_DEPTH})"
+                )
         elif self.scaffold_key is not None:
             raise ValueError(f"scaffold_key is only allowed on scaffold_update, not {kind}")
         if kind is EventType.CONNECTION_UPDATE and self.source_metadata.connection_id is None:
@@ -167,6 +176,21 @@ class MemoryTombstone(BaseModel):
     @property
     def kafka_key(self) -> bytes:
         return memory_kafka_key(self.organization_id, self.user_id)
+
+
+def json_depth(value: Any) -> int:
+    """How many lists and objects deep a decoded JSON value nests (a scalar is 0)."""
+    depth, level = 0, [(value, 0)]
+    while level:
+        item, d = level.pop()
+        if isinstance(item, dict):
+            level.extend((v, d + 1) for v in item.values())
+        elif isinstance(item, list):
+            level.extend((v, d + 1) for v in item)
+        else:
+            continue
+        depth = max(depth, d + 1)
+    return depth
 
 
 def new_event_id(idempotency_key: str | None = None) -> uuid.UUID:
