@@ -100,7 +100,12 @@ def bad_records(draw: st.DrawFn) -> BadRecord:  # noqa: PLR0912 (one case each)
     data = _event_dict(draw(valid_events()), marker)
     case = draw(st.integers(0, 14))
     if case == 0:
-        return BadRecord(draw(st.binary(max_size=200)), "decode", ("not JSON",), marker)
+        raw = draw(st.binary(max_size=200))
+        try:  # a few byte strings are JSON (b"0"): then not an event
+            json.loads(raw.decode())
+        except ValueError:
+            return BadRecord(raw, "decode", ("not JSON",), marker)
+        return BadRecord(raw, "validate", ("invalid ContextEvent",), marker)
     if case == 1:
         raw = _dumps(data)
         at = draw(st.integers(0, len(raw)))

@@ -30,8 +30,9 @@ from tests.support.bad_input import (
     wrong_headers,
 )
 from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
-from tests.support.inmemory import SUBJECTS, TOPIC, InMemoryMemoryd, step_until
+from tests.support.inmemory import FAST, SUBJECTS, TOPIC, InMemoryMemoryd, step_until
 
+NO_WAIT = FAST.model_copy(update={"max_wait_s": 0.0, "poll_timeout_ms": 0})
 EXAMPLES = settings(
     max_examples=1_000,
     deadline=None,
@@ -129,7 +130,7 @@ def test_the_processor_consolidates_valid_events_once_and_dead_letters_bad_recor
     consumer, letters = FakeConsumer(TOPIC, partitions=2), ListDeadLetters()
     bad = _publish(consumer, items, headers)
     m = InMemoryMemoryd()
-    processor = m.processor(consumer, FlakyBackend(), letters)
+    processor = m.processor(consumer, FlakyBackend(), letters, NO_WAIT)
     processor.start()
     step_until(processor, lambda: _all_committed(consumer), timeout_s=20.0)
     processor.shutdown()
