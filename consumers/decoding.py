@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from consumers.batching import TopicPartition
 from consumers.dead_letter import DeadLetter
-from producers.contract import TOMBSTONE_KIND, ContextEvent, EventType, MemoryTombstone
+from producers.contract import TOMBSTONE_KIND, ContextEvent, MemoryTombstone
 
 MAX_REASON_CHARS = 900
 # A reason names what is wrong; it quotes at most this much of any one piece of the input
@@ -49,20 +49,10 @@ def decode_event(value: bytes | None) -> ContextEvent | Rejected:
     data = _parse(value)
     if isinstance(data, Rejected):
         return data
-    if _has_nul(data):
-        # Valid JSON and a valid event for pydantic, but Postgres text cannot hold NUL: it
-        # would fail every write of its batch (the log, then W and facts) again and again.
-        return Rejected("validate", "invalid ContextEvent: a string contains a NUL character")
     try:
-        event = ContextEvent.model_validate(data)
+        return ContextEvent.model_validate(data)
     except ValidationError as e:
         return Rejected("validate", f"invalid ContextEvent: {_problems(e)}"[:MAX_REASON_CHARS])
-    except RecursionError:
-        return Rejected("validate", "invalid ContextEvent: content nested too deeply")
-    if event.event_type is EventType.SCAFFOLD_UPDATE and _has_nul(event.scaffold_value()):
-        # Postgres jsonb refuses \u0000 as text does NUL: the scaffold write would fail.
-        return Rejected("validate", "invalid ContextEvent: the scaffold value contains NUL")
-    return event
 
 
 def _parse(value: bytes) -> Any:
@@ -112,20 +102,3 @@ def _loc(part: str | int) -> str:
     # A location names a field of the input, which may be any key the sender chose.
     text = str(part)
     return text if len(text) <= MAX_EXCERPT_CHARS else excerpt(text)
-
-
-def _has_nul(value: Any) -> bool:
-    """Whether any string (key or value) anywhere in a JSON value holds NUL; iterative, so a
-    deeply nested value cannot exhaust the stack."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return False
