@@ -41,7 +41,7 @@ EXAMPLES = settings(
 # A topic's records: valid events (some sent twice) and bad records, on two partitions.
 Item = tuple[ContextEvent | BadRecord, int]
 topics = st.lists(
-    st.tuples(valid_events() | bad_records(), st.integers(0, 1)), min_size=1, max_size=8
+    st.tuples(valid_events() | bad_records(), st.integers(0, 1)), min_size=1, max_size=6
 ).flatmap(lambda items: st.tuples(st.just(items), st.lists(st.sampled_from(items), max_size=2)))
 
 
