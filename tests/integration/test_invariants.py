@@ -132,6 +132,17 @@ def _ledger_copied(conn: psycopg.Connection[Any], _e: Expected, _l: Letters) -> 
     )
 
 
+def _embedding_copied(conn: psycopg.Connection[Any], _e: Expected, _l: Letters) -> None:
+    """One fact version's embedding booked a second time, in an entry of its own."""
+    conn.execute(
+        "INSERT INTO credit_ledger (entry_id, user_id, organization_id, run_id, operation,"
+        " model, units, cost_micro_usd, occurred_at) SELECT %s, user_id, organization_id,"
+        " run_id, operation, model, 1, cost_micro_usd, occurred_at FROM credit_ledger"
+        " WHERE operation = 'embedding' ORDER BY seq LIMIT 1",
+        (uuid.uuid4(),),
+    )
+
+
 def _letter_twice(_c: psycopg.Connection[Any], _e: Expected, letters: Letters) -> None:
     letters.append(letters[0])
 
@@ -160,6 +171,7 @@ CASES: dict[str, tuple[Case, dict[str, int]]] = {
     "doubled_runs": (_run_copied("failed", attempt=1, times=2), {"doubled_runs": 1}),
     "doubled_facts": (_fact_copied, {"doubled_facts": 1, "diverged_memories": 1}),
     "doubled_ledger": (_ledger_copied, {"doubled_ledger": 1}),
+    "doubled_embedding": (_embedding_copied, {"doubled_ledger": 1}),
     "doubled_dead_letters": (_letter_twice, {"doubled_dead_letters": 1}),
     "letters_without_reason": (_letter_without_reason, {"letters_without_reason": 1}),
     "diverged_memories": (_memory_tampered, {"diverged_memories": 1}),
