@@ -36,7 +36,7 @@ from bench.locomo.metrics import markdown_table
 from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.analyst.invariants import InvariantReport, check_deployment
-from memoryd.settings import ChromaSettings, KafkaSettings, MetricsSettings, Settings
+from memoryd.settings import ChromaSettings, Settings
 from producers.contract import ContextEvent
 from store.postgres import make_pool
 
@@ -244,23 +244,9 @@ def _invariants(report: InvariantReport) -> dict[str, Any]:
 
 def _settings(base: Settings, ends: services.Endpoints, dsn: str, run: str) -> Settings:
     topic = f"bench-load-{run}"
-    return base.model_copy(
-        update={
-            "kafka": KafkaSettings(
-                **{
-                    **base.kafka.model_dump(),
-                    "bootstrap_servers": ends.kafka_bootstrap,
-                    "topic": topic,
-                    "dead_letter_topic": f"{topic}.dlq",
-                    "log_writer_group": f"{topic}-log",
-                    "processor_group": f"{topic}-processor",
-                }
-            ),
-            "postgres": base.postgres.model_copy(update={"dsn": dsn}),
-            "chroma": ChromaSettings(mode="http", url=ends.chroma_url, collection=topic),
-            "metrics": MetricsSettings(enabled=False),
-        }
-    )
+    settings = services.pipeline_settings(base, ends, dsn, topic)
+    chroma = ChromaSettings(mode="http", url=ends.chroma_url, collection=topic)
+    return settings.model_copy(update={"chroma": chroma})
 
 
 def table(result: LoadResult) -> str:
