@@ -103,18 +103,15 @@ class FactIndexer:
         """One entry per (memory, run that created the facts); its id is derived from the
         exact fact versions, so the same versions can never be booked twice."""
         entries = []
-        for (_org, user_id, run_id), group in groupby(
-            sorted(facts, key=_group_key), key=_group_key
-        ):
+        for (_org, _user, run_id), group in groupby(sorted(facts, key=_group_key), key=_group_key):
             members = list(group)
-            key = ",".join(f"{f.fact_id}:{f.version}:{f.updated_at.isoformat()}" for f in members)
+            batch = ",".join(f"{f.fact_id}:{f.version}:{f.updated_at.isoformat()}" for f in members)
             entries.append(
                 embedding_entry(
                     self.prices,
                     run_id=uuid.UUID(run_id),
-                    batch_key=key,
-                    user_id=user_id,
-                    organization_id=members[0].organization_id,
+                    batch_key=batch,
+                    key=members[0].key,
                     model=self.embedding_model,
                     texts=len(members),
                     at=at,

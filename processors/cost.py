@@ -110,13 +110,11 @@ def llm_entry(
     prices: PriceTable,
     *,
     run_id: uuid.UUID,
-    user_id: str,
-    organization_id: str,
+    key: MemoryKey,
     model: str,
     usage: TokenUsage,
     at: datetime,
 ) -> LedgerEntry:
-    key = MemoryKey(organization_id, user_id)
     entry_id = ledger_entry_id_for(run_id, "llm")
     return _llm_call(prices, model, usage).booked(entry_id, run_id, key, at)
 
@@ -126,14 +124,12 @@ def embedding_entry(
     *,
     run_id: uuid.UUID | None,
     batch_key: str,
-    user_id: str,
-    organization_id: str,
+    key: MemoryKey,
     model: str,
     texts: int,
     at: datetime,
 ) -> LedgerEntry:
     """`batch_key` names the batch (e.g. the sorted fact ids) so a retried batch is one entry."""
-    key = MemoryKey(organization_id, user_id)
     entry_id = ledger_entry_id_for(run_id or uuid.UUID(int=0), "embedding", batch_key)
     return _embedding(prices, model, texts).booked(entry_id, run_id, key, at)
 

@@ -261,17 +261,30 @@ def _count_doubled_facts(found: _Findings, pool: ConnectionPool) -> None:
 
 
 def _count_doubled_ledger(found: _Findings, pool: ConnectionPool) -> None:
-    # One LLM charge per run. Embeddings are booked per fact version in the transaction that
-    # marks it indexed, so a run's facts may be booked in several entries (indexed in several
-    # batches): only an entry repeated at the same instant is a double.
+    # One LLM charge per run.
     rows = _fetch(
         pool,
-        "SELECT run_id, operation, count(*) FROM credit_ledger WHERE run_id IS NOT NULL"
-        " GROUP BY run_id, operation,"
-        " CASE WHEN operation = 'llm' THEN NULL ELSE (model, units, occurred_at) END"
-        " HAVING count(*) > 1",
+        "SELECT run_id, operation, count(*) FROM credit_ledger"
+        " WHERE run_id IS NOT NULL AND operation = 'llm' GROUP BY 1, 2 HAVING count(*) > 1",
     )
     found.add("doubled_ledger", [f"run {r[0]} {r[1]}" for r in rows], sum(r[2] - 1 for r in rows))
+    # Each fact version is embedded and charged once: a fact a later run changes is indexed
+    # (and booked under the run that created it) again, so two entries of a run are no double,
+    # but a memory's embedding units above the versions its facts went through are.
+    rows = _fetch(
+        pool,
+        "WITH units AS (SELECT organization_id, user_id, sum(units) AS n FROM credit_ledger"
+        "  WHERE operation = 'embedding' AND run_id IS NOT NULL GROUP BY 1, 2),"
+        " versions AS (SELECT organization_id, user_id, sum(version) AS n FROM memory_facts"
+        "  GROUP BY 1, 2)"
+        " SELECT organization_id, user_id, units.n - versions.n"
+        " FROM units JOIN versions USING (organization_id, user_id) WHERE units.n > versions.n",
+    )
+    found.add(
+        "doubled_ledger",
+        [f"{MemoryKey(r[0], r[1])} embedding" for r in rows],
+        sum(int(r[2]) for r in rows),
+    )
 
 
 def _count_letters(found: _Findings, letters: Sequence[SeenLetter]) -> None:

@@ -136,6 +136,17 @@ def _ledger_copied(operation: str, later: bool = False) -> Case:
     return case
 
 
+def _embedding_copied(conn: psycopg.Connection[Any], _e: Expected, _l: Letters) -> None:
+    """One fact version's embedding booked a second time, in an entry of its own."""
+    conn.execute(
+        "INSERT INTO credit_ledger (entry_id, user_id, organization_id, run_id, operation,"
+        " model, units, cost_micro_usd, occurred_at) SELECT %s, user_id, organization_id,"
+        " run_id, operation, model, 1, cost_micro_usd, occurred_at FROM credit_ledger"
+        " WHERE operation = 'embedding' ORDER BY seq LIMIT 1",
+        (uuid.uuid4(),),
+    )
+
+
 def _letter_twice(_c: psycopg.Connection[Any], _e: Expected, letters: Letters) -> None:
     letters.append(letters[0])
 
@@ -164,9 +175,9 @@ CASES: dict[str, tuple[Case, dict[str, int]]] = {
     "doubled_runs": (_run_copied("failed", attempt=1, times=2), {"doubled_runs": 1}),
     "doubled_facts": (_fact_copied, {"doubled_facts": 1, "diverged_memories": 1}),
     "doubled_ledger": (_ledger_copied("llm"), {"doubled_ledger": 1}),
-    "doubled_embedding_charge": (_ledger_copied("embedding"), {"doubled_ledger": 1}),
-    # A run's facts indexed in two batches are booked in two entries: no double.
-    "embedding_charged_in_two_batches": (_ledger_copied("embedding", later=True), {}),
+    # A whole embedding entry booked again, a second later: the units outgrow the versions.
+    "doubled_embedding_charge": (_ledger_copied("embedding", later=True), {"doubled_ledger": 1}),
+    "doubled_embedding": (_embedding_copied, {"doubled_ledger": 1}),
     "doubled_dead_letters": (_letter_twice, {"doubled_dead_letters": 1}),
     "letters_without_reason": (_letter_without_reason, {"letters_without_reason": 1}),
     "diverged_memories": (_memory_tampered, {"diverged_memories": 1}),

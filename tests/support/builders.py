@@ -57,8 +57,11 @@ def make_event(
     org: str = "org-a",
     source: Source = Source.INTERACTIVE,
     connection_id: str | None = None,
+    at: datetime | None = None,
     **extra: Any,
 ) -> ContextEvent:
+    """An event `minutes` after BASE_TIME (or `at`); `extra` sets any other field of the event
+    or of its source metadata (`tool_id=`, `filename=`, `scaffold_key=`...)."""
     meta = {
         k: extra.pop(k)
         for k in ("tool_id", "attachment_id", "filename", "message_id", "session_id")
@@ -71,7 +74,7 @@ def make_event(
         event_type=event_type,
         content=content,
         source_metadata=SourceMetadata(source=source, connection_id=connection_id, **meta),
-        occurred_at=BASE_TIME + timedelta(minutes=minutes),
+        occurred_at=BASE_TIME + timedelta(minutes=minutes) if at is None else at,
         **extra,
     )
 
