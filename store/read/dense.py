@@ -42,7 +42,7 @@ from domain.model import FactStatus
 from domain.ports import Embedder, Vector, VectorHit
 from domain.reads import MemoryStamp, Scope
 from store.errors import DatabaseUnavailable, StoreError
-from store.postgres import transaction
+from store.postgres import statement
 from store.read.keyword_index import KeywordIndex, QueryLexemes, Terms
 
 __all__ = ["DenseCache", "DenseReads", "DenseSearch", "IndexedRow", "MemoryVectors"]
@@ -123,9 +123,10 @@ class DenseReads:
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction; driver errors become StoreError (DatabaseUnavailable if transient)."""
+        """One statement (no BEGIN/COMMIT round trips); driver errors become StoreError
+        (DatabaseUnavailable if transient)."""
         try:
-            with transaction(self._pool) as conn:
+            with statement(self._pool) as conn:
                 yield conn
         except psycopg.OperationalError as e:
             raise DatabaseUnavailable(str(e)) from e
