@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -307,15 +307,7 @@ def context_service(
     """
     r = c.settings.read_path
     reads = read_model(c)
-    hooks: dict[str, Any] = (
-        {
-            "on_dropped": metrics.dropped,
-            "on_written": metrics.written,
-            "on_pending": metrics.pending,
-        }
-        if metrics
-        else {}
-    )
+    hooks = metrics.writer_hooks() if metrics else {}
     return ContextService(
         reads,
         c.index,
@@ -356,12 +348,11 @@ def read_charges(c: Core) -> Callable[[ReadCharge], list[LedgerEntry]]:
 def read_path(c: Core, metrics: ReadPathMetrics | None = None) -> Iterator[ContextService]:
     """The read path with its stamp watch listening for memory changes (unless turned off)."""
     r = c.settings.read_path
-    with watching(c.settings.postgres.dsn, r.stamp_ttl_s, r.cache_max_users) as watch:
-        service = context_service(c, metrics, watch)
-        try:
-            yield service
-        finally:
-            service.close()
+    with (
+        watching(c.settings.postgres.dsn, r.stamp_ttl_s, r.cache_max_users) as watch,
+        closing(context_service(c, metrics, watch)) as service,
+    ):
+        yield service
 
 
 def eraser(
