@@ -10,6 +10,8 @@ must not retry.
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,7 +40,8 @@ def make_pool(
         open=False,
         kwargs={"autocommit": False},
         # A pooled connection that died with the server is replaced, not handed out.
-        check=ConnectionPool.check_connection,
+        check=_check_when_idle,
+        reset=_returned,
     )
     try:
         pool.open(wait=True, timeout=15)
@@ -46,6 +49,23 @@ def make_pool(
         pool.close()
         raise DatabaseUnavailable(f"cannot connect to Postgres: {e}") from e
     return pool
+
+
+# A connection returned to the pool less than this ago is handed out unchecked: under load every
+# connection is that fresh, and the check is a round trip per checkout (a quarter of a read's).
+RECENTLY_USED_S = 2.0
+_returned_at: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _returned(conn: psycopg.Connection[Any]) -> None:
+    _returned_at[conn] = time.monotonic()
+
+
+def _check_when_idle(conn: psycopg.Connection[Any]) -> None:
+    if time.monotonic() - _returned_at.get(conn, float("-inf")) >= RECENTLY_USED_S:
+        ConnectionPool.check_connection(conn)
 
 
 @contextmanager
@@ -73,3 +93,15 @@ def transaction(
     """A connection inside one transaction, its driver errors translated."""
     with translated(operation), pool.connection() as conn, conn.transaction():
         yield conn
+
+
+@contextmanager
+def statement(pool: ConnectionPool, operation: str = "query") -> Iterator[psycopg.Connection[Any]]:
+    """A connection for one read-only statement, outside a transaction block: no BEGIN and
+    COMMIT round trips. A single statement sees one snapshot whatever the mode."""
+    with translated(operation), pool.connection() as conn:
+        conn.autocommit = True
+        try:
+            yield conn
+        finally:
+            conn.autocommit = False

@@ -22,7 +22,7 @@ from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
 from store import fact_rows
-from store.postgres import transaction
+from store.postgres import statement, transaction
 
 _SCOPE = (
     " organization_id = %(org)s AND user_id = %(user_id)s"
@@ -103,11 +103,15 @@ class PostgresReadModel:
     def _transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]:
         return transaction(self._pool, "read model query")
 
+    def _statement(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """For the hot path's single-statement reads: one round trip, no BEGIN/COMMIT."""
+        return statement(self._pool, "read model query")
+
     # -- injection ------------------------------------------------------------------------
 
     def memory_stamp(self, key: MemoryKey) -> MemoryStamp | None:
         """The memory's generation and version (a primary-key lookup), None for an unknown one."""
-        with self._transaction() as conn:
+        with self._statement() as conn:
             row = conn.execute(
                 f"SELECT generation, version FROM user_memory WHERE {_MEMORY}", _key(key)
             ).fetchone()
@@ -115,7 +119,7 @@ class PostgresReadModel:
 
     def memory_stamps(self, keys: Sequence[MemoryKey]) -> dict[MemoryKey, MemoryStamp]:
         """The stamps of these memories in one statement; a memory that is gone is absent."""
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute(
                 "SELECT m.organization_id, m.user_id, m.generation, m.version"
                 " FROM user_memory m JOIN unnest(%s::text[], %s::text[]) AS k(org, usr)"
@@ -125,7 +129,7 @@ class PostgresReadModel:
         return {MemoryKey(r[0], r[1]): MemoryStamp(r[2], int(r[3])) for r in rows}
 
     def injection(self, key: MemoryKey) -> Injection | None:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             row = conn.execute(_INJECTION, _key(key)).fetchone()
         if row is None:
             return None
@@ -144,7 +148,7 @@ class PostgresReadModel:
         if limit <= 0 or not scope.statuses:
             return []
         params = {**_params(scope), "text": text, "limit": limit, "k1": BM25_K1, "b": BM25_B}
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute(_BM25_SEARCH, params).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
@@ -156,7 +160,7 @@ class PostgresReadModel:
             "SELECT fact_id FROM memory_facts"
             f" WHERE indexed_at IS NOT NULL AND {_SCOPE} LIMIT %(limit)s"
         )
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute(sql, {**_params(scope), "limit": limit}).fetchall()
         return [r[0] for r in rows]
 
@@ -168,7 +172,7 @@ class PostgresReadModel:
             f"SELECT {fact_rows.COLUMNS} FROM memory_facts"
             f" WHERE fact_id = ANY(%(ids)s) AND {_SCOPE}"
         )
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute(sql, {**_params(scope), "ids": list(fact_ids)}).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
