@@ -14,6 +14,7 @@ from consumers.dead_letter import DeadLetter
 from producers.contract import TOMBSTONE_KIND, ContextEvent, MemoryTombstone
 
 MAX_REASON_CHARS = 900
+_NUL_ESCAPE = b"\\u0000"
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,19 @@ def decode_record(value: bytes | None) -> ContextEvent | MemoryTombstone | Rejec
 def decode_event(value: bytes | None) -> ContextEvent | Rejected:
     if value is None:
         return Rejected("decode", "record has no value (tombstone)")
+    if _NUL_ESCAPE in value or b"\x00" in value:
+        return _decode_checking_nul(value)
+    # JSON can carry a NUL only as the escape above, so without it pydantic parses the bytes
+    # itself: half the cost of json.loads followed by validating the dict (bench.ingest).
+    try:
+        return ContextEvent.model_validate_json(value)
+    except ValidationError as e:
+        if any(err["type"] == "json_invalid" for err in e.errors()):
+            return _decode_checking_nul(value)  # the json module words the reason
+        return _invalid(e)
+
+
+def _decode_checking_nul(value: bytes) -> ContextEvent | Rejected:
     try:
         data = json.loads(value)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -57,7 +71,11 @@ def decode_event(value: bytes | None) -> ContextEvent | Rejected:
     try:
         return ContextEvent.model_validate(data)
     except ValidationError as e:
-        return Rejected("validate", f"invalid ContextEvent: {_problems(e)}"[:MAX_REASON_CHARS])
+        return _invalid(e)
+
+
+def _invalid(e: ValidationError) -> Rejected:
+    return Rejected("validate", f"invalid ContextEvent: {_problems(e)}"[:MAX_REASON_CHARS])
 
 
 def _problems(e: ValidationError) -> str:
