@@ -274,6 +274,11 @@ class CachingEmbedder:
         self._vectors: OrderedDict[str, Vector] = OrderedDict()
         self._lock = threading.Lock()
 
+    def warm(self) -> None:
+        """Load the model and run it once now, past the cache: the first consolidation would
+        otherwise wait seconds for it (bench.processor, "Processor overhead")."""
+        self._inner.embed(["warm-up"])
+
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         with self._lock:
             known = {t: self._vectors[t] for t in texts if t in self._vectors}
