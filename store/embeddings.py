@@ -160,6 +160,10 @@ class MiniLmEmbedder:
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
         options = ort.SessionOptions()
         options.intra_op_num_threads = self._intra_op_threads
+        # Idle intra-op threads spin by default, burning the cores the rest of the process (and
+        # its neighbours) need: on 2 busy cores a call of 3 texts took 128-151 ms spinning,
+        # 27-39 ms not (bench.processor, "Processor overhead" in BENCHMARKS.md).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             # The verified bytes are what runs: re-reading the path could load another file.
             session = ort.InferenceSession(
