@@ -85,8 +85,7 @@ class Consolidator:
     ) -> MemoryUpdate:
         output = response.output
         ledger = FactLedger(
-            user_id=request.user_id,
-            organization_id=request.organization_id,
+            key=request.key,
             run_id=run_id,
             now=request.now,
             active=request.active_facts,
