@@ -72,9 +72,10 @@ _SURFACES: Final = {
 # Only statements about the user carry a slot a correction may replace; a project that
 # mentions "the team" is not the user's role.
 _SLOTTED_TYPES: Final = frozenset({FactType.PROFILE, FactType.PREFERENCE})
-# A fact whose text carries no information is still proposed, so the write gate's verdict
-# on it is counted; it gets the lowest salience.
-_NO_INFORMATION_SALIENCE = 0.2
+# A line that states nothing is still proposed, so the write gate's verdict on it is counted,
+# but below the gate's salience floor: the gate's own check is laxer (a written fact may leave
+# its subject out) and would keep a reply such as "Glad you got some R&R after the drive".
+_NO_INFORMATION_SALIENCE = 0.1
 
 
 class OfflineBackend:
