@@ -181,13 +181,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     with services.endpoints(args, base, kafka=True) as ends:
         run = services.run_id()
         topics = [f"bench-forget-{run}", f"bench-forget-{run}.dlq"]
-        with (
-            services.scratch_database(ends.postgres_dsn, "bench_forget", keep=args.keep) as dsn,
-            services.scratch_collection(
-                ends.chroma_url, f"bench_forget_{run}", keep=args.keep
-            ) as collection,
-            services.scratch_topics(ends.kafka_bootstrap, topics, keep=args.keep),
-        ):
+        stores = services.scratch_stores(ends, "forget", run, topics, keep=args.keep)
+        with stores as (dsn, collection):
             settings = base.model_copy(
                 update={
                     "kafka": KafkaSettings(

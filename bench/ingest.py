@@ -32,7 +32,7 @@ import numpy as np
 from bench import services
 from bench.locomo.metrics import markdown_table
 from memoryd import wiring
-from memoryd.settings import ChromaSettings, KafkaSettings, MetricsSettings, Settings
+from memoryd.settings import ChromaSettings, Settings
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
 
 ORGANIZATION = "bench-org"
@@ -69,23 +69,7 @@ def make_events(count: int, users: int, seed: str) -> list[ContextEvent]:
 
 
 def _settings(base: Settings, ends: services.Endpoints, dsn: str, run: str, phase: str) -> Settings:
-    topic = f"bench-ingest-{run}-{phase}"
-    return base.model_copy(
-        update={
-            "kafka": KafkaSettings(
-                **{
-                    **base.kafka.model_dump(),
-                    "bootstrap_servers": ends.kafka_bootstrap,
-                    "topic": topic,
-                    "dead_letter_topic": f"{topic}.dlq",
-                    "log_writer_group": f"{topic}-log",
-                    "processor_group": f"{topic}-proc",
-                }
-            ),
-            "postgres": base.postgres.model_copy(update={"dsn": dsn}),
-            "metrics": MetricsSettings(enabled=False),
-        }
-    )
+    return services.pipeline_settings(base, ends, dsn, f"bench-ingest-{run}-{phase}")
 
 
 def _logged(c: wiring.Core, prefix: str) -> int:

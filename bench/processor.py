@@ -249,13 +249,8 @@ def run_once(
     backend = FixedLatencyBackend(args.latency_ms / 1000)
     index_writes: list[float] = []
     topics = [f"bench-processor-{run}", f"bench-processor-{run}.dlq"]
-    with (
-        services.scratch_database(ends.postgres_dsn, "bench_processor", keep=args.keep) as dsn,
-        services.scratch_topics(ends.kafka_bootstrap, topics, keep=args.keep),
-        services.scratch_collection(
-            ends.chroma_url, f"bench_processor_{run}", keep=args.keep
-        ) as collection,
-    ):
+    stores = services.scratch_stores(ends, "processor", run, topics, keep=args.keep)
+    with stores as (dsn, collection):
         settings = settings_for(base, ends, run, dsn, collection, concurrency, args.events)
         wiring.ensure_topics(settings)
         with wiring.core(settings) as c, timed_index_writes(index_writes):

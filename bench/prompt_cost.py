@@ -174,11 +174,10 @@ def run(args: argparse.Namespace, ends: services.Endpoints, base: Settings) -> l
     run_id = services.run_id()
     topics = [f"bench-processor-{run_id}", f"bench-processor-{run_id}.dlq"]
     with (
-        services.scratch_database(ends.postgres_dsn, "bench_prompt", keep=args.keep) as dsn,
-        services.scratch_topics(ends.kafka_bootstrap, topics, keep=args.keep),
-        services.scratch_collection(
-            ends.chroma_url, f"bench_prompt_{run_id}", keep=args.keep
-        ) as collection,
+        services.scratch_stores(ends, "prompt", run_id, topics, keep=args.keep) as (
+            dsn,
+            collection,
+        ),
         FakeGemini(responder=echo_model) as fake,
     ):
         settings = settings_for(base, ends, run_id, dsn, collection, 4, args.batch)

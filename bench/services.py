@@ -30,7 +30,7 @@ from memoryd.dev.chroma import LocalChroma
 from memoryd.dev.kafka import LocalKafka
 from memoryd.dev.postgres import LocalPostgres
 from memoryd.dev.stack import DevPorts, DevStack
-from memoryd.settings import Settings
+from memoryd.settings import KafkaSettings, MetricsSettings, Settings
 from store.chroma import close_client, http_client
 from store.migrate import migrate
 from store.postgres import make_pool
@@ -149,6 +149,20 @@ def scratch_topics(bootstrap: str, names: list[str], *, keep: bool = False) -> I
 
 
 @contextmanager
+def scratch_stores(
+    ends: Endpoints, name: str, run: str, topics: list[str], *, keep: bool = False
+) -> Iterator[tuple[str, str]]:
+    """A run's own database, Kafka topics and Chroma collection (bench_<name>...), removed at
+    the end unless keep: yields the database's DSN and the collection's name."""
+    with (
+        scratch_database(ends.postgres_dsn, f"bench_{name}", keep=keep) as dsn,
+        scratch_topics(ends.kafka_bootstrap, topics, keep=keep),
+        scratch_collection(ends.chroma_url, f"bench_{name}_{run}", keep=keep) as collection,
+    ):
+        yield dsn, collection
+
+
+@contextmanager
 def scratch_collection(chroma_url: str, name: str, *, keep: bool = False) -> Iterator[str]:
     try:
         yield name
@@ -161,3 +175,24 @@ def scratch_collection(chroma_url: str, name: str, *, keep: bool = False) -> Ite
                     client.delete_collection(name)
             finally:
                 close_client(client)
+
+
+def pipeline_settings(base: Settings, ends: Endpoints, dsn: str, topic: str) -> Settings:
+    """`base` on these endpoints and database, with a topic (and its dead-letter topic and
+    consumer groups) of the run's own; no operations ports, which a bench does not need."""
+    return base.model_copy(
+        update={
+            "kafka": KafkaSettings(
+                **{
+                    **base.kafka.model_dump(),
+                    "bootstrap_servers": ends.kafka_bootstrap,
+                    "topic": topic,
+                    "dead_letter_topic": f"{topic}.dlq",
+                    "log_writer_group": f"{topic}-log",
+                    "processor_group": f"{topic}-proc",
+                }
+            ),
+            "postgres": base.postgres.model_copy(update={"dsn": dsn}),
+            "metrics": MetricsSettings(enabled=False),
+        }
+    )

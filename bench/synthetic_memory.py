@@ -95,7 +95,7 @@ QUERIES = [
 ]
 
 
-def _fill(template: str, rng: random.Random) -> str:
+def fill(template: str, rng: random.Random) -> str:
     return template.format(
         city=rng.choice(CITIES),
         project=rng.choice(PROJECTS),
@@ -118,13 +118,13 @@ def text_pool(size: int, seed: int = 5) -> list[str]:
         attempts += 1
         if attempts > size * 50:
             raise ValueError(f"the templates cannot make {size} distinct texts")
-        pool[_fill(rng.choice(TEMPLATES), rng)] = None
+        pool[fill(rng.choice(TEMPLATES), rng)] = None
     return list(pool)
 
 
 def working_memory(user: str, rng: random.Random) -> str:
     """About 300 words, the size a consolidated W settles at."""
-    sentences = [_fill(rng.choice(TEMPLATES), rng) for _ in range(30)]
+    sentences = [fill(rng.choice(TEMPLATES), rng) for _ in range(30)]
     return f"Context for {user}. " + " ".join(sentences)
 
 
@@ -132,9 +132,9 @@ def scaffold(rng: random.Random) -> dict[str, object]:
     return {
         "Role": f"Engineer on the {rng.choice(PROJECTS)} team",
         "Location": rng.choice(CITIES),
-        "Projects": [_fill(rng.choice(TEMPLATES), rng) for _ in range(5)],
-        "Preferences": [_fill(rng.choice(TEMPLATES), rng) for _ in range(5)],
-        "Profile": [_fill(rng.choice(TEMPLATES), rng) for _ in range(6)],
+        "Projects": [fill(rng.choice(TEMPLATES), rng) for _ in range(5)],
+        "Preferences": [fill(rng.choice(TEMPLATES), rng) for _ in range(5)],
+        "Profile": [fill(rng.choice(TEMPLATES), rng) for _ in range(6)],
     }
 
 
@@ -163,7 +163,7 @@ def load_users(c: wiring.Core, users: Sequence[str], seed: int) -> None:
     rows, connections = [], []
     for user in users:
         rng = random.Random(f"{seed}:memory:{user}")
-        learned = [_fill(rng.choice(TEMPLATES), rng) for _ in range(8)]
+        learned = [fill(rng.choice(TEMPLATES), rng) for _ in range(8)]
         rows.append(
             (
                 user,
@@ -176,7 +176,7 @@ def load_users(c: wiring.Core, users: Sequence[str], seed: int) -> None:
             )
         )
         for connection in connection_ids(user):
-            info = [f"{connection}: " + _fill(rng.choice(TEMPLATES), rng) for _ in range(3)]
+            info = [f"{connection}: " + fill(rng.choice(TEMPLATES), rng) for _ in range(3)]
             connections.append((user, connection, ORGANIZATION, json.dumps(info)))
     with c.pool.connection() as conn, conn.cursor() as cur:
         cur.executemany(
@@ -328,4 +328,4 @@ def index_facts(
 
 def fill_query(rng: random.Random) -> str:
     """A templated question about a user's memory."""
-    return _fill(rng.choice(QUERIES), rng)
+    return fill(rng.choice(QUERIES), rng)

@@ -26,6 +26,15 @@ if TYPE_CHECKING:  # only for the annotation: flush imports the store, batching 
     from consumers.flush import FlushResult
 
 
+def first_by_id(events: Iterable[ContextEvent]) -> list[ContextEvent]:
+    """One event per id, the first read: the one the event log keeps (`ON CONFLICT DO
+    NOTHING`), so a later duplicate with other content never makes memory differ from it."""
+    first: dict[uuid.UUID, ContextEvent] = {}
+    for e in events:
+        first.setdefault(e.event_id, e)
+    return list(first.values())
+
+
 @dataclass(frozen=True, order=True)
 class TopicPartition:
     topic: str

@@ -14,6 +14,9 @@ from consumers.dead_letter import DeadLetter
 from producers.contract import TOMBSTONE_KIND, ContextEvent, MemoryTombstone
 
 MAX_REASON_CHARS = 900
+# A reason names what is wrong; it quotes at most this much of any one piece of the input
+# (a field name, a value), so a letter's headers never carry a copy of its payload.
+MAX_EXCERPT_CHARS = 40
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,7 @@ class Rejected:
 def decode_record(value: bytes | None) -> ContextEvent | MemoryTombstone | Rejected:
     """An event, a tombstone (`kind` = memory_forgotten, which no event has), or why neither."""
     if value is not None and TOMBSTONE_KIND.encode() in value:
-        try:
-            data = json.loads(value)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            data = None
+        data = _parse(value)
         if isinstance(data, dict) and data.get("kind") == TOMBSTONE_KIND:
             try:
                 return MemoryTombstone.model_validate(data)
@@ -46,31 +46,59 @@ def decode_record(value: bytes | None) -> ContextEvent | MemoryTombstone | Rejec
 def decode_event(value: bytes | None) -> ContextEvent | Rejected:
     if value is None:
         return Rejected("decode", "record has no value (tombstone)")
-    try:
-        data = json.loads(value)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return Rejected("decode", f"not JSON: {e}"[:MAX_REASON_CHARS])
-    if _has_nul(data):
-        # Valid JSON and a valid event for pydantic, but Postgres text cannot hold NUL: it
-        # would fail every write of its batch (the log, then W and facts) again and again.
-        return Rejected("validate", "invalid ContextEvent: a string contains a NUL character")
+    data = _parse(value)
+    if isinstance(data, Rejected):
+        return data
     try:
         return ContextEvent.model_validate(data)
     except ValidationError as e:
         return Rejected("validate", f"invalid ContextEvent: {_problems(e)}"[:MAX_REASON_CHARS])
 
 
+def _parse(value: bytes) -> Any:
+    """The JSON value of a record, or why it is not one. An object with a key twice is
+    refused: which of its values a reader takes differs from reader to reader."""
+    try:
+        # Strict UTF-8 first: json.loads would let encoded surrogates through on bytes.
+        return json.loads(value.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError as e:
+        return Rejected("decode", f"not JSON: invalid UTF-8: {e}"[:MAX_REASON_CHARS])
+    except _DuplicateKeyError as e:
+        return Rejected("decode", f"not JSON: duplicate key {excerpt(str(e))}")
+    except json.JSONDecodeError as e:
+        return Rejected("decode", f"not JSON: {e}"[:MAX_REASON_CHARS])
+    except RecursionError:
+        return Rejected("decode", "not JSON: nested too deeply")
+    except ValueError as e:  # the JSON is well formed, a number in it too long to convert
+        return Rejected("decode", f"not JSON: a number is too long to convert ({type(e).__name__})")
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in out:
+            raise _DuplicateKeyError(key)
+        out[key] = item
+    return out
+
+
+def excerpt(text: str, limit: int = MAX_EXCERPT_CHARS) -> str:
+    """`text` quoted, cut to `limit` characters with an ellipsis: what an error may echo."""
+    cut = text if len(text) <= limit else text[: limit - 1] + "…"
+    return repr(cut)
+
+
 def _problems(e: ValidationError) -> str:
     return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors()
+        f"{'.'.join(_loc(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors()
     )[:MAX_REASON_CHARS]
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
+def _loc(part: str | int) -> str:
+    # A location names a field of the input, which may be any key the sender chose.
+    text = str(part)
+    return text if len(text) <= MAX_EXCERPT_CHARS else excerpt(text)

@@ -30,7 +30,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from consumers.batching import BufferedEvent, Rejection
+from consumers.batching import BufferedEvent, Rejection, first_by_id
 from consumers.forgetting import ForgottenEvents
 from consumers.indexer import IndexQueue
 from consumers.observers import FlushObserver
@@ -176,7 +176,7 @@ class UserFlusher:
     def _consolidate(
         self, key: MemoryKey, events: Sequence[ContextEvent], attempt: int
     ) -> FlushResult:
-        unique = list({e.event_id: e for e in events}.values())
+        unique = first_by_id(events)
         done = self._store.already_consolidated(key, (e.event_id for e in unique))
         fresh = [e for e in unique if e.event_id not in done]
         if not fresh:

@@ -21,6 +21,7 @@ import queue
 import threading
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 
@@ -34,22 +35,14 @@ from store.errors import StoreError
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
 class FactIndexer:
-    def __init__(
-        self,
-        store: IndexOutbox,
-        index: VectorIndex,
-        prices: PriceTable,
-        embedding_model: str,
-        observer: IndexObserver,
-        clock: Clock,
-    ) -> None:
-        self._store = store
-        self._index = index
-        self._prices = prices
-        self._model = embedding_model
-        self._observer = observer
-        self._clock = clock
+    store: IndexOutbox
+    index: VectorIndex
+    prices: PriceTable
+    embedding_model: str
+    observer: IndexObserver
+    clock: Clock
 
     def index_changes(self, update: MemoryUpdate) -> int:
         """Index what one run changed; reads the rows back so the versions are the stored ones."""
@@ -57,7 +50,7 @@ class FactIndexer:
 
     def index_ids(self, fact_ids: Sequence[uuid.UUID]) -> int:
         """Index these facts' current versions if they are still pending."""
-        facts = self._store.facts_by_id(list(dict.fromkeys(fact_ids)))
+        facts = self.store.facts_by_id(list(dict.fromkeys(fact_ids)))
         return self._index_facts([f for f in facts if f.indexed_at is None])
 
     def drain_pending(self, batch: int = 256, *, skip_out_of_credit: bool = False) -> int:
@@ -68,31 +61,31 @@ class FactIndexer:
         """
         total = 0
         while True:
-            facts = self._store.pending_index(limit=batch, skip_out_of_credit=skip_out_of_credit)
+            facts = self.store.pending_index(limit=batch, skip_out_of_credit=skip_out_of_credit)
             if not facts:
                 break
             done = self._index_facts(facts)
             total += done
             if done == 0:
                 break  # another indexer got them first, or only stale versions were read
-        self._observer.pending(self._store.pending_count())
+        self.observer.pending(self.store.pending_count())
         return total
 
     def _index_facts(self, facts: Sequence[Fact]) -> int:
         if not facts:
             return 0
-        embedded = self._index.upsert(facts)
-        now = self._clock()
+        embedded = self.index.upsert(facts)
+        now = self.clock()
         booked: list[LedgerEntry] = []
 
         def ledger_for(marked: Sequence[Fact]) -> list[LedgerEntry]:
             booked[:] = self._entries(marked, now)
             return booked
 
-        marked = self._store.mark_indexed(facts, now, ledger_for)
+        marked = self.store.mark_indexed(facts, now, ledger_for)
         if len(marked) < len(facts):
             self._drop_erased(facts)
-        self._observer.indexed(embedded, sum(e.cost_micro_usd for e in booked))
+        self.observer.indexed(embedded, sum(e.cost_micro_usd for e in booked))
         return len(marked)
 
     def _drop_erased(self, facts: Sequence[Fact]) -> None:
@@ -101,28 +94,25 @@ class FactIndexer:
         An erasure deletes a memory's vectors after its rows; facts this indexer read before
         the rows went and upserted after the vectors went would outlive it in the index.
         """
-        gone = self._store.missing_facts([f.fact_id for f in facts])
+        gone = self.store.missing_facts([f.fact_id for f in facts])
         if gone:
-            self._index.delete(gone)
+            self.index.delete(gone)
             log.info("removed %d vector(s) of facts erased while indexing", len(gone))
 
     def _entries(self, facts: Sequence[Fact], at: datetime) -> list[LedgerEntry]:
         """One entry per (memory, run that created the facts); its id is derived from the
         exact fact versions, so the same versions can never be booked twice."""
         entries = []
-        for (_org, user_id, run_id), group in groupby(
-            sorted(facts, key=_group_key), key=_group_key
-        ):
+        for (_org, _user, run_id), group in groupby(sorted(facts, key=_group_key), key=_group_key):
             members = list(group)
-            key = ",".join(f"{f.fact_id}:{f.version}:{f.updated_at.isoformat()}" for f in members)
+            batch = ",".join(f"{f.fact_id}:{f.version}:{f.updated_at.isoformat()}" for f in members)
             entries.append(
                 embedding_entry(
-                    self._prices,
+                    self.prices,
                     run_id=uuid.UUID(run_id),
-                    batch_key=key,
-                    user_id=user_id,
-                    organization_id=members[0].organization_id,
-                    model=self._model,
+                    batch_key=batch,
+                    key=members[0].key,
+                    model=self.embedding_model,
                     texts=len(members),
                     at=at,
                 )

@@ -1,9 +1,18 @@
 """The log writer: every event on the topic into Postgres `context_events`, exactly once.
 
-A polled batch is decoded, bad records go to the dead-letter topic, good ones are inserted in
-one transaction (`ON CONFLICT DO NOTHING` on the memory and event id), and only then are
-offsets committed. A crash between insert and commit replays the batch, and the replay
-inserts nothing. Events of an erased memory recorded before its tombstone are not inserted
+A polled batch is decoded, good records are inserted in one transaction (`ON CONFLICT DO
+NOTHING` on the memory and event id), then the bad ones go to the dead-letter topic, and only
+then are offsets committed. A crash between insert and commit replays the batch, and the
+replay inserts nothing. The letters go after the insert so that a failed insert, which rewinds
+the batch, has sent nothing that the retry would send again; a letter already sent for a
+record read again (a failed commit, a retry after the dead-letter topic failed half-way) is
+not sent twice by this process.
+
+Every outage (Postgres away or refusing writes, the broker away, the dead-letter topic
+unwritable, a commit failed in a rebalance) is retried with bounded backoff for as long as it
+lasts, and said in the log and `memoryd_consumer_degraded` (`consumers.outage`).
+
+Events of an erased memory recorded before its tombstone are not inserted
 (`PostgresEventLog.append` checks the erasure's cut-offs); tombstones themselves are not events.
 """
 
@@ -13,6 +22,9 @@ import logging
 import threading
 import time
 
+from kafka.errors import KafkaError
+
+from consumers.batching import TopicPartition
 from consumers.dead_letter import DeadLetter, DeadLetterSink
 from consumers.decoding import Rejected, decode_record
 from consumers.kafka_client import (
@@ -25,16 +37,15 @@ from consumers.kafka_client import (
 from consumers.liveness import ConsumerLiveness
 from consumers.log_fields import letter_fields
 from consumers.metrics import PipelineMetrics
+from consumers.outage import DEFAULT_BACKOFF, OUTAGES, Outage
 from domain.model import KafkaCoordinates
 from domain.ports import EventLog
 from domain.retry import Backoff
 from producers.contract import ContextEvent, MemoryTombstone
-from store.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 CONSUMER_NAME = "log-writer"
-# Postgres away: the batch is read again after this wait (domain.retry).
-OUTAGE_BACKOFF = Backoff(base_s=0.5, max_s=30.0)
+Source = tuple[str, int, int]  # topic, partition, offset of a record
 
 
 class LogWriter:
@@ -47,6 +58,7 @@ class LogWriter:
         metrics: PipelineMetrics,
         poll_timeout_ms: int = 500,
         liveness: ConsumerLiveness | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
         self._consumer = consumer
         self._topic = topic
@@ -55,6 +67,9 @@ class LogWriter:
         self._metrics = metrics
         self._poll_timeout_ms = poll_timeout_ms
         self._liveness = liveness or ConsumerLiveness()
+        self.outage = Outage(CONSUMER_NAME, metrics, backoff)
+        # Letters sent for records not committed yet: read again, they are not sent again.
+        self._sent: set[Source] = set()
 
     @property
     def liveness(self) -> ConsumerLiveness:
@@ -66,17 +81,14 @@ class LogWriter:
 
     def run(self, stop: threading.Event) -> None:
         self._subscribe()
-        failures = 0
         try:
             while not stop.is_set():
                 try:
                     self.step()
-                    failures = 0
-                except DatabaseUnavailable as e:
-                    wait = OUTAGE_BACKOFF.delay(failures)
-                    log.warning("Postgres unavailable, retrying the batch in %.1fs: %s", wait, e)
-                    stop.wait(wait)
-                    failures += 1
+                except OUTAGES as e:
+                    stop.wait(self.outage.failed(e, "a batch"))
+                else:
+                    self.outage.recovered()
         finally:
             self.close()
 
@@ -119,27 +131,42 @@ class LogWriter:
         count = sum(len(r) for r in batches.values())
         self._metrics.records.labels(CONSUMER_NAME).inc(count)
         try:
-            self._dead_letters.send(bad)
             appended = self._log.append(good)
+            self._send_letters(bad)
         except Exception:
             # Nothing of this batch is committed: rewind so the next poll reads it again.
             for ktp, offset in first.items():
                 self._consumer.seek(ktp, offset)
             raise
-        for letter in bad:
+        self._metrics.events_logged.inc(appended.inserted)
+        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(appended.forgotten)
+        self._metrics.events_duplicate.labels(CONSUMER_NAME).inc(
+            len(good) - appended.inserted - appended.forgotten
+        )
+        try:
+            commit(self._consumer, positions)
+        except KafkaError as e:
+            # Everything is durable; only the position is not. Usually a rebalance: whoever
+            # owns the partition next reads these records again, which inserts nothing.
+            self._metrics.commit_failures.labels(CONSUMER_NAME).inc()
+            log.warning("offset commit failed, the records will be read again: %r", e)
+        else:
+            self._sent = {
+                s for s in self._sent if s[2] >= positions.get(TopicPartition(s[0], s[1]), 0)
+            }
+        return count
+
+    def _send_letters(self, letters: list[DeadLetter]) -> None:
+        new = [x for x in letters if (x.topic, x.partition, x.offset) not in self._sent]
+        self._dead_letters.send(new)
+        for letter in new:
+            self._sent.add((letter.topic, letter.partition, letter.offset))
             self._metrics.dead_letters.labels(CONSUMER_NAME, letter.stage).inc()
             log.warning(
                 "dead-lettered a record: %s",
                 letter.reason,
                 extra=letter_fields(letter, CONSUMER_NAME),
             )
-        self._metrics.events_logged.inc(appended.inserted)
-        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(appended.forgotten)
-        self._metrics.events_duplicate.labels(CONSUMER_NAME).inc(
-            len(good) - appended.inserted - appended.forgotten
-        )
-        commit(self._consumer, positions)
-        return count
 
     def drain(self, idle_s: float = 2.0, deadline_s: float = 120.0) -> int:
         """Run until no record arrived for `idle_s` (used by the demo and tests)."""

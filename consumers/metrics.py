@@ -8,6 +8,8 @@ themselves.
 
 from __future__ import annotations
 
+from functools import partial
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from domain.model import RunRecord
@@ -17,112 +19,90 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 class PipelineMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.records = Counter(
-            "memoryd_records_total", "Kafka records read", ["consumer"], registry=registry
-        )
-        self.dead_letters = Counter(
+        counter = partial(Counter, registry=registry)
+        gauge = partial(Gauge, registry=registry)
+        histogram = partial(Histogram, registry=registry)
+        self.records = counter("memoryd_records_total", "Kafka records read", ["consumer"])
+        self.dead_letters = counter(
             "memoryd_dead_letters_total",
             "Records sent to the dead-letter topic",
             ["consumer", "stage"],
-            registry=registry,
         )
-        self.events_logged = Counter(
-            "memoryd_events_logged_total",
-            "Events inserted into the Postgres log (new ones only)",
-            registry=registry,
+        self.events_logged = counter(
+            "memoryd_events_logged_total", "Events inserted into the Postgres log (new ones only)"
         )
-        self.events_duplicate = Counter(
-            "memoryd_events_duplicate_total",
-            "Events already present, skipped",
-            ["consumer"],
-            registry=registry,
+        self.events_duplicate = counter(
+            "memoryd_events_duplicate_total", "Events already present, skipped", ["consumer"]
         )
-        self.events_forgotten = Counter(
+        self.events_forgotten = counter(
             "memoryd_events_forgotten_total",
             "Events of an erased memory recorded before its tombstone, dropped (not dead-lettered)",
             ["consumer"],
-            registry=registry,
         )
-        self.flushes = Counter(
-            "memoryd_flushes_total",
-            "Per-user consolidation flushes by outcome",
-            ["outcome"],
-            registry=registry,
+        self.flushes = counter(
+            "memoryd_flushes_total", "Per-user consolidation flushes by outcome", ["outcome"]
         )
-        self.flush_seconds = Histogram(
+        self.flush_seconds = histogram(
             "memoryd_flush_seconds",
             "Duration of one user's flush",
             ["backend"],
             buckets=LATENCY_BUCKETS,
-            registry=registry,
         )
-        self.events_consolidated = Counter(
-            "memoryd_events_consolidated_total",
-            "Events consolidated into memory",
-            registry=registry,
+        self.events_consolidated = counter(
+            "memoryd_events_consolidated_total", "Events consolidated into memory"
         )
-        self.backend_retries = Counter(
+        self.backend_retries = counter(
             "memoryd_backend_retries_total",
             "Transient backend failures that were retried",
             ["backend"],
-            registry=registry,
         )
-        self.split_probes = Counter(
+        self.split_probes = counter(
             "memoryd_split_probes_total",
             "Backend calls bisecting a batch the model could not answer, by their answer",
             ["outcome"],
-            registry=registry,
         )
-        self.gate_verdicts = Counter(
-            "memoryd_gate_verdicts_total", "Write-gate verdicts", ["verdict"], registry=registry
+        self.gate_verdicts = counter(
+            "memoryd_gate_verdicts_total", "Write-gate verdicts", ["verdict"]
         )
-        self.tokens = Counter(
-            "memoryd_llm_tokens_total", "LLM tokens used", ["backend", "kind"], registry=registry
+        self.tokens = counter("memoryd_llm_tokens_total", "LLM tokens used", ["backend", "kind"])
+        self.cost = counter(
+            "memoryd_cost_micro_usd_total", "Cost booked to the ledger", ["operation"]
         )
-        self.cost = Counter(
-            "memoryd_cost_micro_usd_total",
-            "Cost booked to the ledger",
-            ["operation"],
-            registry=registry,
+        self.index_failures = counter(
+            "memoryd_index_failures_total", "Vector index writes that failed (facts stay pending)"
         )
-        self.index_failures = Counter(
-            "memoryd_index_failures_total",
-            "Vector index writes that failed (facts stay pending)",
-            registry=registry,
+        self.facts_indexed = counter(
+            "memoryd_facts_indexed_total", "Fact versions written to the vector index"
         )
-        self.facts_indexed = Counter(
-            "memoryd_facts_indexed_total",
-            "Fact versions written to the vector index",
-            registry=registry,
+        self.buffered = gauge(
+            "memoryd_buffered_events", "Events buffered in memory, not yet consolidated"
         )
-        self.buffered = Gauge(
-            "memoryd_buffered_events",
-            "Events buffered in memory, not yet consolidated",
-            registry=registry,
+        self.in_flight = gauge("memoryd_flushes_in_flight", "User flushes running now")
+        self.pending_index = gauge(
+            "memoryd_facts_pending_index", "Facts not yet in the vector index"
         )
-        self.in_flight = Gauge(
-            "memoryd_flushes_in_flight", "User flushes running now", registry=registry
-        )
-        self.pending_index = Gauge(
-            "memoryd_facts_pending_index", "Facts not yet in the vector index", registry=registry
-        )
-        self.commit_failures = Counter(
+        self.commit_failures = counter(
             "memoryd_commit_failures_total",
             "Offset commits that failed (the records are read again, harmlessly)",
             ["consumer"],
-            registry=registry,
         )
-        self.budget_actions = Counter(
+        self.degraded = gauge(
+            "memoryd_consumer_degraded",
+            "1 while the consumer retries an outage (database, broker, dead-letter topic)",
+            ["consumer"],
+        )
+        self.outage_retries = counter(
+            "memoryd_outage_retries_total",
+            "Retries of work that failed because a dependency was away, by cause",
+            ["consumer", "cause"],
+        )
+        self.budget_actions = counter(
             "memoryd_budget_actions_total",
             "Flushes of users out of credit, by the budget policy applied",
             ["policy"],
-            registry=registry,
         )
-        self.commit_lag = Gauge(
-            "memoryd_uncommitted_records",
-            "Records read but not yet committed",
-            ["consumer"],
-            registry=registry,
+        self.commit_lag = gauge(
+            "memoryd_uncommitted_records", "Records read but not yet committed", ["consumer"]
         )
 
     # -- consumers.observers.FlushObserver ------------------------------------------------

@@ -40,8 +40,10 @@ from consumers.kafka_client import (
     to_kafka,
 )
 from consumers.liveness import ConsumerLiveness
-from consumers.log_fields import batch_fields, key_fields, letter_fields
+from consumers.log_fields import batch_fields, key_fields
 from consumers.metrics import PipelineMetrics
+from consumers.outage import Outage
+from consumers.record_letters import HeldLetters
 from consumers.settings import ProcessorSettings
 from domain.ids import MemoryKey
 from processors.errors import BackendError, TransientBackendError
@@ -85,6 +87,9 @@ class MemoryProcessor:
         self._resume: dict[TopicPartition, int] = {}
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="flush")
         self._paused = False
+        self.outage = Outage(CONSUMER_NAME, metrics, settings.backoff)
+        # Undecodable records whose letters the dead-letter topic did not take yet.
+        self._letters = HeldLetters(dead_letters, CONSUMER_NAME, metrics, self.outage, monotonic)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -164,15 +169,12 @@ class MemoryProcessor:
                 else:
                     self._buffers.add(BufferedEvent(tp, record.offset, decoded), now)
         self._metrics.records.labels(CONSUMER_NAME).inc(count)
-        if letters:
-            # If this raises, nothing is committed past these records and the process stops:
-            # a dead-letter topic we cannot write to is an outage, not a record problem.
-            self._dead_letters.send(letters)
-            for x in letters:
-                self._offsets.done(TopicPartition(x.topic, x.partition), x.offset)
-                self._metrics.dead_letters.labels(CONSUMER_NAME, x.stage).inc()
-                log.warning("dead-lettered a record: %s", x.reason, extra=letter_fields(x))
+        self._sent(self._letters.send(letters))
         return count
+
+    def _sent(self, letters: Sequence[DeadLetter]) -> None:
+        for x in letters:
+            self._offsets.done(TopicPartition(x.topic, x.partition), x.offset)
 
     def _launch(self, force: bool) -> None:
         now = self._monotonic()
@@ -234,7 +236,7 @@ class MemoryProcessor:
             self._reject(batch, Rejection.of_backend(f"backend error: {e}", e))
             return
         except DatabaseUnavailable as e:  # also MemoryBeingErased: asked again once it is done
-            self._retry_later(batch, f"{type(e).__name__}: {e}", count_attempt=False)
+            self._wait_out(batch, e, "a flush")
             return
         except Exception as e:
             # A poison batch must not stall its partition: it goes to the dead-letter topic
@@ -266,16 +268,17 @@ class MemoryProcessor:
             reason = f"gave up after {batch.attempt + 1} attempts: {error}"
             self._reject(batch, Rejection.of_backend(reason, error))
         else:
-            self._retry_later(batch, str(error), count_attempt=True)
+            self._retry_later(batch, str(error))
 
-    def _retry_later(self, batch: Batch, reason: str, count_attempt: bool) -> None:
-        # An outage (not the batch's fault) waits, but at most as long as a fourth attempt.
-        step = batch.attempt if count_attempt else min(batch.attempt, 3)
-        delay = self._settings.backoff.delay(step)
+    def _retry_later(self, batch: Batch, reason: str) -> None:
+        delay = self._settings.backoff.delay(batch.attempt)
         batch.not_before = self._monotonic() + delay
-        if count_attempt:
-            batch.attempt += 1
+        batch.attempt += 1
         log.warning("flush failed (%s); retry in %.2fs", reason, delay, extra=batch_fields(batch))
+
+    def _wait_out(self, batch: Batch, error: Exception, what: str) -> None:
+        """An outage, not the batch's fault: retried without counting an attempt."""
+        batch.not_before = self._monotonic() + self.outage.failed(error, what)
 
     def _reject(self, batch: Batch, rejection: Rejection) -> None:
         batch.rejection = rejection
@@ -288,20 +291,16 @@ class MemoryProcessor:
         if not rejection.recorded:
             try:
                 self._flusher.record_failure(batch.key, batch.events, batch.attempt, rejection)
-            except DatabaseUnavailable as e:
-                self._retry_later(batch, f"cannot record the failed run: {e}", count_attempt=False)
-                return
             except StoreError as e:
-                # A record Postgres refuses for good must not hold the partition forever: the
-                # dead letter carries the reason, and says the run record is missing.
-                log.error("failed run not recorded: %s", e, extra=batch_fields(batch))
-                rejection.reason = f"{rejection.reason} (failed run not recorded: {e})"
+                # Never a letter without its failed run: the run log is what explains it.
+                self._wait_out(batch, e, "recording a failed run")
+                return
             rejection.recorded = True
         letters = event_letters(batch.items, rejection.stage, rejection.reason, rejection.reasons)
         try:
             self._dead_letters.send(letters)
         except DeadLetterError as e:
-            self._retry_later(batch, str(e), count_attempt=False)
+            self._wait_out(batch, e, "dead letters")
             return
         self._metrics.dead_letters.labels(CONSUMER_NAME, rejection.stage).inc(len(letters))
         fields = {**batch_fields(batch), "stage": rejection.stage}
@@ -313,6 +312,7 @@ class MemoryProcessor:
             self._offsets.done(item.tp, item.offset)
         del self._batches[batch.key]
         self._metrics.flushes.labels(outcome).inc()
+        self.outage.recovered()
 
     # -- offsets and flow control ---------------------------------------------------------
 

@@ -48,6 +48,17 @@ class MemoryKey:
         return f"{self.organization_id}{KEY_SEPARATOR}{self.user_id}"
 
 
+class OfMemory:
+    """Mixin of the records of one memory: their `key` from their organization and user."""
+
+    organization_id: str
+    user_id: str
+
+    @property
+    def key(self) -> MemoryKey:
+        return MemoryKey(self.organization_id, self.user_id)
+
+
 def normalize_content(content: str) -> str:
     """The form used for identity: case and whitespace do not make a new fact."""
     return " ".join(content.split()).casefold()

@@ -13,7 +13,7 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from domain.ids import MemoryKey
+from domain.ids import MemoryKey, OfMemory
 
 E = TypeVar("E")
 
@@ -67,7 +67,7 @@ class Provenance:
 
 
 @dataclass(frozen=True)
-class Fact:
+class Fact(OfMemory):
     fact_id: uuid.UUID
     user_id: str
     organization_id: str
@@ -96,13 +96,9 @@ class Fact:
     event_date: date | None = None
     subject: str | None = None
 
-    @property
-    def key(self) -> MemoryKey:
-        return MemoryKey(self.organization_id, self.user_id)
-
 
 @dataclass(frozen=True)
-class MemoryState:
+class MemoryState(OfMemory):
     """W, S and learned info of one user, at one version."""
 
     user_id: str
@@ -116,10 +112,6 @@ class MemoryState:
     @classmethod
     def empty(cls, key: MemoryKey) -> MemoryState:
         return cls(user_id=key.user_id, organization_id=key.organization_id)
-
-    @property
-    def key(self) -> MemoryKey:
-        return MemoryKey(self.organization_id, self.user_id)
 
 
 @dataclass(frozen=True)
@@ -160,7 +152,7 @@ class GateCounts:
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class RunRecord(OfMemory):
     """One synthesis, append-only: enough to fold memory back together without the LLM."""
 
     run_id: uuid.UUID
@@ -181,10 +173,6 @@ class RunRecord:
     cost_micro_usd: int = 0
     error: str | None = None
     attempt: int = 0
-
-    @property
-    def key(self) -> MemoryKey:
-        return MemoryKey(self.organization_id, self.user_id)
 
 
 class FactChangeKind(StrEnum):

@@ -101,19 +101,10 @@ class VectorIndex(Protocol):
         hold are ignored."""
         ...
 
-    def query(
-        self,
-        *,
-        key: MemoryKey,
-        text: str,
-        connection_ids: Sequence[str],
-        n: int,
-        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
-        context_types: Sequence[str] = (),
-    ) -> list[VectorHit]:
-        """The memory's n facts nearest to text, from the active connections or none.
+    def query(self, scope: Scope, text: str, n: int) -> list[VectorHit]:
+        """The n facts of scope nearest to text (`Scope.admits` says which facts are in it).
 
-        An empty `statuses` matches nothing; an empty `context_types` does not filter.
+        An empty `scope.statuses` matches nothing; empty `scope.context_types` do not filter.
         """
         ...
 

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 
 from memoryd import wiring
@@ -80,11 +81,8 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
     from producers.contract import ContextEvent  # noqa: PLC0415
 
     events = [ContextEvent.from_bytes(raw) for _, raw in read_jsonl(Path(args.file))]
-    pub = wiring.publisher(settings)
-    try:
+    with closing(wiring.publisher(settings)) as pub:
         pub.publish(events)
-    finally:
-        pub.close()
     print(f"published {len(events)} event(s) to {settings.kafka.topic}")
     return 0
 
@@ -106,27 +104,21 @@ def cmd_forget(settings: Settings, args: argparse.Namespace) -> int:
 
     from memoryd.erasure import ErasureRequest  # noqa: PLC0415
 
-    with wiring.core(settings) as c:
-        pub = wiring.publisher(settings)
-        try:
-            eraser = wiring.eraser(c, pub)
-            if args.resume:
-                receipts = eraser.resume_pending()
-                print(json.dumps([r.to_json() for r in receipts], indent=2))
-                return 0
-            if args.user is None or args.org is None:
-                print("memoryd forget: --org ORG USER is required (or --resume)", file=sys.stderr)
-                return 2
-            request = ErasureRequest(
-                args.actor or settings.erasure.actor, args.reason, args.request_id
-            )
-            key = memory_key(args)
-            if args.fact:
-                receipt = eraser.erase_fact(key, uuid.UUID(args.fact), request)
-            else:
-                receipt = eraser.forget(key, request)
-        finally:
-            pub.close()
+    with wiring.core(settings) as c, closing(wiring.publisher(settings)) as pub:
+        eraser = wiring.eraser(c, pub)
+        if args.resume:
+            receipts = eraser.resume_pending()
+            print(json.dumps([r.to_json() for r in receipts], indent=2))
+            return 0
+        if args.user is None or args.org is None:
+            print("memoryd forget: --org ORG USER is required (or --resume)", file=sys.stderr)
+            return 2
+        request = ErasureRequest(args.actor or settings.erasure.actor, args.reason, args.request_id)
+        key = memory_key(args)
+        if args.fact:
+            receipt = eraser.erase_fact(key, uuid.UUID(args.fact), request)
+        else:
+            receipt = eraser.forget(key, request)
     print(json.dumps(receipt.to_json(), indent=2))
     return 0
 
@@ -234,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--stage",
         action="append",
         default=None,
-        help="only these stages (consolidate, budget); default both",
+        choices=("consolidate", "budget"),
+        help="only these stages; default both (each stage keeps its own progress)",
     )
     p.add_argument("--idle-s", type=float, default=3.0)
     p.set_defaults(fn=cmd_redrive)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from contextlib import closing
 from importlib import resources
 from pathlib import Path
 
@@ -57,11 +58,8 @@ def run_demo(settings: Settings, keep_services: bool = False) -> int:
             pool.close()
         wiring.ensure_topics(settings)
         events = [ContextEvent.from_bytes(raw) for _, raw in read_jsonl(sample_file())]
-        pub = wiring.publisher(settings)
-        try:
+        with closing(wiring.publisher(settings)) as pub:
             pub.publish(events)
-        finally:
-            pub.close()
         print(f"published {len(events)} sample events for {len({e.user_id for e in events})} users")
         with wiring.core(settings) as c:
             writer = wiring.log_writer(c)

@@ -49,26 +49,16 @@ class ErasureRequest:
     request_id: str | None = None  # the caller's idempotency key: same key, same erasure
 
 
+@dataclass(frozen=True)
 class Eraser:
-    def __init__(
-        self,
-        erasures: PostgresErasureLog,
-        memory: PostgresMemoryStore,
-        index: VectorIndex,
-        publish_tombstone: Callable[[MemoryTombstone], TombstonePosition],
-        end_offsets: Callable[[], Mapping[int, int]],
-        subjects: SubjectHasher,
-        clock: Callable[[], datetime],
-        on_erased: Callable[[MemoryKey], None] = lambda _key: None,
-    ) -> None:
-        self._erasures = erasures
-        self._memory = memory
-        self._index = index
-        self._publish_tombstone = publish_tombstone
-        self._end_offsets = end_offsets
-        self._subjects = subjects
-        self._clock = clock
-        self._on_erased = on_erased
+    erasures: PostgresErasureLog
+    memory: PostgresMemoryStore
+    index: VectorIndex
+    publish_tombstone: Callable[[MemoryTombstone], TombstonePosition]
+    end_offsets: Callable[[], Mapping[int, int]]
+    subjects: SubjectHasher
+    clock: Callable[[], datetime]
+    on_erased: Callable[[MemoryKey], None] = lambda _key: None
 
     # -- a whole memory -------------------------------------------------------------------
 
@@ -80,11 +70,11 @@ class Eraser:
     def _run(
         self, key: MemoryKey, fact_id: uuid.UUID | None, erasure_id: uuid.UUID
     ) -> ErasureReceipt:
-        record = self._erasures.get(erasure_id)
+        record = self.erasures.get(erasure_id)
         if record is not None and record.status is not ErasureStatus.COMPLETED:
-            with self._memory.memory_lock(key):
+            with self.memory.memory_lock(key):
                 # Read again under the lock: another process may have moved it on meanwhile.
-                record = self._erasures.get(erasure_id)
+                record = self.erasures.get(erasure_id)
                 if record is not None and record.status is not ErasureStatus.COMPLETED:
                     if fact_id is None:
                         record = self._forget_steps(key, record)
@@ -100,33 +90,33 @@ class Eraser:
             self._tombstone(key, record.erasure_id, subject)
             log.info("erasure %s: tombstone recorded", record.erasure_id)
         if record.status in (ErasureStatus.STARTED, ErasureStatus.TOMBSTONED):
-            vectors = self._index.count(key)
-            self._erasures.erase_memory(
+            vectors = self.index.count(key)
+            self.erasures.erase_memory(
                 record.erasure_id, key, subject, {"chroma": {"vectors": vectors}}
             )
             log.info("erasure %s: postgres erased", record.erasure_id)
-        self._index.delete_memory(key)
-        left = self._index.count(key)
+        self.index.delete_memory(key)
+        left = self.index.count(key)
         if left:
             raise ErasureIncomplete(f"erasure {record.erasure_id}: {left} vector(s) left")
-        self._on_erased(key)
-        return self._erasures.complete(record.erasure_id)
+        self.on_erased(key)
+        return self.erasures.complete(record.erasure_id)
 
     def _tombstone(self, key: MemoryKey, erasure_id: uuid.UUID, subject: str) -> None:
-        position = self._publish_tombstone(
+        position = self.publish_tombstone(
             MemoryTombstone(
                 organization_id=key.organization_id,
                 user_id=key.user_id,
                 erasure_id=erasure_id,
-                forgotten_at=self._clock(),
+                forgotten_at=self.clock(),
             )
         )
         # Read after the tombstone is acknowledged: on the other partitions everything up to
         # here is older than the forget (events keyed before the key held the organization).
-        cutoffs = {(position.topic, p): end for p, end in self._end_offsets().items()}
+        cutoffs = {(position.topic, p): end for p, end in self.end_offsets().items()}
         cutoffs[(position.topic, position.partition)] = position.offset
         tombstone = TombstoneAt(position.topic, position.partition, position.offset)
-        self._erasures.record_tombstone(erasure_id, subject, tombstone, cutoffs)
+        self.erasures.record_tombstone(erasure_id, subject, tombstone, cutoffs)
 
     # -- one fact -------------------------------------------------------------------------
 
@@ -141,28 +131,28 @@ class Eraser:
         self, key: MemoryKey, fact_id: uuid.UUID, record: ErasureRecord
     ) -> ErasureRecord:
         if record.status is ErasureStatus.STARTED:
-            vectors = len(self._index.embeddings([fact_id]))
-            self._erasures.erase_fact(
+            vectors = len(self.index.embeddings([fact_id]))
+            self.erasures.erase_fact(
                 record.erasure_id, key, fact_id, {"chroma": {"vectors": vectors}}
             )
-        self._index.delete([fact_id])
-        if self._index.embeddings([fact_id]):
+        self.index.delete([fact_id])
+        if self.index.embeddings([fact_id]):
             raise ErasureIncomplete(f"erasure {record.erasure_id}: the fact's vector is left")
-        self._on_erased(key)
-        return self._erasures.complete(record.erasure_id)
+        self.on_erased(key)
+        return self.erasures.complete(record.erasure_id)
 
     # -- resuming -------------------------------------------------------------------------
 
     def resume_pending(self) -> list[ErasureReceipt]:
         """Finish every erasure a crash left open (the processor's scheduler calls it)."""
-        return [self._run(p.key, p.fact_id, p.record.erasure_id) for p in self._erasures.pending()]
+        return [self._run(p.key, p.fact_id, p.record.erasure_id) for p in self.erasures.pending()]
 
     def earlier_receipt(
         self, key: MemoryKey, fact_id: uuid.UUID | None, request_id: str
     ) -> ErasureReceipt | None:
         """The receipt of the completed erasure asked for earlier with this request id."""
         scope = ErasureScope.MEMORY if fact_id is None else ErasureScope.FACT
-        record = self._erasures.get(self._erasure_id(key, scope, fact_id, request_id))
+        record = self.erasures.get(self._erasure_id(key, scope, fact_id, request_id))
         if record is None or record.status is not ErasureStatus.COMPLETED:
             return None
         return record.receipt()
@@ -171,7 +161,7 @@ class Eraser:
         self, key: MemoryKey, scope: ErasureScope, fact_id: uuid.UUID | None, request_id: str
     ) -> uuid.UUID:
         target = "" if fact_id is None else str(fact_id)
-        return erasure_id_for(self._subjects(key), f"{scope.value}:{target}:{request_id}")
+        return erasure_id_for(self.subjects(key), f"{scope.value}:{target}:{request_id}")
 
     def _open(
         self,
@@ -180,13 +170,13 @@ class Eraser:
         fact_id: uuid.UUID | None,
         request: ErasureRequest,
     ) -> ErasureRecord:
-        subject = self._subjects(key)
+        subject = self.subjects(key)
         if request.request_id is not None:
             erasure_id = self._erasure_id(key, scope, fact_id, request.request_id)
         else:
-            running = self._erasures.open_erasure(subject, scope, fact_id)
+            running = self.erasures.open_erasure(subject, scope, fact_id)
             erasure_id = uuid.uuid4() if running is None else running.erasure_id
-        return self._erasures.start(
+        return self.erasures.start(
             erasure_id,
             subject=subject,
             scope=scope,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import closing
 from datetime import timedelta
 from typing import TypeVar
 
@@ -63,11 +64,8 @@ def resume_erasures_once(c: wiring.Core, older_than_s: float = ERASURE_RESUME_AF
         return 0
 
     def resume() -> int:
-        pub = wiring.publisher(c.settings)
-        try:
+        with closing(wiring.publisher(c.settings)) as pub:
             return len(wiring.eraser(c, pub).resume_pending())
-        finally:
-            pub.close()
 
     return _once(c, ERASURE_RESUME_LOCK, resume) or 0
 
@@ -96,23 +94,12 @@ def _erasure_job(c: wiring.Core) -> None:
 
 def start_scheduler(c: wiring.Core) -> BackgroundScheduler:
     scheduler = BackgroundScheduler(timezone="UTC")
-    scheduler.add_job(
-        _erasure_job,
-        "interval",
-        seconds=ERASURE_RESUME_EVERY_S,
-        args=[c],
-        id="erasure-resume",
-        max_instances=1,
-        coalesce=True,
-    )
-    scheduler.add_job(
-        _drain_job,
-        "interval",
-        seconds=INDEX_DRAIN_EVERY_S,
-        args=[c],
-        id="index-drain",
-        max_instances=1,
-        coalesce=True,
-    )
+    for job, job_id, every_s in (
+        (_erasure_job, "erasure-resume", ERASURE_RESUME_EVERY_S),
+        (_drain_job, "index-drain", INDEX_DRAIN_EVERY_S),
+    ):
+        scheduler.add_job(
+            job, "interval", seconds=every_s, args=[c], id=job_id, max_instances=1, coalesce=True
+        )
     scheduler.start()
     return scheduler

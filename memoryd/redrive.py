@@ -7,6 +7,10 @@ before the erasure's cut-off, and republished it would land after the tombstone,
 Offsets on the dead-letter topic are committed after the republish is acknowledged, and the
 events keep their ids, so a redrive that is interrupted and run again cannot double anything
 downstream.
+
+Each stage has its own consumer group on the dead-letter topic: a redrive of one stage reads
+past the other stages' letters and commits past them, which in a shared group would hide them
+from every later redrive of their own stage.
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ class RedriveError(RuntimeError):
     """The dead-letter topic could not be read (no partitions assigned in time)."""
 
 
-def redrive_group(settings: Settings) -> str:
-    """The redrive's consumer group, derived from the processor's: one per deployment, so
-    deployments sharing a cluster never share (or rebalance) each other's redrive progress."""
-    return f"{settings.kafka.processor_group}-redrive"
+def redrive_group(settings: Settings, stage: str) -> str:
+    """The redrive's consumer group for one stage, derived from the processor's: one per
+    deployment and stage, so deployments sharing a cluster never share (or rebalance) each
+    other's redrive progress, and one stage's progress never passes another's letters."""
+    return f"{settings.kafka.processor_group}-redrive-{stage}"
 
 
 class ForgottenLetters:
@@ -81,22 +86,43 @@ def _redrive(
     idle_s: float,
     join_timeout_s: float,
 ) -> int:
-    wanted = set(stages or REDRIVABLE)
+    unknown = set(stages or ()) - set(REDRIVABLE)
+    if unknown:
+        raise RedriveError(f"not a redrivable stage: {', '.join(sorted(unknown))}")
+    wanted = [s for s in REDRIVABLE if stages is None or s in stages]
+    return sum(_redrive_stage(settings, letters, s, idle_s, join_timeout_s) for s in wanted)
+
+
+def _redrive_stage(
+    settings: Settings,
+    letters: ForgottenLetters,
+    stage: str,
+    idle_s: float,
+    join_timeout_s: float,
+) -> int:
     k = settings.kafka
     consumer = make_consumer(
         ConsumerSettings(
-            k.bootstrap_servers, k.dead_letter_topic, redrive_group(settings), "memoryd-redrive"
+            k.bootstrap_servers,
+            k.dead_letter_topic,
+            redrive_group(settings, stage),
+            f"memoryd-redrive-{stage}",
         )
     )
     pub = wiring.publisher(settings)
     moved = 0
     try:
         subscribe(consumer, k.dead_letter_topic)
-        started = quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < idle_s or not consumer.assignment():
-            if not consumer.assignment() and time.monotonic() - started > join_timeout_s:
-                raise RedriveError(f"no partition of {k.dead_letter_topic} assigned")
+        started = time.monotonic()
+        quiet_since: float | None = None  # idle time counts from the assignment on
+        while quiet_since is None or time.monotonic() - quiet_since < idle_s:
+            if not consumer.assignment():
+                if time.monotonic() - started > join_timeout_s:
+                    raise RedriveError(f"no partition of {k.dead_letter_topic} assigned")
+                quiet_since = None
             batches = consumer.poll(timeout_ms=500)
+            if quiet_since is None and consumer.assignment():
+                quiet_since = time.monotonic()
             if not batches:
                 continue
             quiet_since = time.monotonic()
@@ -105,8 +131,7 @@ def _redrive(
             for ktp, records in batches.items():
                 for record in records:
                     headers = dict(record.headers or [])
-                    stage = headers.get(HEADER_STAGE, b"").decode()
-                    if stage in wanted and record.value is not None:
+                    if headers.get(HEADER_STAGE, b"").decode() == stage and record.value:
                         event = ContextEvent.from_bytes(record.value)
                         if letters.forgotten(event, headers):
                             log.info("not redriven: an erasure forgot the event's memory")

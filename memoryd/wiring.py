@@ -190,6 +190,8 @@ def _consumer(settings: Settings, group: str, client_id: str) -> Any:
             client_id=client_id,
             session_timeout_ms=k.session_timeout_ms,
             max_poll_interval_ms=k.max_poll_interval_ms,
+            # Kafka's rule of thumb: three heartbeats per session timeout, however short.
+            heartbeat_interval_ms=min(3_000, k.session_timeout_ms // 3),
         )
     )
 
@@ -303,7 +305,13 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
     r = c.settings.read_path
     reads = read_model(c)
     hooks: dict[str, Any] = (
-        {"on_dropped": metrics.dropped, "on_written": metrics.written} if metrics else {}
+        {
+            "on_dropped": metrics.dropped,
+            "on_written": metrics.written,
+            "on_pending": metrics.pending,
+        }
+        if metrics
+        else {}
     )
     return ContextService(
         reads,

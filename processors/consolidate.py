@@ -83,10 +83,10 @@ class Consolidator:
         duration_ms: int,
         attempt: int = 0,
     ) -> MemoryUpdate:
+        asked, request = request, self._planned_on(request)
         output = response.output
         ledger = FactLedger(
-            user_id=request.user_id,
-            organization_id=request.organization_id,
+            key=request.key,
             run_id=run_id,
             now=request.now,
             active=request.active_facts,
@@ -134,19 +134,27 @@ class Consolidator:
         entry = llm_entry(
             self._prices,
             run_id=run_id,
-            user_id=request.user_id,
-            organization_id=request.organization_id,
+            key=request.key,
             model=response.model,
             usage=response.usage,
             at=request.now,
         )
-        return MemoryUpdate(
+        planned = MemoryUpdate(
             run=run,
             state=state,
             fact_changes=changes,
             connection_additions=connection_additions,
             ledger=(entry,),
         )
+        return self._completed(asked, planned)
+
+    def _planned_on(self, request: ConsolidationRequest) -> ConsolidationRequest:
+        """The request as the gate and the ledger see it (a subclass may narrow it)."""
+        return request
+
+    def _completed(self, request: ConsolidationRequest, update: MemoryUpdate) -> MemoryUpdate:
+        """The planned update, given the request as asked (a subclass may add to it)."""
+        return update
 
     @staticmethod
     def _scaffold(request: ConsolidationRequest, proposed: Mapping[str, Any]) -> dict[str, Any]:
@@ -256,8 +264,7 @@ def unapplied_ledger(prices: PriceTable, run: RunRecord) -> tuple[LedgerEntry, .
     entry = llm_entry(
         prices,
         run_id=run.run_id,
-        user_id=run.user_id,
-        organization_id=run.organization_id,
+        key=run.key,
         model=run.model,
         usage=run.usage,
         at=run.started_at,

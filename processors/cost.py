@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from fractions import Fraction
 
-from domain.ids import ledger_entry_id_for, read_entry_id_for
+from domain.ids import MemoryKey, ledger_entry_id_for, read_entry_id_for
 from domain.model import LedgerEntry, TokenUsage
 from processors.errors import ProcessorError
 
@@ -76,27 +76,47 @@ def _exact(price: float) -> Fraction:
     return Fraction(str(price))
 
 
+@dataclass(frozen=True)
+class _Charge:
+    """What one operation costs, before it is booked to a memory."""
+
+    operation: str
+    model: str
+    units: int
+    cost_micro_usd: int
+
+    def booked(
+        self, entry_id: uuid.UUID, run_id: uuid.UUID | None, key: MemoryKey, at: datetime
+    ) -> LedgerEntry:
+        return LedgerEntry(
+            entry_id=entry_id,
+            user_id=key.user_id,
+            organization_id=key.organization_id,
+            run_id=run_id,
+            occurred_at=at,
+            **asdict(self),
+        )
+
+
+def _llm_call(prices: PriceTable, model: str, usage: TokenUsage) -> _Charge:
+    return _Charge("llm", model, usage.total, prices.llm_cost_micro_usd(model, usage))
+
+
+def _embedding(prices: PriceTable, model: str, texts: int) -> _Charge:
+    return _Charge("embedding", model, texts, prices.embedding_cost_micro_usd(model, texts))
+
+
 def llm_entry(
     prices: PriceTable,
     *,
     run_id: uuid.UUID,
-    user_id: str,
-    organization_id: str,
+    key: MemoryKey,
     model: str,
     usage: TokenUsage,
     at: datetime,
 ) -> LedgerEntry:
-    return LedgerEntry(
-        entry_id=ledger_entry_id_for(run_id, "llm"),
-        user_id=user_id,
-        organization_id=organization_id,
-        run_id=run_id,
-        operation="llm",
-        model=model,
-        units=usage.total,
-        cost_micro_usd=prices.llm_cost_micro_usd(model, usage),
-        occurred_at=at,
-    )
+    entry_id = ledger_entry_id_for(run_id, "llm")
+    return _llm_call(prices, model, usage).booked(entry_id, run_id, key, at)
 
 
 def embedding_entry(
@@ -104,25 +124,14 @@ def embedding_entry(
     *,
     run_id: uuid.UUID | None,
     batch_key: str,
-    user_id: str,
-    organization_id: str,
+    key: MemoryKey,
     model: str,
     texts: int,
     at: datetime,
 ) -> LedgerEntry:
     """`batch_key` names the batch (e.g. the sorted fact ids) so a retried batch is one entry."""
-    entry_run = run_id or uuid.UUID(int=0)
-    return LedgerEntry(
-        entry_id=ledger_entry_id_for(entry_run, "embedding", batch_key),
-        user_id=user_id,
-        organization_id=organization_id,
-        run_id=run_id,
-        operation="embedding",
-        model=model,
-        units=texts,
-        cost_micro_usd=prices.embedding_cost_micro_usd(model, texts),
-        occurred_at=at,
-    )
+    entry_id = ledger_entry_id_for(run_id or uuid.UUID(int=0), "embedding", batch_key)
+    return _embedding(prices, model, texts).booked(entry_id, run_id, key, at)
 
 
 def read_entries(
@@ -140,33 +149,12 @@ def read_entries(
 
     Keyed by the read's audit row id, so a retried turn (same turn id) is booked once.
     """
-    entries = []
+    charges: list[tuple[str, _Charge]] = []
     if embedding_model is not None:
-        entries.append(
-            LedgerEntry(
-                entry_id=read_entry_id_for(log_id, "query-embedding"),
-                user_id=user_id,
-                organization_id=organization_id,
-                run_id=None,
-                operation="embedding",
-                model=embedding_model,
-                units=1,
-                cost_micro_usd=prices.embedding_cost_micro_usd(embedding_model, 1),
-                occurred_at=at,
-            )
-        )
+        charges.append(("query-embedding", _embedding(prices, embedding_model, 1)))
     if rewrite_model is not None and rewrite_usage is not None:
-        entries.append(
-            LedgerEntry(
-                entry_id=read_entry_id_for(log_id, "query-rewrite"),
-                user_id=user_id,
-                organization_id=organization_id,
-                run_id=None,
-                operation="llm",
-                model=rewrite_model,
-                units=rewrite_usage.total,
-                cost_micro_usd=prices.llm_cost_micro_usd(rewrite_model, rewrite_usage),
-                occurred_at=at,
-            )
-        )
-    return entries
+        charges.append(("query-rewrite", _llm_call(prices, rewrite_model, rewrite_usage)))
+    key = MemoryKey(organization_id, user_id)
+    return [
+        charge.booked(read_entry_id_for(log_id, what), None, key, at) for what, charge in charges
+    ]

@@ -47,16 +47,14 @@ class FactLedger:
     def __init__(
         self,
         *,
-        user_id: str,
-        organization_id: str,
+        key: MemoryKey,
         run_id: uuid.UUID,
         now: datetime,
         active: Sequence[Fact],
         observations: Sequence[Observation],
         gate: WriteGate,
     ) -> None:
-        self._user_id = user_id
-        self._organization_id = organization_id
+        self._key = key
         self._run_id = run_id
         self._now = now
         self._gate = gate
@@ -122,8 +120,7 @@ class FactLedger:
                 self._supersede(supersedes, decision.duplicate_of)
             return
         provenance = self._provenance(proposal)
-        key = MemoryKey(self._organization_id, self._user_id)
-        fact_id = fact_id_for(key, proposal.content, provenance.connection_id)
+        fact_id = fact_id_for(self._key, proposal.content, provenance.connection_id)
         existing = self._facts.get(fact_id)
         if existing is not None and existing.status is FactStatus.ACTIVE:
             self._reinforce(existing, proposal, "same content as an active fact")
@@ -131,8 +128,8 @@ class FactLedger:
         status = FactStatus.HELD if decision.verdict is Verdict.HOLD else FactStatus.ACTIVE
         fact = Fact(
             fact_id=fact_id,
-            user_id=self._user_id,
-            organization_id=self._organization_id,
+            user_id=self._key.user_id,
+            organization_id=self._key.organization_id,
             content=proposal.content,
             fact_type=proposal.type,
             surface=proposal.surface,

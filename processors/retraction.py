@@ -129,32 +129,13 @@ class RetractionAwareBackend:
 class RetractingConsolidator(Consolidator):
     """`Consolidator` that also applies the batch's retractions to the planned update."""
 
-    def plan(
-        self,
-        request: ConsolidationRequest,
-        response: BackendResponse,
-        *,
-        run_id: uuid.UUID,
-        backend: str,
-        prompt_version: str,
-        started_at: datetime,
-        duration_ms: int,
-        attempt: int = 0,
-    ) -> MemoryUpdate:
-        wanted = retractions(request)
+    def _planned_on(self, request: ConsolidationRequest) -> ConsolidationRequest:
         # The retracted facts are out of the working set, so the gate cannot fold a
         # correction into the very fact it replaces.
-        planned_on = replace(request, active_facts=without_retractions(request).active_facts)
-        update = super().plan(
-            planned_on,
-            response,
-            run_id=run_id,
-            backend=backend,
-            prompt_version=prompt_version,
-            started_at=started_at,
-            duration_ms=duration_ms,
-            attempt=attempt,
-        )
+        return replace(request, active_facts=without_retractions(request).active_facts)
+
+    def _completed(self, request: ConsolidationRequest, update: MemoryUpdate) -> MemoryUpdate:
+        wanted = retractions(request)
         if not wanted:
             return update
         return with_retractions(update, request.active_facts, wanted, request.now)

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from domain.ids import MemoryKey
+from domain.ids import OfMemory
 from domain.model import Fact, FactStatus, FactType, MemoryState, SurfacePolicy, TokenUsage
 from producers.contract import ContextEvent
 
@@ -102,7 +102,7 @@ def in_request_order(events: Sequence[ContextEvent]) -> list[ContextEvent]:
 
 
 @dataclass(frozen=True)
-class ConsolidationRequest:
+class ConsolidationRequest(OfMemory):
     """One batch and the memory it is consolidated into.
 
     `active_facts` are the existing facts the backend and the write gate work with: for a
@@ -154,10 +154,6 @@ class ConsolidationRequest:
     def fact_count(self) -> int:
         """The memory's facts, shown or not (at least those shown)."""
         return max(self.known_facts or 0, len(self.active_facts))
-
-    @property
-    def key(self) -> MemoryKey:
-        return MemoryKey(self.organization_id, self.user_id)
 
     @property
     def event_ids(self) -> frozenset[uuid.UUID]:

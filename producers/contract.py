@@ -22,10 +22,13 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, StringConstraints, mo
 SCHEMA_VERSION: Literal[1] = 1
 MAX_CONTENT_CHARS = 8_000
 MAX_ID_CHARS = 128
+# How deep a scaffold value may nest: a profile is a few levels of objects and lists, and a
+# fixed bound does not depend on how deep the interpreter's JSON parser can go.
+MAX_SCAFFOLD_DEPTH = 32
 
+ID_PATTERN = r"^[A-Za-z0-9_.:@\-]+$"
 Identifier = Annotated[
-    str,
-    StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[A-Za-z0-9_.:@\-]+$"),
+    str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN)
 ]
 OptionalLabel = Annotated[str, StringConstraints(min_length=1, max_length=512)] | None
 
@@ -91,16 +94,23 @@ class ContextEvent(BaseModel):
     source_metadata: SourceMetadata
     occurred_at: AwareDatetime
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, data: Any) -> Any:
+        # Postgres text cannot hold NUL: such an event would fail every write of its batch.
+        if has_nul(data):
+            raise ValueError("a string contains a NUL character")
+        return data
+
     @model_validator(mode="after")
     def _shape_matches_type(self) -> Self:
         kind = self.event_type
         if kind is EventType.SCAFFOLD_UPDATE:
             if self.scaffold_key is None:
                 raise ValueError("scaffold_update needs scaffold_key")
-            try:
-                json.loads(self.content)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"scaffold_update content must be a JSON value: {e}") from e
+            problem = scaffold_problem(self.content)
+            if problem is not None:
+                raise ValueError(problem)
         elif self.scaffold_key is not None:
             raise ValueError(f"scaffold_key is only allowed on scaffold_update, not {kind}")
         if kind is EventType.CONNECTION_UPDATE and self.source_metadata.connection_id is None:
@@ -167,6 +177,61 @@ class MemoryTombstone(BaseModel):
     @property
     def kafka_key(self) -> bytes:
         return memory_kafka_key(self.organization_id, self.user_id)
+
+
+def scaffold_problem(content: str) -> str | None:
+    """What makes `content` unfit as a scaffold value (JSON, not too deep, no NUL), or None."""
+    try:
+        value = json.loads(content)
+    except ValueError as e:  # not JSON, or a number too long to convert
+        return f"scaffold_update content must be a JSON value: {e}"
+    except RecursionError:
+        value = None  # deeper than the interpreter's parser goes: too deep, as below
+    else:
+        if has_nul(value):  # jsonb refuses \u0000 as text refuses NUL
+            return "the scaffold value contains NUL"
+        if json_depth(value) <= MAX_SCAFFOLD_DEPTH:
+            return None
+    return f"scaffold_update content is nested too deeply (over {MAX_SCAFFOLD_DEPTH})"
+
+
+def reject_nul(text: str) -> str:
+    """A pydantic validator of text stored in Postgres."""
+    if "\x00" in text:
+        raise ValueError("contains a NUL character")
+    return text
+
+
+def has_nul(value: Any) -> bool:
+    """Whether any string (key or value) anywhere in a JSON-like value holds NUL; iterative,
+    so a deeply nested value cannot exhaust the stack."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+def json_depth(value: Any) -> int:
+    """How many lists and objects deep a decoded JSON value nests (a scalar is 0)."""
+    depth, level = 0, [(value, 0)]
+    while level:
+        item, d = level.pop()
+        if isinstance(item, dict):
+            level.extend((v, d + 1) for v in item.values())
+        elif isinstance(item, list):
+            level.extend((v, d + 1) for v in item)
+        else:
+            continue
+        depth = max(depth, d + 1)
+    return depth
 
 
 def new_event_id(idempotency_key: str | None = None) -> uuid.UUID:

@@ -73,8 +73,9 @@ class _Model:
 class MiniLmEmbedder:
     """`Embedder` over the int8 ONNX all-MiniLM-L6-v2; loads lazily, safe to share by threads."""
 
-    model_name: str
-    dimension: int
+    # One model, so the same for every instance; instance attributes of the `Embedder` port.
+    model_name: str = MODEL_NAME
+    dimension: int = DIMENSION
 
     def __init__(
         self,
@@ -88,8 +89,6 @@ class MiniLmEmbedder:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if intra_op_threads < 0:
             raise ValueError(f"intra_op_threads must be >= 0, got {intra_op_threads}")
-        self.model_name = MODEL_NAME
-        self.dimension = DIMENSION
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
         self._batch_size = batch_size

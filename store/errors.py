@@ -23,6 +23,12 @@ class DatabaseUnavailable(StoreError):
     """Postgres is unreachable or dropped the connection; the operation may be retried."""
 
 
+class DatabaseRefused(DatabaseUnavailable):
+    """Postgres refused the work for a reason an operator fixes, not the work: a privilege
+    revoked. Retried as an outage is (a disk full or too many connections are
+    `DatabaseUnavailable` already)."""
+
+
 class MigrationError(StoreError):
     """The schema could not be brought to the version this code expects."""
 

@@ -2,8 +2,10 @@
 psycopg's errors become the store's.
 
 `OperationalError` (connection lost, server gone, pool timeout, deadlock, serialization
-failure) becomes `DatabaseUnavailable`, which callers may retry; any other driver error (a
-constraint, a type, a bug in a statement) becomes `StoreError`, which they must not.
+failure) becomes `DatabaseUnavailable`, which callers may retry; so does a refusal an operator
+fixes (`DatabaseRefused`: a privilege revoked). Any other
+driver error (a constraint, a type, a bug in a statement) becomes `StoreError`, which they
+must not retry.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from store.errors import DatabaseUnavailable, StoreError
+from store.errors import DatabaseRefused, DatabaseUnavailable, StoreError
+
+# Insufficient resources (disk full, too many connections) are OperationalErrors already; a
+# privilege revoked is not. It counts only as "permission denied": the append-only triggers
+# raise the same SQLSTATE for a write no privilege allows. (A read-only transaction is no
+# refusal: the analyst tools connect read-only on purpose.)
+_NO_PRIVILEGE = "42501"
 
 
 def make_pool(
@@ -48,7 +56,14 @@ def translated(operation: str, error: type[StoreError] = StoreError) -> Iterator
     except psycopg.OperationalError as e:
         raise DatabaseUnavailable(str(e)) from e
     except psycopg.Error as e:
+        if refused(e):
+            raise DatabaseRefused(f"{operation} refused: {e}") from e
         raise error(f"{operation} failed: {e}") from e
+
+
+def refused(e: psycopg.Error) -> bool:
+    """Whether Postgres refused for a reason outside the work (see `DatabaseRefused`)."""
+    return e.sqlstate == _NO_PRIVILEGE and str(e).startswith("permission denied")
 
 
 @contextmanager

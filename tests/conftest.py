@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -121,6 +121,21 @@ def _started(container: Any) -> Iterator[Any]:
         container.stop()  # also removes a container whose start() failed half-way
 
 
+class _LocalService(Protocol):
+    def start(self, timeout: float) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+@contextmanager
+def _running(service: _LocalService) -> Iterator[str]:
+    """The address of a local service (memoryd.dev) while it runs; stopped afterwards."""
+    try:
+        yield service.start(timeout=STARTUP_TIMEOUT_S)
+    finally:
+        service.stop()
+
+
 # --- Kafka ----------------------------------------------------------------------------------------
 
 
@@ -152,6 +167,7 @@ def _kafka_container() -> Iterator[str]:
         "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
         "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
         "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS": "1000",
     }.items():
         container.with_env(key, value)
     with _started(container):
@@ -160,8 +176,7 @@ def _kafka_container() -> Iterator[str]:
         yield bootstrap
 
 
-@contextmanager
-def _local_kafka(home: Path) -> Iterator[str]:
+def _local_kafka(home: Path) -> AbstractContextManager[str]:
     ports = DevPorts.free()  # two distinct ports: client and controller listeners
     kafka = LocalKafka(
         home,
@@ -170,10 +185,7 @@ def _local_kafka(home: Path) -> Iterator[str]:
         pom=REPO_ROOT / "infra" / "kafka" / "pom.xml",
         jars_cache=default_cache_dir() / "kafka-jars",
     )
-    try:
-        yield kafka.start(timeout=STARTUP_TIMEOUT_S)
-    finally:
-        kafka.stop()
+    return _running(kafka)
 
 
 @pytest.fixture(scope="session")
@@ -247,12 +259,11 @@ def _postgres_home() -> Iterator[Path]:
 
 @contextmanager
 def _local_postgres() -> Iterator[str]:
-    with _postgres_home() as home:
-        postgres = LocalPostgres(home, free_port(), for_tests=True)
-        try:
-            yield postgres.start(timeout=STARTUP_TIMEOUT_S)
-        finally:
-            postgres.stop()
+    with (
+        _postgres_home() as home,
+        _running(LocalPostgres(home, free_port(), for_tests=True)) as dsn,
+    ):
+        yield dsn
 
 
 @pytest.fixture(scope="session")
@@ -307,13 +318,8 @@ def _chroma_container() -> Iterator[str]:
         yield url
 
 
-@contextmanager
-def _local_chroma(home: Path) -> Iterator[str]:
-    chroma = LocalChroma(home, free_port())
-    try:
-        yield chroma.start(timeout=STARTUP_TIMEOUT_S)
-    finally:
-        chroma.stop()
+def _local_chroma(home: Path) -> AbstractContextManager[str]:
+    return _running(LocalChroma(home, free_port()))
 
 
 @pytest.fixture(scope="session")

@@ -19,15 +19,19 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
+from pydantic import AfterValidator
 from starlette.concurrency import run_in_threadpool
 
+from consumers.decoding import excerpt
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from memoryd.api.auth import TokenTable
+from memoryd.api.errors import validation_problems
 from memoryd.api.health import add_health_routes
 from memoryd.api.metrics import HttpMetrics, RequestLatencyMiddleware
 from memoryd.api.models import (
@@ -43,7 +47,7 @@ from memoryd.api.models import (
 )
 from memoryd.erasure import Eraser, ErasureRequest
 from memoryd.ops.health import HealthMonitor
-from producers.contract import ContextEvent
+from producers.contract import ID_PATTERN, MAX_ID_CHARS, ContextEvent, reject_nul
 from producers.corrections import FactCorrections
 from producers.errors import PublishError
 from producers.publisher import EventPublisher
@@ -94,10 +98,20 @@ def _organization(
 Organization = Annotated[str, Depends(_organization)]
 
 
+def _no_nul_or_none(text: str | None) -> str | None:
+    return None if text is None else reject_nul(text)
+
+
+# A user id in a path is an event's user id: what no event can name has no memory either.
+UserId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN)]
+IdempotencyKey = Annotated[str | None, Query(max_length=200), AfterValidator(_no_nul_or_none)]
+Reason = Annotated[str, Query(min_length=1, max_length=500), AfterValidator(reject_nul)]
+
+
 def _known(deps: ApiDependencies, key: MemoryKey) -> None:
     """404 for a user the token's organization has no memory of."""
     if not deps.reads.known(key):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"unknown user {key.user_id}")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"unknown user {excerpt(key.user_id)}")
 
 
 def create_app(
@@ -131,6 +145,11 @@ def create_app(
     if registry is not None:
         app.add_middleware(RequestLatencyMiddleware, metrics=HttpMetrics(registry))
 
+    @app.exception_handler(RequestValidationError)
+    def _invalid(_request: Request, e: RequestValidationError) -> JSONResponse:
+        # FastAPI's own answer echoes each invalid input whole; this one names where and what.
+        return JSONResponse({"detail": validation_problems(e.errors())}, status_code=422)
+
     @app.exception_handler(DatabaseUnavailable)
     def _database_down(_request: Request, e: DatabaseUnavailable) -> JSONResponse:
         return JSONResponse({"detail": f"database unavailable: {e}"}, status_code=503)
@@ -163,7 +182,7 @@ def create_app(
         responses=_NOT_FOUND,
     )
     def inspect_memory(
-        user_id: str,
+        user_id: UserId,
         deps: Deps,
         org: Organization,
         fact_status: Annotated[list[FactStatus] | None, Query(alias="status")] = None,
@@ -195,7 +214,11 @@ def create_app(
         responses=_NOT_FOUND,
     )
     def correct_fact(
-        user_id: str, fact_id: uuid.UUID, body: CorrectionRequest, deps: Deps, org: Organization
+        user_id: UserId,
+        fact_id: uuid.UUID,
+        body: CorrectionRequest,
+        deps: Deps,
+        org: Organization,
     ) -> Accepted:
         """Replace a fact with what is true: the fact is contradicted, the content becomes a
         correction observation, once the pipeline has run."""
@@ -210,12 +233,12 @@ def create_app(
 
     @app.delete("/v1/users/{user_id}/facts/{fact_id}", tags=["erase"], responses=_NOT_FOUND)
     def delete_fact(
-        user_id: str,
+        user_id: UserId,
         fact_id: uuid.UUID,
         deps: Deps,
         org: Organization,
-        idempotency_key: Annotated[str | None, Query(max_length=200)] = None,
-        reason: Annotated[str, Query(min_length=1, max_length=500)] = "deleted through the API",
+        idempotency_key: IdempotencyKey = None,
+        reason: Reason = "deleted through the API",
     ) -> ErasureOut:
         """Delete a fact for real: its row, history and vector, and its text wherever the
         memory kept a copy (runs, W, S, the observations it came from). Not an archive."""
@@ -233,11 +256,11 @@ def create_app(
 
     @app.delete("/v1/users/{user_id}", tags=["erase"], responses=_UNAUTHORIZED)
     def forget_user(
-        user_id: str,
+        user_id: UserId,
         deps: Deps,
         org: Organization,
-        idempotency_key: Annotated[str | None, Query(max_length=200)] = None,
-        reason: Annotated[str, Query(min_length=1, max_length=500)] = "erasure request",
+        idempotency_key: IdempotencyKey = None,
+        reason: Reason = "erasure request",
     ) -> ErasureOut:
         """Forget the organization's user everywhere: event log, runs, facts, memory,
         connections, audit rows, vectors, and (through a tombstone on Kafka) every consumer's
@@ -266,7 +289,9 @@ def _own_fact(deps: ApiDependencies, key: MemoryKey, fact_id: uuid.UUID) -> Fact
     _known(deps, key)
     fact = deps.reads.user_fact(key, fact_id)
     if fact is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {key.user_id} has no fact {fact_id}")
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"user {excerpt(key.user_id)} has no fact {fact_id}"
+        )
     return fact
 
 

@@ -6,11 +6,11 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from domain.erasure import ErasureReceipt
 from domain.model import Fact, FactStatus, FactType, SurfacePolicy
-from producers.contract import MAX_CONTENT_CHARS, ContextEvent, Identifier
+from producers.contract import MAX_CONTENT_CHARS, ContextEvent, Identifier, reject_nul
 from store.read.bundle import ContextBundle, RetrievedFact
 from store.read.ranking import Budget
 from store.read.rendering import surface_group
@@ -18,15 +18,21 @@ from store.read.rendering import surface_group
 MAX_CONNECTIONS = 50
 MAX_EVENTS_PER_REQUEST = 500
 
-Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
-Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+# Text that reaches Postgres: no NUL, which it cannot store.
+Text = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS),
+    AfterValidator(reject_nul),
+]
+Key = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(reject_nul)]
+Query = Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS), AfterValidator(reject_nul)]
 
 
 class ContextRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     user_id: Identifier
-    query: Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS)]
+    query: Query
     active_connection_ids: list[Identifier] = Field(default_factory=list, max_length=50)
     budget: Budget = Budget.BALANCED
     context_types: list[Key] = Field(default_factory=list, max_length=20)

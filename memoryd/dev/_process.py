@@ -16,6 +16,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +176,39 @@ def log_tail(path: Path, lines: int = 40) -> str:
     except FileNotFoundError:
         return f"(no log at {path})"
     return "\n".join(text.splitlines()[-lines:])
+
+
+def ensure_port_free(host: str, port: int, owner: str) -> None:
+    """Raise unless host:port is free: something listening there is not the service of owner."""
+    if port_open(host, port):
+        raise ServiceError(
+            f"{host}:{port} is already taken by a process that is not {owner}; pick another port"
+        )
+
+
+@dataclass(frozen=True)
+class ServiceProcess:
+    """A local service's pid file, and the text its command line must contain to be ours."""
+
+    pid_file: Path
+    marker: str
+
+    def owned(self) -> int | None:
+        """The live pid this service recorded, if it is still the service's process."""
+        return owned_pid(self.pid_file, self.marker)
+
+    def spawn(
+        self, argv: Sequence[str], *, log_path: Path, env: Mapping[str, str] | None = None
+    ) -> int:
+        pid = spawn_detached(argv, log_path=log_path, env=env)
+        write_pid(self.pid_file, pid)
+        return pid
+
+    def stop(self, started: int | None, timeout: float) -> None:
+        """SIGTERM the service, SIGKILL after timeout; reap started if it died by itself."""
+        pid = self.owned()
+        if pid is not None:
+            terminate(pid, timeout)
+        elif started is not None:
+            exited(started)  # it died by itself: reap it (a zombie does not count as owned)
+        self.pid_file.unlink(missing_ok=True)

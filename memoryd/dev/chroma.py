@@ -17,13 +17,10 @@ import httpx
 
 from memoryd.dev._process import (
     ServiceError,
+    ServiceProcess,
+    ensure_port_free,
     exited,
     log_tail,
-    owned_pid,
-    port_open,
-    spawn_detached,
-    terminate,
-    write_pid,
 )
 
 _HOST = "127.0.0.1"
@@ -78,34 +75,29 @@ class LocalChroma:
         return self.home / "data"
 
     @property
-    def _pid_file(self) -> Path:
-        return self.home / "chroma.pid"
+    def _process(self) -> ServiceProcess:
+        return ServiceProcess(self.home / "chroma.pid", marker=str(self._data))
 
     @property
     def _log(self) -> Path:
         return self.home / "chroma.log"
 
     def is_running(self) -> bool:
-        return owned_pid(self._pid_file, str(self._data)) is not None
+        return self._process.owned() is not None
 
     def start(self, timeout: float = 60.0) -> str:
         """Start the server (or adopt ours if already running) and return its base URL."""
         deadline = time.monotonic() + timeout
-        self._pid = owned_pid(self._pid_file, str(self._data))
+        self._pid = self._process.owned()
         if self._pid is None:
-            if port_open(_HOST, self.port):
-                raise ServiceError(
-                    f"{_HOST}:{self.port} is already taken by a process that "
-                    f"is not the Chroma server of {self.home}; pick another port"
-                )
+            ensure_port_free(_HOST, self.port, f"the Chroma server of {self.home}")
             self._data.mkdir(parents=True, exist_ok=True)
             env = dict(os.environ)
             # No phoning home from dev machines and CI (and no hanging on it when offline).
             env["ANONYMIZED_TELEMETRY"] = "False"
             env["NO_COLOR"] = "1"
             args = ["run", "--path", str(self._data), "--host", _HOST, "--port", str(self.port)]
-            self._pid = spawn_detached(self._launcher() + args, log_path=self._log, env=env)
-            write_pid(self._pid_file, self._pid)
+            self._pid = self._process.spawn(self._launcher() + args, log_path=self._log, env=env)
         while time.monotonic() < deadline:
             if heartbeat(self.url, timeout=1.0):
                 return self.url
@@ -128,10 +120,5 @@ class LocalChroma:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM (Chroma shuts down cleanly on it), SIGKILL after timeout. Idempotent."""
-        pid = owned_pid(self._pid_file, str(self._data))
-        if pid is not None:
-            terminate(pid, timeout)
-        elif self._pid is not None:
-            exited(self._pid)  # it died by itself: reap it (a zombie does not count as owned)
+        self._process.stop(self._pid, timeout)
         self._pid = None
-        self._pid_file.unlink(missing_ok=True)

@@ -24,13 +24,11 @@ from pathlib import Path
 
 from memoryd.dev._process import (
     ServiceError,
+    ServiceProcess,
+    ensure_port_free,
     exited,
     log_tail,
-    owned_pid,
     port_open,
-    spawn_detached,
-    terminate,
-    write_pid,
 )
 
 with warnings.catch_warnings():
@@ -116,8 +114,8 @@ class LocalKafka:
         return self.home / "server.properties"
 
     @property
-    def _pid_file(self) -> Path:
-        return self.home / "kafka.pid"
+    def _process(self) -> ServiceProcess:
+        return ServiceProcess(self.home / "kafka.pid", marker=str(self._props))
 
     @property
     def _data_dir(self) -> Path:
@@ -169,21 +167,17 @@ class LocalKafka:
         partial.rename(libs)
 
     def is_running(self) -> bool:
-        return owned_pid(self._pid_file, str(self._props)) is not None
+        return self._process.owned() is not None
 
     def start(self, timeout: float = 120.0) -> str:
         """Start the broker (or adopt ours if already running) and return its bootstrap address."""
         deadline = time.monotonic() + timeout
-        self._pid = owned_pid(self._pid_file, str(self._props))
+        self._pid = self._process.owned()
         if self._pid is not None:
             self._wait_ready(deadline)
             return self.bootstrap
         for p in (self.port, self.controller_port):
-            if port_open(_HOST, p):
-                raise ServiceError(
-                    f"{_HOST}:{p} is already taken by a process that is not "
-                    f"the broker of {self.home}; pick other ports"
-                )
+            ensure_port_free(_HOST, p, f"the broker of {self.home}")
         libs = self.ensure_jars()
         java = _find_java()
         self._write_config()
@@ -197,8 +191,7 @@ class LocalKafka:
             f"-Dkafka.logs.dir={self._logs_dir}",
             "-cp", f"{libs}/*", "kafka.Kafka", str(self._props),
         ]  # fmt: skip
-        self._pid = spawn_detached(argv, log_path=self._stdout_log)
-        write_pid(self._pid_file, self._pid)
+        self._pid = self._process.spawn(argv, log_path=self._stdout_log)
         try:
             self._wait_ready(deadline)
         except ServiceError:
@@ -208,13 +201,8 @@ class LocalKafka:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the broker (controlled shutdown on SIGTERM, SIGKILL after timeout). Idempotent."""
-        pid = owned_pid(self._pid_file, str(self._props))
-        if pid is not None:
-            terminate(pid, timeout)
-        elif self._pid is not None:
-            exited(self._pid)  # it died by itself: reap it (a zombie does not count as owned)
+        self._process.stop(self._pid, timeout)
         self._pid = None
-        self._pid_file.unlink(missing_ok=True)
 
     def _write_config(self) -> None:
         self._logs_dir.mkdir(parents=True, exist_ok=True)
@@ -243,6 +231,9 @@ class LocalKafka:
             "share.coordinator.state.topic.min.isr": "1",
             # Tests join groups constantly; the default 3 s delay would slow every one of them.
             "group.initial.rebalance.delay.ms": "0",
+            # The fault tests stop members and the broker itself for longer than a session
+            # timeout; the default floor of 6 s would make each of them wait that much more.
+            "group.min.session.timeout.ms": "1000",
         }
         self._props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), "utf-8")
         log4j = (

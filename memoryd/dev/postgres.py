@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import errors, sql
 
-from memoryd.dev._process import ServiceError, log_tail, port_open
+from memoryd.dev._process import ServiceError, ensure_port_free, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +152,7 @@ class LocalPostgres:
                 self._ensure_database()
                 return self.dsn
             self.stop()  # running on other ports from an earlier configuration
-        if port_open(_HOST, self.port):
-            raise ServiceError(f"{_HOST}:{self.port} is already taken; pick another port")
+        ensure_port_free(_HOST, self.port, f"the Postgres server of {self.home}")
         result = self._pg_ctl("start", "-w", "-t", str(int(timeout)), "-l", str(self._log))
         if result.returncode != 0:
             raise ServiceError(

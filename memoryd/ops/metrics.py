@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
@@ -96,43 +97,38 @@ class TelemetryMetrics:
 
 class HealthMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.dependency_up = Gauge(
+        gauge = partial(Gauge, registry=registry)
+        self.dependency_up = gauge(
             "memoryd_dependency_up",
             "1 when the dependency answered the last health check",
             ["dependency"],
-            registry=registry,
         )
-        self.ready = Gauge(
-            "memoryd_ready", "1 when the process is ready (what /readyz answers)", registry=registry
-        )
+        self.ready = gauge("memoryd_ready", "1 when the process is ready (what /readyz answers)")
 
 
 class MaintenanceMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.changes = Counter(
+        counter = partial(Counter, registry=registry)
+        self.changes = counter(
             "memoryd_maintenance_changes_total",
             "Facts changed by maintenance, by job and rule",
             ["cluster_job", "rule"],
-            registry=registry,
         )
-        self.runs = Counter(
+        self.runs = counter(
             "memoryd_maintenance_runs_total",
             "Maintenance job runs by outcome",
             ["cluster_job", "outcome"],
-            registry=registry,
         )
-        self.context_logs_deleted = Counter(
-            "memoryd_context_logs_deleted_total",
-            "Read audit rows deleted by retention",
-            registry=registry,
+        self.context_logs_deleted = counter(
+            "memoryd_context_logs_deleted_total", "Read audit rows deleted by retention"
         )
 
 
 class PriceMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.unpriced = Counter(
+        counter = partial(Counter, registry=registry)
+        self.unpriced = counter(
             "memoryd_unpriced_model_uses_total",
             "Costs computed with the configured default price: the model has no price of its own",
             ["model"],
-            registry=registry,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from consumers.lag import ConsumerLagProbe, KafkaUnavailable
@@ -21,27 +22,20 @@ log = logging.getLogger(__name__)
 TELEMETRY_JOB = "telemetry"
 
 
+@dataclass(frozen=True)
 class ClusterTelemetry:
-    def __init__(
-        self,
-        freshness: FreshnessProbe,
-        lag: ConsumerLagProbe,
-        jobs: ClusterJobs,
-        metrics: TelemetryMetrics,
-        clock: Callable[[], datetime],
-    ) -> None:
-        self._freshness = freshness
-        self._lag = lag
-        self._jobs = jobs
-        self._metrics = metrics
-        self._clock = clock
+    freshness: FreshnessProbe
+    lag: ConsumerLagProbe
+    jobs: ClusterJobs
+    metrics: TelemetryMetrics
+    clock: Callable[[], datetime]
 
     def measure(self) -> None:
         """Publish what can be measured; a part that fails is counted and left to expire."""
-        m = self._metrics
+        m = self.metrics
         ok = True
         try:
-            fresh = self._freshness.measure()
+            fresh = self.freshness.measure()
             m.freshness.publish({(): fresh.oldest_pending_age_s})
             m.pending.publish({(): float(fresh.pending)})
             m.parked.publish({(): float(fresh.parked)})
@@ -51,7 +45,7 @@ class ClusterTelemetry:
             m.measurements.labels("postgres_failed").inc()
             log.warning("freshness not measured: %s", e)
         try:
-            lags = self._lag.measure()
+            lags = self.lag.measure()
             m.lag.publish({(x.consumer, str(x.partition)): float(x.lag) for x in lags})
         except KafkaUnavailable as e:
             ok = False
@@ -61,14 +55,14 @@ class ClusterTelemetry:
             m.measurements.labels("ok").inc()
 
     def _publish_jobs(self) -> None:
-        now = self._clock()
+        now = self.clock()
         ages: dict[tuple[str, ...], float] = {}
         failed: dict[tuple[str, ...], float] = {}
-        for state in self._jobs.states():
+        for state in self.jobs.states():
             if state.job == TELEMETRY_JOB:
                 continue
             failed[(state.job,)] = 1.0 if state.last_outcome == "failed" else 0.0
             if state.last_outcome == "succeeded" and state.last_finished_at is not None:
                 ages[(state.job,)] = max(0.0, (now - state.last_finished_at).total_seconds())
-        self._metrics.job_age.publish(ages)
-        self._metrics.job_failed.publish(failed)
+        self.metrics.job_age.publish(ages)
+        self.metrics.job_failed.publish(failed)

@@ -16,6 +16,7 @@ from chromadb.api import ClientAPI
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.ports import Embedder, Vector, VectorHit
+from domain.reads import Scope
 from store.chroma._client import close_client
 from store.chroma.vector_index import ChromaVectorIndex
 from store.errors import VectorIndexUnavailable
@@ -58,26 +59,8 @@ class ReconnectingIndex:
     def update_status(self, statuses: Mapping[uuid.UUID, FactStatus]) -> None:
         self._call(lambda i: i.update_status(statuses))
 
-    def query(
-        self,
-        *,
-        key: MemoryKey,
-        text: str,
-        connection_ids: Sequence[str],
-        n: int,
-        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
-        context_types: Sequence[str] = (),
-    ) -> list[VectorHit]:
-        return self._call(
-            lambda i: i.query(
-                key=key,
-                text=text,
-                connection_ids=connection_ids,
-                n=n,
-                statuses=statuses,
-                context_types=context_types,
-            )
-        )
+    def query(self, scope: Scope, text: str, n: int) -> list[VectorHit]:
+        return self._call(lambda i: i.query(scope, text, n))
 
     def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
         return self._call(lambda i: i.embeddings(fact_ids))

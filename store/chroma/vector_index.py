@@ -22,6 +22,7 @@ from domain.codec import fact_metadata
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.ports import Embedder, MetadataValue, Vector, VectorHit
+from domain.reads import Scope
 from store.chroma._translate import translated
 from store.chroma.filters import build_where, memory_where
 from store.embeddings import ChromaEmbeddingFunction
@@ -123,24 +124,10 @@ class ChromaVectorIndex:
                 patches: list[Metadata] = [{"status": status.value} for _, status in chunk]
                 collection.update(ids=[str(fact_id) for fact_id, _ in chunk], metadatas=patches)
 
-    def query(
-        self,
-        *,
-        key: MemoryKey,
-        text: str,
-        connection_ids: Sequence[str],
-        n: int,
-        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
-        context_types: Sequence[str] = (),
-    ) -> list[VectorHit]:
-        if n <= 0 or not statuses:
+    def query(self, scope: Scope, text: str, n: int) -> list[VectorHit]:
+        if n <= 0 or not scope.statuses:
             return []
-        where = build_where(
-            key=key,
-            connection_ids=connection_ids,
-            statuses=statuses,
-            context_types=context_types,
-        )
+        where = build_where(scope)
         (vector,) = self._embedder.embed([text])
         with translated("query"):
             result = self._get_collection().query(

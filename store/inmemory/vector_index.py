@@ -13,6 +13,7 @@ from domain.codec import fact_metadata
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.ports import Embedder, Vector, VectorHit
+from domain.reads import Scope
 from store.exact_search import nearest
 
 
@@ -59,24 +60,11 @@ class InMemoryVectorIndex:
                 if entry is not None:
                     self._entries[fact_id] = replace(entry, fact=replace(entry.fact, status=status))
 
-    def query(
-        self,
-        *,
-        key: MemoryKey,
-        text: str,
-        connection_ids: Sequence[str],
-        n: int,
-        statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,),
-        context_types: Sequence[str] = (),
-    ) -> list[VectorHit]:
-        if n <= 0 or not statuses:
+    def query(self, scope: Scope, text: str, n: int) -> list[VectorHit]:
+        if n <= 0 or not scope.statuses:
             return []
         with self._lock:
-            candidates = [
-                e
-                for e in self._entries.values()
-                if _admits(e.fact, key, connection_ids, statuses, context_types)
-            ]
+            candidates = [e for e in self._entries.values() if scope.admits(e.fact)]
         if not candidates:
             return []
         (query,) = self._embedder.embed([text])
@@ -115,19 +103,3 @@ class InMemoryVectorIndex:
     def count(self, key: MemoryKey | None = None) -> int:
         with self._lock:
             return sum(1 for e in self._entries.values() if key in (None, e.fact.key))
-
-
-def _admits(
-    fact: Fact,
-    key: MemoryKey,
-    connection_ids: Sequence[str],
-    statuses: Sequence[FactStatus],
-    context_types: Sequence[str],
-) -> bool:
-    connection = fact.provenance.connection_id
-    return (
-        fact.key == key
-        and (connection is None or connection in connection_ids)
-        and fact.status in statuses
-        and (not context_types or fact.provenance.context_type in context_types)
-    )

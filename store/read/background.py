@@ -1,10 +1,15 @@
 """Writes taken off the hot path: a bounded queue drained in batches by one worker thread.
 
-`submit` never blocks: when the queue is full the item is dropped and counted, because a
-chat turn must not wait for its own audit row. The worker starts on the first submit and
-exits after it has been idle a while, so a short-lived service leaves no thread behind;
-`close` writes what is queued and stops it. A failed batch is retried with bounded backoff
-on `StoreError` (Postgres away, a deadlock); after the last attempt it is dropped and counted.
+Nothing submitted is dropped while the process runs. A failed batch (Postgres away, a
+deadlock, a privilege revoked) is retried with bounded backoff for as long as it fails, with a
+warning in the log and the rows pending in `memoryd_background_pending`; meanwhile the queue
+fills, and when it is full `submit` waits for room (back-pressure: reads slow down rather than
+lose their audit rows and recall counts). The worker starts on the first submit and exits
+after it has been idle a while, so a short-lived service leaves no thread behind.
+
+`close` refuses new items and writes what is queued. If that cannot finish in its timeout
+(Postgres away at shutdown), or the pool is already closed, the rows left are given up,
+logged and counted as dropped at shutdown: a process that stops cannot hold them.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
+from psycopg_pool import PoolClosed
 from pydantic import BaseModel, Field
 
 from domain.retry import Backoff
@@ -24,6 +30,7 @@ from store.errors import StoreError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_ROOM_POLL_S = 0.005
 
 
 class WriterSettings(BaseModel):
@@ -33,7 +40,6 @@ class WriterSettings(BaseModel):
     max_batch: int = Field(default=500, ge=1)
     max_delay_s: float = Field(default=0.2, gt=0)  # how long a batch waits to fill up
     idle_exit_s: float = Field(default=5.0, gt=0)
-    attempts: int = Field(default=4, ge=1)
     backoff_s: float = Field(default=0.2, gt=0)
     backoff_max_s: float = Field(default=2.0, gt=0)
 
@@ -51,39 +57,51 @@ class BatchWriter(Generic[T]):
         *,
         on_dropped: Callable[[str, str, int], None] | None = None,
         on_written: Callable[[str, int], None] | None = None,
+        on_pending: Callable[[str, int], None] | None = None,
     ) -> None:
         self.name = name
         self._write = write
         self._settings = settings or WriterSettings()
         self._on_dropped = on_dropped
         self._on_written = on_written
+        self._on_pending = on_pending
         self._queue: queue.Queue[T] = queue.Queue(maxsize=self._settings.max_queue)
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
         self._pending = 0  # submitted, not yet written or dropped
         self._closed = False
+        self._given_up = False  # close() timed out: stop retrying, the process is stopping
 
     def submit(self, item: T) -> bool:
-        """Queue an item; False (and counted) when the queue is full or the writer closed."""
-        with self._lock:
-            if self._closed:
-                accepted = False
-            else:
+        """Queue an item, waiting for room while the queue is full; False (and counted) only
+        when the writer is closed."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    break
                 try:
                     self._queue.put_nowait(item)
-                    accepted = True
-                    self._pending += 1
-                    if self._thread is None:
-                        self._thread = threading.Thread(
-                            target=self._run, name=f"writer-{self.name}", daemon=True
-                        )
-                        self._thread.start()
                 except queue.Full:
-                    accepted = False
-        if not accepted:
-            self._dropped(1, "queue full" if not self._closed else "writer closed")
-        return accepted
+                    self._ensure_worker()
+                else:
+                    self._pending += 1
+                    self._ensure_worker()
+                    pending = self._pending
+                    break
+            time.sleep(_ROOM_POLL_S)  # back-pressure: the worker frees room as it writes
+        if self._closed:
+            self._dropped(1, "writer closed")
+            return False
+        self._report_pending(pending)
+        return True
+
+    def _ensure_worker(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name=f"writer-{self.name}", daemon=True
+            )
+            self._thread.start()
 
     @property
     def depth(self) -> int:
@@ -101,10 +119,12 @@ class BatchWriter(Generic[T]):
         return True
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Refuse new items, write the queued ones, and stop the worker."""
+        """Refuse new items, write the queued ones, and stop the worker; what cannot be written
+        in `timeout_s` is given up (logged and counted)."""
         with self._lock:
             self._closed = True
-        self.flush(timeout_s)
+        if not self.flush(timeout_s):
+            self._given_up = True
         with self._lock:
             thread = self._thread
         if thread is not None:
@@ -124,10 +144,12 @@ class BatchWriter(Generic[T]):
                         return
                 continue
             batch = [first, *self._more(s)]
-            self._write_with_retries(batch)
+            self._write_until_done(batch)
             with self._settled:
                 self._pending -= len(batch)
+                pending = self._pending
                 self._settled.notify_all()
+            self._report_pending(pending)
 
     def _more(self, s: WriterSettings) -> list[T]:
         items: list[T] = []
@@ -139,30 +161,48 @@ class BatchWriter(Generic[T]):
                 break
         return items
 
-    def _write_with_retries(self, batch: list[T]) -> None:
-        s = self._settings
-        for attempt in range(1, s.attempts + 1):
+    def _write_until_done(self, batch: list[T]) -> None:
+        backoff = self._settings.backoff
+        failures = 0
+        while True:
             try:
                 self._write(batch)
             except StoreError as e:
-                if attempt == s.attempts:
+                if self._closed and (self._given_up or _pool_closed(e)):
                     log.error(
-                        "%s: dropping %d item(s) after %d attempts: %s",
-                        self.name,
-                        len(batch),
-                        attempt,
-                        e,
+                        "%s: %d item(s) not written at shutdown: %s", self.name, len(batch), e
                     )
-                    self._dropped(len(batch), "write failed")
+                    self._dropped(len(batch), "shutdown")
                     return
-                time.sleep(s.backoff.delay(attempt - 1))
+                wait = backoff.delay(failures)
+                failures += 1
+                log.warning(
+                    "%s: degraded, writing %d item(s) failed (retry %d in %.1fs): %s",
+                    self.name,
+                    len(batch),
+                    failures,
+                    wait,
+                    e,
+                )
+                time.sleep(wait)
             else:
+                if failures:
+                    log.info("%s: recovered after %d retries", self.name, failures)
                 if self._on_written is not None:
                     self._on_written(self.name, len(batch))
                 return
 
+    def _report_pending(self, n: int) -> None:
+        if self._on_pending is not None:
+            self._on_pending(self.name, n)
+
     def _dropped(self, n: int, reason: str) -> None:
         if self._on_dropped is not None:
             self._on_dropped(self.name, reason, n)
-        if reason != "write failed":
+        if reason == "writer closed":
             log.warning("%s: dropped %d item(s): %s", self.name, n, reason)
+
+
+def _pool_closed(error: BaseException) -> bool:
+    """The pool was closed under the writer: the process is stopping, Postgres is not away."""
+    return isinstance(error.__cause__, PoolClosed)

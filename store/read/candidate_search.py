@@ -91,13 +91,7 @@ class HybridFactSearch:
             ids = self._reads.indexed_ids(scope, EXACT_SEARCH_MAX_FACTS + 1)
             if len(ids) > EXACT_SEARCH_MAX_FACTS:
                 for i in members:
-                    hits = self._index.query(
-                        key=scope.key,
-                        text=queries[i].text,
-                        connection_ids=scope.connection_ids,
-                        n=limit,
-                        statuses=CONSOLIDATION_STATUSES,
-                    )
+                    hits = self._index.query(scope, queries[i].text, limit)
                     out[i] = [h.fact_id for h in hits]
                 continue
             stored = self._index.embeddings(ids) if ids else {}

@@ -14,12 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
 from domain.model import LedgerEntry, TokenUsage
-from store.errors import DatabaseUnavailable, StoreError
 from store.postgres import transaction
+from store.write.memory_store import insert_ledger
 
 
 @dataclass(frozen=True)
@@ -37,29 +36,5 @@ class ReadLedger:
         self._pool = pool
 
     def write(self, entries: Sequence[LedgerEntry]) -> None:
-        try:
-            with transaction(self._pool) as conn, conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO credit_ledger (entry_id, user_id, organization_id, run_id,"
-                    " operation, model, units, cost_micro_usd, occurred_at)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                    " ON CONFLICT (entry_id) DO NOTHING",
-                    [
-                        (
-                            e.entry_id,
-                            e.user_id,
-                            e.organization_id,
-                            e.run_id,
-                            e.operation,
-                            e.model,
-                            e.units,
-                            e.cost_micro_usd,
-                            e.occurred_at,
-                        )
-                        for e in entries
-                    ],
-                )
-        except DatabaseUnavailable:
-            raise
-        except psycopg.Error as e:
-            raise StoreError(f"booking {len(entries)} read cost(s) failed: {e}") from e
+        with transaction(self._pool, f"booking {len(entries)} read cost(s)") as conn:
+            insert_ledger(conn, entries)

@@ -6,7 +6,9 @@ Labels stay low-cardinality: budget, stage, outcome, writer — never a user id 
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from functools import partial
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from store.read.bundle import ContextBundle
 from store.read.query_rewrite import RewriteOutcome
@@ -16,44 +18,48 @@ READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 
 class ReadPathMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.assemble_seconds = Histogram(
+        counter = partial(Counter, registry=registry)
+        histogram = partial(Histogram, registry=registry)
+        self.assemble_seconds = histogram(
             "memoryd_context_assemble_seconds",
             "Time to assemble one turn's context",
             ["budget", "degraded"],
             buckets=READ_BUCKETS,
-            registry=registry,
         )
-        self.stage_seconds = Histogram(
+        self.stage_seconds = histogram(
             "memoryd_context_stage_seconds",
             "Time spent in each stage of the read path",
             ["stage"],
             buckets=READ_BUCKETS,
-            registry=registry,
         )
-        self.injection_cache = Counter(
+        self.injection_cache = counter(
             "memoryd_injection_cache_total",
             "Injection reads served from the in-process cache (hit) or Postgres (miss)",
             ["outcome"],
-            registry=registry,
         )
-        self.rewrites = Counter(
+        self.rewrites = counter(
             "memoryd_query_rewrites_total",
             "Query rewrites by outcome (rewritten, timeout, failed)",
             ["outcome"],
-            registry=registry,
         )
-        self.writer_written = Counter(
+        self.writer_written = counter(
             "memoryd_background_written_total",
             "Items written by the read path's background writers",
             ["writer"],
-            registry=registry,
         )
-        self.writer_dropped = Counter(
+        self.writer_dropped = counter(
             "memoryd_background_dropped_total",
-            "Items the read path's background writers dropped (queue full, write failed)",
+            "Items the read path's background writers gave up (writer closed, shutdown)",
             ["writer", "reason"],
-            registry=registry,
         )
+        self.writer_pending = partial(Gauge, registry=registry)(
+            "memoryd_background_pending",
+            "Items submitted to the read path's background writers, not yet written",
+            ["writer"],
+        )
+
+    def pending(self, writer: str, n: int) -> None:
+        self.writer_pending.labels(writer).set(n)
 
     def dropped(self, writer: str, reason: str, n: int) -> None:
         self.writer_dropped.labels(writer, reason).inc(n)

@@ -19,10 +19,8 @@ from store.postgres import transaction
 # the watermark never passes rows younger than this, so a late commit is never skipped.
 SETTLE_S = 60
 
-_FIRST_PENDING = """
-SELECT e.seq, extract(epoch FROM now() - e.recorded_at)::float8
-FROM context_events e
-WHERE e.seq > %(after)s
+# A logged event e still waiting for the pipeline: not consolidated, not parked by a failed run.
+_WAITING = """
   AND NOT EXISTS (
       SELECT 1 FROM consolidated_events c
       WHERE (c.organization_id, c.user_id, c.event_id) = (e.organization_id, e.user_id, e.event_id))
@@ -30,20 +28,19 @@ WHERE e.seq > %(after)s
       SELECT 1 FROM consolidation_runs r
       WHERE (r.organization_id, r.user_id) = (e.organization_id, e.user_id)
         AND r.status <> 'succeeded' AND r.input_event_ids @> ARRAY[e.event_id])
+"""
+
+_FIRST_PENDING = f"""
+SELECT e.seq, extract(epoch FROM now() - e.recorded_at)::float8
+FROM context_events e
+WHERE e.seq > %(after)s {_WAITING}
 ORDER BY e.seq
 LIMIT 1
 """
 
-_PENDING_COUNT = """
+_PENDING_COUNT = f"""
 SELECT count(*) FROM context_events e
-WHERE e.seq >= %(from)s
-  AND NOT EXISTS (
-      SELECT 1 FROM consolidated_events c
-      WHERE (c.organization_id, c.user_id, c.event_id) = (e.organization_id, e.user_id, e.event_id))
-  AND NOT EXISTS (
-      SELECT 1 FROM consolidation_runs r
-      WHERE (r.organization_id, r.user_id) = (e.organization_id, e.user_id)
-        AND r.status <> 'succeeded' AND r.input_event_ids @> ARRAY[e.event_id])
+WHERE e.seq >= %(from)s {_WAITING}
 """
 
 _SETTLED_MAX = """

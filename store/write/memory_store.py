@@ -212,14 +212,14 @@ class PostgresMemoryStore:
             )
             fact_rows.write_changes(conn, run.run_id, update.fact_changes)
             self._append_connections(conn, state, update)
-            self._insert_ledger(conn, update.ledger)
+            insert_ledger(conn, update.ledger)
 
     def record_run(self, run: RunRecord, ledger: Sequence[LedgerEntry] = ()) -> None:
         """Record a run that changed nothing (failed, deferred, discarded) and what its call
         cost, in one transaction; idempotent on run_id and entry ids."""
         with transaction(self._pool, f"recording run {run.run_id}") as conn:
             self._insert_run(conn, run)
-            self._insert_ledger(conn, ledger)
+            insert_ledger(conn, ledger)
 
     def insert_facts(self, facts: Sequence[Fact]) -> int:
         """Bulk-load facts made elsewhere (an import, a bench); an id already stored is left
@@ -229,7 +229,7 @@ class PostgresMemoryStore:
 
     def record_ledger(self, entries: Sequence[LedgerEntry]) -> None:
         with transaction(self._pool) as conn:
-            self._insert_ledger(conn, entries)
+            insert_ledger(conn, entries)
 
     def pending_index(self, limit: int = 500, *, skip_out_of_credit: bool = False) -> list[Fact]:
         """Facts whose current version is not yet in the vector index, oldest change first."""
@@ -273,7 +273,7 @@ class PostgresMemoryStore:
                 if not cur.nextset():
                     break
             marked = [f for f in facts if f.fact_id in marked_ids]
-            self._insert_ledger(conn, ledger_for(marked))
+            insert_ledger(conn, ledger_for(marked))
         return marked
 
     def set_credit(self, key: MemoryKey, credit_micro_usd: int) -> None:
@@ -359,29 +359,30 @@ class PostgresMemoryStore:
                 (state.user_id, connection_id, state.organization_id, Jsonb(list(additions))),
             )
 
-    @staticmethod
-    def _insert_ledger(conn: psycopg.Connection[Any], entries: Sequence[LedgerEntry]) -> None:
-        with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO credit_ledger (entry_id, user_id, organization_id, run_id, operation,"
-                " model, units, cost_micro_usd, occurred_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (entry_id) DO NOTHING",
-                [
-                    (
-                        e.entry_id,
-                        e.user_id,
-                        e.organization_id,
-                        e.run_id,
-                        e.operation,
-                        e.model,
-                        e.units,
-                        e.cost_micro_usd,
-                        e.occurred_at,
-                    )
-                    for e in entries
-                ],
-            )
+
+def insert_ledger(conn: psycopg.Connection[Any], entries: Sequence[LedgerEntry]) -> None:
+    """Book entries to the credit ledger; idempotent on their entry ids."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO credit_ledger (entry_id, user_id, organization_id, run_id, operation,"
+            " model, units, cost_micro_usd, occurred_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (entry_id) DO NOTHING",
+            [
+                (
+                    e.entry_id,
+                    e.user_id,
+                    e.organization_id,
+                    e.run_id,
+                    e.operation,
+                    e.model,
+                    e.units,
+                    e.cost_micro_usd,
+                    e.occurred_at,
+                )
+                for e in entries
+            ],
+        )
 
 
 def _text(value: str | None) -> str | None:

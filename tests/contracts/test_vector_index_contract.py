@@ -16,7 +16,7 @@ import pytest
 from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import Fact, FactStatus
 from domain.ports import VectorHit, VectorIndex
-from tests.support.builders import make_fact
+from tests.support.builders import make_fact, nearest
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -39,13 +39,6 @@ def contents(hits: Sequence[VectorHit]) -> set[str]:
     return {h.content for h in hits}
 
 
-def _query(
-    index: VectorIndex, user_id: str, text: str, org: str = "org-1", **kwargs: object
-) -> list[VectorHit]:
-    params: dict[str, object] = {"connection_ids": [], "n": 10, **kwargs}
-    return index.query(key=MemoryKey(org, user_id), text=text, **params)  # type: ignore[arg-type]
-
-
 def key(user_id: str, org: str = "org-1") -> MemoryKey:
     return MemoryKey(org, user_id)
 
@@ -64,7 +57,7 @@ def test_upsert_of_known_text_refreshes_metadata(vector_index: VectorIndex) -> N
     fact = indexed_fact("u1", "lives in Berlin", salience=0.2)
     vector_index.upsert([fact])
     assert vector_index.upsert([replace(fact, salience=0.8, pinned=True)]) == 0
-    (hit,) = _query(vector_index, "u1", "lives in Berlin")
+    (hit,) = nearest(vector_index, key("u1"), "lives in Berlin")
     assert hit.metadata["salience"] == pytest.approx(0.8)
     assert hit.metadata["pinned"] is True
 
@@ -78,7 +71,7 @@ def test_duplicate_ids_in_one_upsert_are_indexed_once(vector_index: VectorIndex)
 def test_query_returns_similarity_content_and_metadata(vector_index: VectorIndex) -> None:
     fact = indexed_fact("u1", "lives in Berlin")
     vector_index.upsert([fact, indexed_fact("u1", "likes green tea")])
-    hits = _query(vector_index, "u1", "lives in Berlin")
+    hits = nearest(vector_index, key("u1"), "lives in Berlin")
     assert [h.content for h in hits] == ["lives in Berlin", "likes green tea"]
     best = hits[0]
     assert best.fact_id == fact.fact_id
@@ -108,8 +101,8 @@ def test_query_returns_similarity_content_and_metadata(vector_index: VectorIndex
 
 def test_n_limits_the_hits(vector_index: VectorIndex) -> None:
     vector_index.upsert([indexed_fact("u1", f"enjoys hobby number {i}") for i in range(4)])
-    assert len(_query(vector_index, "u1", "hobby", n=2)) == 2
-    assert _query(vector_index, "u1", "hobby", n=0) == []
+    assert len(nearest(vector_index, key("u1"), "hobby", n=2)) == 2
+    assert nearest(vector_index, key("u1"), "hobby", n=0) == []
 
 
 def test_another_users_better_match_is_never_returned(vector_index: VectorIndex) -> None:
@@ -120,7 +113,7 @@ def test_another_users_better_match_is_never_returned(vector_index: VectorIndex)
             indexed_fact("bob", "lives in Berlin, Germany"),
         ]
     )
-    hits = _query(vector_index, "alice", "lives in Berlin")
+    hits = nearest(vector_index, key("alice"), "lives in Berlin")
     assert contents(hits) == {"is based in Berlin"}
     assert all(h.metadata["user_id"] == "alice" for h in hits)
     assert vector_index.count(key("alice")) == 1
@@ -136,10 +129,10 @@ def test_the_same_user_id_in_another_organization_is_another_memory(
         [ours, theirs, indexed_fact("alice", "lives in Berlin, Germany", org="org-2")]
     )
     assert ours.fact_id != indexed_fact("alice", "is based in Berlin", org="org-2").fact_id
-    hits = _query(vector_index, "alice", "lives in Berlin")
+    hits = nearest(vector_index, key("alice"), "lives in Berlin")
     assert contents(hits) == {"is based in Berlin"}
     assert {h.metadata["organization_id"] for h in hits} == {"org-1"}
-    assert contents(_query(vector_index, "alice", "lives in Berlin", org="org-2")) == {
+    assert contents(nearest(vector_index, key("alice", "org-2"), "lives in Berlin")) == {
         "lives in Berlin",
         "lives in Berlin, Germany",
     }
@@ -158,11 +151,13 @@ def test_connection_scoping(vector_index: VectorIndex) -> None:
             indexed_fact("u1", "prefers short answers"),
         ]
     )
-    no_connections = contents(_query(vector_index, "u1", "tools", connection_ids=[]))
+    no_connections = contents(nearest(vector_index, key("u1"), "tools", connection_ids=[]))
     assert no_connections == {"prefers short answers"}
-    with_c1 = contents(_query(vector_index, "u1", "tools", connection_ids=["c1"]))
+    with_c1 = contents(nearest(vector_index, key("u1"), "tools", connection_ids=["c1"]))
     assert with_c1 == {"prefers short answers", "uses Jira for sprint planning"}
-    with_both = contents(_query(vector_index, "u1", "tools", connection_ids=["c1", "c2", "c9"]))
+    with_both = contents(
+        nearest(vector_index, key("u1"), "tools", connection_ids=["c1", "c2", "c9"])
+    )
     assert len(with_both) == 3
 
 
@@ -170,15 +165,15 @@ def test_status_filter(vector_index: VectorIndex) -> None:
     berlin = indexed_fact("u1", "lives in Berlin")
     vector_index.upsert([berlin, indexed_fact("u1", "likes green tea")])
     vector_index.update_status({berlin.fact_id: FactStatus.CONTRADICTED})
-    assert contents(_query(vector_index, "u1", "Berlin")) == {"likes green tea"}
-    both = _query(
-        vector_index, "u1", "Berlin", statuses=[FactStatus.ACTIVE, FactStatus.CONTRADICTED]
+    assert contents(nearest(vector_index, key("u1"), "Berlin")) == {"likes green tea"}
+    both = nearest(
+        vector_index, key("u1"), "Berlin", statuses=[FactStatus.ACTIVE, FactStatus.CONTRADICTED]
     )
     assert contents(both) == {"lives in Berlin", "likes green tea"}
-    (only,) = _query(vector_index, "u1", "Berlin", statuses=[FactStatus.CONTRADICTED])
+    (only,) = nearest(vector_index, key("u1"), "Berlin", statuses=[FactStatus.CONTRADICTED])
     assert only.metadata["status"] == "contradicted"
     assert only.metadata["user_id"] == "u1"  # the status update left the rest alone
-    assert _query(vector_index, "u1", "Berlin", statuses=[]) == []
+    assert nearest(vector_index, key("u1"), "Berlin", statuses=[]) == []
 
 
 def test_update_status_of_an_unindexed_fact_is_ignored(vector_index: VectorIndex) -> None:
@@ -195,11 +190,11 @@ def test_context_type_filter(vector_index: VectorIndex) -> None:
             indexed_fact("u1", "Berlin office wiki page", context_type="tool_output"),
         ]
     )
-    assert contents(_query(vector_index, "u1", "Berlin", context_types=["email"])) == {
+    assert contents(nearest(vector_index, key("u1"), "Berlin", context_types=["email"])) == {
         "flight to Berlin on Friday"
     }
-    assert len(_query(vector_index, "u1", "Berlin", context_types=["email", "chat"])) == 2
-    assert len(_query(vector_index, "u1", "Berlin")) == 3
+    assert len(nearest(vector_index, key("u1"), "Berlin", context_types=["email", "chat"])) == 2
+    assert len(nearest(vector_index, key("u1"), "Berlin")) == 3
 
 
 def test_delete(vector_index: VectorIndex) -> None:
@@ -208,17 +203,17 @@ def test_delete(vector_index: VectorIndex) -> None:
     vector_index.delete([berlin.fact_id])
     vector_index.delete([berlin.fact_id])  # already gone: still fine
     vector_index.delete([])
-    assert contents(_query(vector_index, "u1", "Berlin")) == {"likes green tea"}
+    assert contents(nearest(vector_index, key("u1"), "Berlin")) == {"likes green tea"}
     assert vector_index.count() == 1
 
 
 def test_empty_collection_and_new_user_return_nothing(vector_index: VectorIndex) -> None:
-    assert _query(vector_index, "nobody", "anything") == []
+    assert nearest(vector_index, key("nobody"), "anything") == []
     assert vector_index.count() == 0
     assert vector_index.count(key("nobody")) == 0
     assert vector_index.upsert([]) == 0
     vector_index.upsert([indexed_fact("u1", "lives in Berlin")])
-    assert _query(vector_index, "new-user", "lives in Berlin") == []
+    assert nearest(vector_index, key("new-user"), "lives in Berlin") == []
 
 
 def test_embeddings_are_the_stored_vectors(vector_index: VectorIndex) -> None:

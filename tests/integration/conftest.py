@@ -9,6 +9,7 @@ import pytest
 
 from store.migrate import migrate
 from store.postgres import make_pool
+from tests.support.chroma import DisposableChroma
 from tests.support.deployment import Deployment, deployment_settings
 
 
@@ -28,3 +29,13 @@ def deployment(
         pool.close()
     settings = deployment_settings(kafka_bootstrap, fresh_database, topic, dlq, tmp_path / "chroma")
     return Deployment(settings, fresh_database)
+
+
+@pytest.fixture
+def own_chroma(tmp_path: Path) -> Iterator[DisposableChroma]:
+    server = DisposableChroma(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

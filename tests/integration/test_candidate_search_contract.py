@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.ids import MemoryKey, fact_id_for
-from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.ids import MemoryKey
+from domain.model import Fact, FactStatus
 from domain.ports import FactQuery, FactSearch, Vector, VectorHit
 from memoryd import wiring
 from store.errors import VectorIndexUnavailable
@@ -19,6 +19,7 @@ from store.inmemory import InMemoryFactSearch
 from store.read import candidate_search
 from store.read.candidate_search import HybridFactSearch
 from store.read.fact_queries import PostgresReadModel
+from tests.support.builders import make_fact
 from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
@@ -39,21 +40,8 @@ def fact(
     days: int = 0,
 ) -> Fact:
     at = T0 - timedelta(days=days)
-    return Fact(
-        fact_id=fact_id_for(MemoryKey(org, user), content, connection),
-        user_id=user,
-        organization_id=org,
-        content=content,
-        fact_type=FactType.PROFILE,
-        surface=SurfacePolicy.SPEAK,
-        status=status,
-        confidence=0.9,
-        salience=0.5,
-        provenance=Provenance("fact", "interactive", connection_id=connection),
-        created_by_run=uuid.uuid5(uuid.NAMESPACE_URL, "seed"),
-        created_at=at,
-        updated_at=at,
-        pinned=pinned,
+    return make_fact(
+        user, content, org=org, connection_id=connection, at=at, status=status, pinned=pinned
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -18,12 +19,13 @@ from chromadb.errors import ChromaError
 
 from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import FactStatus
-from domain.ports import VectorHit, VectorIndex
+from domain.ports import VectorHit
+from domain.reads import Scope
 from store.chroma import ChromaVectorIndex, close_client, embedded_client, http_client
 from store.chroma.filters import build_where
 from store.embeddings import MiniLmEmbedder
 from store.errors import VectorIndexUnavailable
-from tests.support.builders import key_of, make_fact
+from tests.support.builders import key_of, make_fact, nearest
 from tests.support.chroma import DisposableChroma, free_port
 from tests.support.fakes import LetterCountEmbedder
 
@@ -92,17 +94,14 @@ def test_build_where(
     expected: object,
 ) -> None:
     where = build_where(
-        key=MemoryKey("o", "u"),
-        connection_ids=connections,
-        statuses=statuses,
-        context_types=context_types,
+        Scope(MemoryKey("o", "u"), tuple(connections), tuple(statuses), tuple(context_types))
     )
     assert where == expected
 
 
 def test_build_where_refuses_empty_statuses() -> None:
     with pytest.raises(ValueError, match="statuses"):
-        build_where(key=MemoryKey("o", "u"), connection_ids=[], statuses=[])
+        build_where(Scope(MemoryKey("o", "u"), statuses=()))
 
 
 # --- Chroma ---------------------------------------------------------------------------------
@@ -136,13 +135,6 @@ def collection_name(client: ClientAPI) -> Iterator[str]:
         client.delete_collection(name)
 
 
-def _query(
-    index: VectorIndex, user_id: str, text: str, org: str = "org-a", **kwargs: object
-) -> list[VectorHit]:
-    params: dict[str, object] = {"connection_ids": [], "n": 10, **kwargs}
-    return index.query(key=MemoryKey(org, user_id), text=text, **params)  # type: ignore[arg-type]
-
-
 @integration
 @integration
 @integration
@@ -155,7 +147,7 @@ def test_upsert_respects_the_batch_size(
     assert index.upsert(facts) == 5
     assert index.count(key_of("u1")) == 5
     index.update_status({f.fact_id: FactStatus.ARCHIVED for f in facts})
-    assert _query(index, "u1", "fact number") == []
+    assert nearest(index, key_of("u1"), "fact number") == []
     index.delete([f.fact_id for f in facts])
     assert index.count() == 0
 
@@ -179,7 +171,7 @@ def test_a_second_index_reads_the_same_collection(
     # A new index object reads the stored collection config back (our function, by name).
     again = ChromaVectorIndex(client, embedder, collection_name)
     assert again.count() == 1
-    assert contents(_query(again, "u1", "Berlin")) == {"lives in Berlin"}
+    assert contents(nearest(again, key_of("u1"), "Berlin")) == {"lives in Berlin"}
 
 
 @integration
@@ -198,22 +190,12 @@ def test_embedded_index_survives_reopening(tmp_path: Path, embedder: MiniLmEmbed
 def test_any_embedder_can_back_the_index(client: ClientAPI, collection_name: str) -> None:
     index = ChromaVectorIndex(client, LetterCountEmbedder(), collection_name)
     index.upsert([make_fact("u1", "aaaa"), make_fact("u1", "zzzz")])
-    (best, _) = _query(index, "u1", "aaab")
+    (best, _) = nearest(index, key_of("u1"), "aaab")
     assert best.content == "aaaa"
     assert ChromaVectorIndex(client, LetterCountEmbedder(), collection_name).count() == 2
 
 
 # --- outages: a server of our own that the test may stop or freeze --------------------------------
-
-
-@pytest.fixture
-def own_chroma(tmp_path: Path) -> Iterator[DisposableChroma]:
-    server = DisposableChroma(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _raises_unavailable_quickly(call: Callable[[], object]) -> None:
@@ -224,46 +206,51 @@ def _raises_unavailable_quickly(call: Callable[[], object]) -> None:
     assert isinstance(caught.value.__cause__, httpx.HTTPError | ChromaError | OSError)
 
 
+@contextmanager
+def _berlin_on(server: DisposableChroma, embedder: MiniLmEmbedder) -> Iterator[ClientAPI]:
+    """A client of server (1 s timeout) whose default index holds "lives in Berlin"."""
+    client = http_client(server.url, timeout_s=1.0)
+    try:
+        ChromaVectorIndex(client, embedder).upsert([make_fact("u1", "lives in Berlin")])
+        yield client
+    finally:
+        close_client(client)
+
+
 @integration
 def test_a_stopped_server_makes_every_call_unavailable(
     own_chroma: DisposableChroma, embedder: MiniLmEmbedder
 ) -> None:
-    client = http_client(own_chroma.url, timeout_s=1.0)
-    try:
+    with _berlin_on(own_chroma, embedder) as client:
         index = ChromaVectorIndex(client, embedder)
-        index.upsert([make_fact("u1", "lives in Berlin")])
         own_chroma.stop()
         more = [make_fact("u1", "likes green tea")]
-        _raises_unavailable_quickly(lambda: _query(index, "u1", "Berlin"))
+        _raises_unavailable_quickly(lambda: nearest(index, key_of("u1"), "Berlin"))
         _raises_unavailable_quickly(lambda: index.upsert(more))
         _raises_unavailable_quickly(lambda: index.update_status({uuid.uuid4(): FactStatus.HELD}))
         _raises_unavailable_quickly(lambda: index.delete([uuid.uuid4()]))
         _raises_unavailable_quickly(index.count)
         # An index built while Chroma is down constructs fine and fails per call.
         late = ChromaVectorIndex(client, embedder, "other-facts")
-        _raises_unavailable_quickly(lambda: _query(late, "u1", "Berlin"))
+        _raises_unavailable_quickly(lambda: nearest(late, key_of("u1"), "Berlin"))
         # Back on the same port and data: the same index object recovers, nothing lost.
         own_chroma.start()
-        assert contents(_query(index, "u1", "Berlin")) == {"lives in Berlin"}
+        assert contents(nearest(index, key_of("u1"), "Berlin")) == {"lives in Berlin"}
         assert index.upsert(more) == 1
-    finally:
-        close_client(client)
 
 
 @integration
 def test_a_frozen_server_times_out_as_unavailable(
     own_chroma: DisposableChroma, embedder: MiniLmEmbedder
 ) -> None:
-    client = http_client(own_chroma.url, timeout_s=1.0)
-    try:
+    with _berlin_on(own_chroma, embedder) as client:
         index = ChromaVectorIndex(client, embedder)
-        index.upsert([make_fact("u1", "lives in Berlin")])
         own_chroma.freeze()
-        _raises_unavailable_quickly(lambda: _query(index, "u1", "Berlin"))
-        _raises_unavailable_quickly(lambda: index.upsert([make_fact("u1", "likes green tea")]))
-    finally:
-        own_chroma.stop()
-        close_client(client)
+        try:
+            _raises_unavailable_quickly(lambda: nearest(index, key_of("u1"), "Berlin"))
+            _raises_unavailable_quickly(lambda: index.upsert([make_fact("u1", "likes green tea")]))
+        finally:
+            own_chroma.stop()  # before the client closes, as a frozen server never answers
 
 
 @integration

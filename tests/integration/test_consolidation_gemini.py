@@ -99,6 +99,19 @@ def dlq_size(deployment: Deployment) -> int:
     return topic_size(k.bootstrap_servers, k.dead_letter_topic)
 
 
+def assert_both_dead_lettered(deployment: Deployment, *in_reason: str) -> None:
+    """Both of ada's events are on the dead-letter topic from the consolidate stage, each
+    with a reason that says all of in_reason."""
+    k = deployment.settings.kafka
+    letters = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=2)
+    assert len(letters) == 2
+    for letter in letters:
+        headers = headers_of(letter)
+        assert headers["dlq.stage"] == "consolidate"
+        for part in in_reason:
+            assert part in headers["dlq.reason"]
+
+
 def test_a_good_answer_becomes_memory(fast: Deployment, fake: FakeGemini) -> None:
     ids = publish_ada(fast)
     fake.reply(FakeReply.json(GOOD, prompt_tokens=120, completion_tokens=40))
@@ -149,14 +162,7 @@ def test_server_errors_dead_letter_then_redrive_consolidates_once(
     run_gemini(fast, fake)
 
     assert len(fake.requests) == 3  # max_attempts, each one request: no SDK retries
-    k = fast.settings.kafka
-    letters = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=2)
-    assert len(letters) == 2
-    for letter in letters:
-        headers = headers_of(letter)
-        assert headers["dlq.stage"] == "consolidate"
-        assert "gave up after 3 attempts" in headers["dlq.reason"]
-        assert "500" in headers["dlq.reason"]
+    assert_both_dead_lettered(fast, "gave up after 3 attempts", "500")
     [(status, inputs, error, *_)] = runs(fast)
     assert (status, set(inputs)) == ("failed", ids)
     assert "500" in error
@@ -187,14 +193,7 @@ def test_truncated_answers_are_bisected_and_every_call_is_booked(
 
     # Not retried (the same prompt truncates again) but bisected: each event alone, once.
     assert [len(r.observations) for r in fake.requests] == [2, 1, 1]
-    k = fast.settings.kafka
-    letters = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=2)
-    assert len(letters) == 2
-    for letter in letters:
-        headers = headers_of(letter)
-        assert headers["dlq.stage"] == "consolidate"
-        assert "MAX_TOKENS" in headers["dlq.reason"]
-        assert "bisected out of a batch of 2" in headers["dlq.reason"]
+    assert_both_dead_lettered(fast, "MAX_TOKENS", "bisected out of a batch of 2")
     failed = runs(fast)
     assert [len(r[1]) for r in failed] == [2, 1, 1]
     assert set(failed[0][1]) == ids == {failed[1][1][0], failed[2][1][0]}

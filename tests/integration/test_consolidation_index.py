@@ -152,7 +152,7 @@ def test_two_indexers_marking_the_same_pending_facts_book_them_once(
             return [
                 embedding_entry(
                     c.prices, run_id=f.created_by_run, batch_key=f"{f.fact_id}:{f.version}",
-                    user_id=f.user_id, organization_id=f.organization_id, model="m", texts=1,
+                    key=f.key, model="m", texts=1,
                     at=c.clock(),
                 )
                 for f in marked

@@ -21,16 +21,13 @@ from consumers.batching import Rejection
 from domain.ids import MemoryKey, fact_id_for
 from domain.model import (
     Fact,
-    FactStatus,
     FactType,
-    Provenance,
-    SurfacePolicy,
     TokenUsage,
 )
 from memoryd import wiring
 from processors.cost import PriceTable
 from producers.contract import EventType
-from tests.support.builders import BASE_TIME, make_event
+from tests.support.builders import BASE_TIME, make_event, make_fact
 from tests.support.deployment import (
     Deployment,
     dead_letters,
@@ -63,22 +60,15 @@ def fake() -> Iterator[FakeGemini]:
 
 
 def seeded_fact(user: str, content: str, *, days_ago: float, salience: float, pinned: bool) -> Fact:
-    at = BASE_TIME - timedelta(days=days_ago)
-    return Fact(
-        fact_id=fact_id_for(MemoryKey(ORG, user), content, None),
-        user_id=user,
-        organization_id=ORG,
-        content=content,
+    return make_fact(
+        user,
+        content,
+        org=ORG,
+        at=BASE_TIME - timedelta(days=days_ago),
         fact_type=FactType.EPISODIC,
-        surface=SurfacePolicy.SPEAK,
-        status=FactStatus.ACTIVE,
-        confidence=0.9,
         salience=salience,
-        provenance=Provenance(context_type="fact", source="interactive"),
-        created_by_run=uuid.uuid5(uuid.NAMESPACE_URL, f"seed/{user}"),
-        created_at=at,
-        updated_at=at,
         pinned=pinned,
+        created_by_run=uuid.uuid5(uuid.NAMESPACE_URL, f"seed/{user}"),
     )
 
 

@@ -35,7 +35,10 @@ def consumed(deployment: Deployment) -> set[object]:
 
 
 def test_an_event_postgres_cannot_store_is_dead_lettered_alone(deployment: Deployment) -> None:
-    poison = make_event("ada", "I work in engi\x00neering", minutes=0)
+    # The contract refuses NUL, so the event is made as a producer that skips it would send it.
+    poison = make_event("ada", "I work in engineering", minutes=0).model_copy(
+        update={"content": "I work in engi\x00neering"}
+    )
     fine = [
         make_event("ada", "I prefer short answers", EventType.PREFERENCE, minutes=1),
         make_event("bo", "I live in Lisbon", minutes=0),

@@ -61,7 +61,7 @@ def test_cached_exact_and_ann_dense_searches_agree(deployment: Deployment) -> No
             for query in QUERIES:
                 cached, vectors = search.search(scope, stamp, query, 4)
                 exact, _ = c.index.score(query, ids, 4)
-                ann = c.index.query(key=OMAR, text=query, connection_ids=connections, n=4)
+                ann = c.index.query(scope, query, 4)
                 assert [h.fact_id for h in cached] == [h.fact_id for h in exact]
                 assert [h.similarity for h in cached] == pytest.approx(
                     [h.similarity for h in exact], abs=1e-5

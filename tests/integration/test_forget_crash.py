@@ -14,8 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -68,16 +66,6 @@ def audit_status(dsn: str) -> list[str]:
 def waiting_on_a_lock(dsn: str) -> bool:
     found = rows(dsn, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
     return found != [(0,)]
-
-
-@pytest.fixture
-def own_chroma(tmp_path: Path) -> Iterator[DisposableChroma]:
-    server = DisposableChroma(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("kill_at", ["tombstoned", "postgres_erased"])

@@ -24,7 +24,8 @@ from domain.model import (
     RunStatus,
     SurfacePolicy,
 )
-from domain.ports import MemoryStore
+from domain.ports import MemoryStore, VectorHit, VectorIndex
+from domain.reads import Scope
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
 
 BASE_TIME = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
@@ -34,6 +35,14 @@ SEED_RUN = uuid.UUID(int=1)
 def key_of(user_id: str, org: str = "org-a") -> MemoryKey:
     """The memory of a user of an organization (org-a, as every builder's default)."""
     return MemoryKey(org, user_id)
+
+
+def nearest(
+    index: VectorIndex, key: MemoryKey, text: str, n: int = 10, **scope: Any
+) -> list[VectorHit]:
+    """`index.query` in key's scope: active facts of no connection unless `scope` sets the
+    other fields of the Scope (`connection_ids=`, `statuses=`, `context_types=`)."""
+    return index.query(Scope(key, **{k: tuple(v) for k, v in scope.items()}), text, n)
 
 
 _PROVENANCE = frozenset(f.name for f in fields(Provenance))
@@ -48,8 +57,11 @@ def make_event(
     org: str = "org-a",
     source: Source = Source.INTERACTIVE,
     connection_id: str | None = None,
+    at: datetime | None = None,
     **extra: Any,
 ) -> ContextEvent:
+    """An event `minutes` after BASE_TIME (or `at`); `extra` sets any other field of the event
+    or of its source metadata (`tool_id=`, `filename=`, `scaffold_key=`...)."""
     meta = {
         k: extra.pop(k)
         for k in ("tool_id", "attachment_id", "filename", "message_id", "session_id")
@@ -62,7 +74,7 @@ def make_event(
         event_type=event_type,
         content=content,
         source_metadata=SourceMetadata(source=source, connection_id=connection_id, **meta),
-        occurred_at=BASE_TIME + timedelta(minutes=minutes),
+        occurred_at=BASE_TIME + timedelta(minutes=minutes) if at is None else at,
         **extra,
     )
 

@@ -8,7 +8,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,11 +46,8 @@ class Deployment:
     dsn: str
 
     def publish(self, events: Sequence[ContextEvent]) -> None:
-        pub = wiring.publisher(self.settings)
-        try:
+        with closing(wiring.publisher(self.settings)) as pub:
             pub.publish(events)
-        finally:
-            pub.close()
 
     def produce_raw(self, values: Sequence[bytes], key: bytes = b"raw") -> None:
         from kafka import KafkaProducer  # noqa: PLC0415

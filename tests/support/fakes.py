@@ -194,7 +194,7 @@ class FakeRecord:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: Sequence[tuple[str, bytes]] | None = None
+    headers: Sequence[tuple[Any, Any]] | None = None
 
 
 class FakeConsumer:
@@ -221,9 +221,15 @@ class FakeConsumer:
 
     # -- what the test does ---------------------------------------------------------------
 
-    def produce(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
+    def produce(
+        self,
+        partition: int,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[tuple[Any, Any]] | None = None,
+    ) -> int:
         offset = len(self.log[partition])
-        self.log[partition].append(FakeRecord(offset, key, value))
+        self.log[partition].append(FakeRecord(offset, key, value, headers))
         return offset
 
     def rebalance(self, revoke: set[int], assign: set[int], *, lost: bool = False) -> None:

@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.ids import MemoryKey, fact_id_for
-from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.ids import MemoryKey
+from domain.model import Fact, FactStatus
 from domain.ports import FactQuery, RelatedFacts
 from processors.candidates import CandidatePolicy, queries_for, select_candidates, shown_cost
 from producers.contract import ContextEvent, EventType, FactRetraction, Source
 from store.inmemory import InMemoryFactSearch
-from tests.support.builders import make_event
+from tests.support.builders import make_event, make_fact
 from tests.support.fakes import BagOfWordsEmbedder
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
@@ -27,22 +27,7 @@ def fact(
     content: str, *, pinned: bool = False, connection: str | None = None, days: int = 0
 ) -> Fact:
     at = T0 - timedelta(days=days)
-    return Fact(
-        fact_id=fact_id_for(KEY, content, connection),
-        user_id=USER,
-        organization_id=ORG,
-        content=content,
-        fact_type=FactType.PROFILE,
-        surface=SurfacePolicy.SPEAK,
-        status=FactStatus.ACTIVE,
-        confidence=0.9,
-        salience=0.5,
-        provenance=Provenance("fact", "interactive", connection_id=connection),
-        created_by_run=uuid.uuid4(),
-        created_at=at,
-        updated_at=at,
-        pinned=pinned,
-    )
+    return make_fact(USER, content, org=ORG, connection_id=connection, at=at, pinned=pinned)
 
 
 @dataclass

@@ -62,8 +62,7 @@ def fact(
 
 def ledger(*active: Fact) -> FactLedger:
     return FactLedger(
-        user_id="ada",
-        organization_id="org-a",
+        key=MemoryKey("org-a", "ada"),
         run_id=RUN,
         now=NOW,
         active=active,

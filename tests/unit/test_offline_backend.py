@@ -608,7 +608,11 @@ def observations(draw: st.DrawFn) -> list[ContextEvent]:
         kind = draw(st.sampled_from(_OBSERVED_KINDS))
         text = draw(
             st.one_of(
-                st.text(min_size=1, max_size=300),
+                st.text(
+                    st.characters(exclude_characters="\x00", exclude_categories=("Cs",)),
+                    min_size=1,
+                    max_size=300,
+                ),
                 st.lists(
                     st.sampled_from(
                         [

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 import pytest
 
-from domain.model import Fact, FactStatus, FactType, Provenance, SurfacePolicy
+from domain.model import Fact
 from domain.ports import Vector
 from store.read.ranking import (
     PROFILES,
@@ -23,6 +22,7 @@ from store.read.ranking import (
     rerank,
     within_budget,
 )
+from tests.support.builders import make_fact
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -238,20 +238,13 @@ def test_query_cues(query: str, names: set[str], temporal: bool) -> None:
 
 
 def _fact(content: str, subject: str | None = None, dated: bool = False) -> Fact:
-    return Fact(
-        fact_id=uuid.uuid5(uuid.NAMESPACE_OID, content),
-        user_id="u",
-        organization_id="o",
-        content=content,
-        fact_type=FactType.PROFILE,
-        surface=SurfacePolicy.SPEAK,
-        status=FactStatus.ACTIVE,
+    return make_fact(
+        "u",
+        content,
+        org="o",
+        at=NOW,
         confidence=0.8,
         salience=0.6,
-        provenance=Provenance(context_type="fact", source="interactive"),
-        created_by_run=uuid.UUID(int=1),
-        created_at=NOW,
-        updated_at=NOW,
         event_date=date(2023, 5, 7) if dated else None,
         subject=subject,
     )

@@ -30,11 +30,9 @@ from producers.contract import (
     EventType,
     FactRetraction,
     RetractionReason,
-    Source,
-    SourceMetadata,
 )
 from producers.corrections import FactCorrections
-from tests.support.builders import make_fact
+from tests.support.builders import make_event, make_fact
 from tests.support.fakes import BagOfWordsEmbedder
 
 NOW = datetime(2026, 11, 2, tzinfo=UTC)
@@ -91,15 +89,7 @@ def test_retraction_changes(
 
 
 def event(kind: EventType, content: str, minutes: int = 0) -> ContextEvent:
-    return ContextEvent(
-        event_id=uuid.uuid4(),
-        user_id="ada",
-        organization_id="org-a",
-        event_type=kind,
-        content=content,
-        source_metadata=SourceMetadata(source=Source.INTERACTIVE),
-        occurred_at=EARLIER.replace(minute=minutes),
-    )
+    return make_event("ada", content, kind, at=EARLIER.replace(minute=minutes))
 
 
 def test_the_contract_validates_retraction_content() -> None:

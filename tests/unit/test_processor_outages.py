@@ -1,0 +1,98 @@
+"""The processor through outages: a failed run that cannot be recorded yet, a dead-letter
+topic that is away while undecodable records arrive, and a duplicate event id that carries
+different content. The process keeps running and says it is degraded meanwhile."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from consumers.processor import MemoryProcessor
+from domain.model import FactStatus, LedgerEntry, RunRecord
+from processors.errors import BackendError
+from store.errors import DatabaseUnavailable, StoreError
+from tests.support.builders import key_of, make_event
+from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
+from tests.support.inmemory import TOPIC, InMemoryMemoryd, step_until
+
+
+def degraded(processor: MemoryProcessor) -> float:
+    metrics: Any = processor._metrics
+    return float(metrics.degraded.labels("processor")._value.get())
+
+
+def test_a_failed_run_that_cannot_be_recorded_yet_is_not_dead_lettered_without_it() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    record_run = m.memory.record_run
+    refusals = [StoreError("failed run insert failed: permission denied")] * 3 + [
+        DatabaseUnavailable("server closed the connection")
+    ]
+
+    def refusing(run: RunRecord, ledger: Sequence[LedgerEntry] = ()) -> None:
+        if refusals:
+            raise refusals.pop(0)
+        record_run(run, ledger)
+
+    m.memory.record_run = refusing  # type: ignore[method-assign]
+    event = make_event("ada", "I live in Lisbon")
+    consumer.produce(0, event.to_bytes(), event.kafka_key)
+    processor = m.processor(consumer, FlakyBackend([BackendError("unparseable")]), letters)
+    processor.start()
+
+    step_until(processor, lambda: processor.outage.failures >= 2)
+    assert letters.letters == []
+    assert degraded(processor) == 1
+    assert consumer.committed.get(0, 0) == 0
+    step_until(processor, lambda: consumer.committed.get(0) == 1)
+    processor.shutdown()
+
+    (letter,) = letters.letters
+    assert letter.reason == "backend error: unparseable"
+    (failed,) = [r.run for r in m.runs.runs(key_of("ada"))]
+    assert failed.status.value == "failed"
+    assert degraded(processor) == 0
+
+
+def test_the_dead_letter_topic_away_holds_bad_records_not_the_process() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    letters.refuse = 3
+    good = make_event("ada", "I live in Lisbon")
+    consumer.produce(0, good.to_bytes(), good.kafka_key)
+    consumer.produce(0, b"not json")
+    later = make_event("ada", "I like tea")
+    consumer.produce(0, later.to_bytes(), later.kafka_key)
+    processor = m.processor(consumer, FlakyBackend(), letters)
+    processor.start()
+
+    consolidated = m.memory.already_consolidated
+    step_until(
+        processor, lambda: len(consolidated(key_of("ada"), [good.event_id, later.event_id])) == 2
+    )
+    # The good events are consolidated; nothing past the letter not yet sent is committed.
+    assert consumer.committed.get(0, 0) <= 1
+    step_until(processor, lambda: consumer.committed.get(0) == 3)
+    processor.shutdown()
+    assert [(x.stage, x.offset) for x in letters.letters] == [("decode", 1)]
+    assert processor.outage.failures == 0
+    assert degraded(processor) == 0
+
+
+def test_a_duplicate_event_id_in_one_batch_is_consolidated_as_the_log_keeps_it() -> None:
+    # The event log keeps the first content under an id (ON CONFLICT DO NOTHING); the
+    # processor must consolidate the same one, not the later duplicate's.
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    first = make_event("ada", "I live in Lisbon")
+    again = first.model_copy(update={"content": "I live in Oslo"})
+    for e in (first, again):
+        consumer.produce(0, e.to_bytes(), e.kafka_key)
+    processor = m.processor(consumer, FlakyBackend(), letters)
+    processor.start()
+    step_until(processor, lambda: consumer.committed.get(0) == 2)
+    processor.shutdown()
+
+    facts = m.memory.facts(key_of("ada"), tuple(FactStatus))
+    text = " ".join(f.content for f in facts)
+    assert "Lisbon" in text
+    assert "Oslo" not in text
+    (run,) = [r.run for r in m.runs.runs(key_of("ada"))]
+    assert run.input_event_ids == (first.event_id,)
