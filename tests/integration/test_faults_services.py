@@ -109,7 +109,7 @@ def test_broker_stopped_longer_than_the_session_timeout(
         assert p.all_alive(), p.logs()
         own_kafka.start(timeout=180)
         deployment.publish(second)
-        report = settled(settings, expected_of([*first, *second]), 180, pipeline=p)
+        report = settled(settings, expected_of([*first, *second]), pipeline=p)
         assert report.violations() == {}, report.summary()
         assert (report.expected, report.logged, report.consolidated) == (60, 60, 60)
         p.assert_healthy(timeout_s=90)
@@ -137,7 +137,7 @@ def test_postgres_stopped_and_restarted(
         wait_until(lambda: dependency_up(p, "processor", "postgres") == 0, 30, "postgres down")
         assert p.all_alive(), p.logs()
         own_postgres.start(timeout=120)
-        report = settled(settings, expected_of([*first, *second]), 180, pipeline=p)
+        report = settled(settings, expected_of([*first, *second]), pipeline=p)
         assert report.violations() == {}, report.summary()
         assert (report.expected, report.logged, report.consolidated) == (60, 60, 60)
         assert report.dead_lettered == 0
@@ -181,7 +181,7 @@ def test_privileges_revoked_then_granted_again(deployment: Deployment, tmp_path:
                 wait_until(lambda r=r: p.degraded(r) == 1, 120, f"{r} degraded", p[r])
             assert p.all_alive(), p.logs()
             grant("GRANT")
-            report = settled(settings, expected_of([*first, *second]), 180, pipeline=p)
+            report = settled(settings, expected_of([*first, *second]), pipeline=p)
             assert report.violations() == {}, report.summary()
             assert (report.expected, report.logged, report.consolidated) == (60, 60, 60)
             # Refused writes were waited out, not dead-lettered.
