@@ -34,7 +34,8 @@ from tests.support.faults import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
+# Minutes each on a loaded machine: above the suite's per-test timeout.
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(900)]
 
 GARBAGE = [b"not json", b'{"event_id": 1}']
 

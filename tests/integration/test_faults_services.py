@@ -36,7 +36,8 @@ from tests.support.faults import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
+# Minutes each on a loaded machine: above the suite's per-test timeout.
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(900)]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # What the application role may no longer do while its privileges are revoked.
 WRITES = ("context_events", "consolidation_runs", "consolidated_events", "memory_facts")
