@@ -268,6 +268,8 @@ def processor(
     c: Core, consolidation_backend: ConsolidationBackend | None = None
 ) -> MemoryProcessor:
     s = c.settings
+    # Every flush embeds (the write gate, the candidates): load the model before consuming.
+    c.embedder.warm()
     return MemoryProcessor(
         _consumer(s, s.kafka.processor_group, "memoryd-processor"),
         s.kafka.topic,

@@ -21,19 +21,18 @@ from typing import Final, TypeVar
 
 from domain.model import Fact, FactType, SurfacePolicy, TokenUsage
 from domain.ports import Embedder
-from processors.gate import DUPLICATE_COSINE
 from processors.heuristics import (
     Similarity,
     Slot,
     approx_tokens,
     classify_slot,
     clip,
-    content_words,
     first_sentences,
     is_fact_like,
     is_open_loop,
     to_third_person,
 )
+from processors.merge import merge_details, thread_of
 from processors.offline_memory import build_scaffold, build_working_memory
 from processors.plan import Draft, Plan, Step, believed
 from processors.schema import (
@@ -52,13 +51,6 @@ from producers.contract import ContextEvent, EventType, Source
 T = TypeVar("T")
 
 TOOL_SUMMARY_CHARS = 300
-# A fact merged from several lines of one thread stops growing here.
-MAX_MERGED_CHARS = 240
-# A speaker's next line goes on with their previous one at this similarity (cosine; the
-# word-overlap measure without an embedder is scaled down, as for duplicates).
-THREAD_COSINE = 0.6
-# New details worth merging into a fact: at least this many content words it lacks.
-MIN_NEW_WORDS = 2
 # Salience moves with the source: the user saying it beats the inbox inferring it beats a tool.
 _SOURCE_WEIGHTS: Final = {
     Source.INTERACTIVE: (0.85, 0.0),
@@ -80,9 +72,10 @@ _SURFACES: Final = {
 # Only statements about the user carry a slot a correction may replace; a project that
 # mentions "the team" is not the user's role.
 _SLOTTED_TYPES: Final = frozenset({FactType.PROFILE, FactType.PREFERENCE})
-# A fact whose text carries no information is still proposed, so the write gate's verdict
-# on it is counted; it gets the lowest salience.
-_NO_INFORMATION_SALIENCE = 0.2
+# A line that states nothing is still proposed, so the write gate's verdict on it is counted,
+# but below the gate's salience floor: the gate's own check is laxer (a written fact may leave
+# its subject out) and would keep a reply such as "Glad you got some R&R after the drive".
+_NO_INFORMATION_SALIENCE = 0.1
 
 
 class OfflineBackend:
@@ -222,28 +215,10 @@ def _twin(
     return _best(facts, statement, lambda f: f.content, sim, sim.duplicate)
 
 
-def _with_details(old: str, new: str, limit: int | None = None) -> str | None:
-    """`old` followed by what `new` adds to it, or None when it adds nothing or cannot fit."""
-    speaker, said = split_speaker(new)
-    if speaker is not None and speaker in old:
-        new = said  # "Caroline: …" once is enough
-    added = content_words(new) - content_words(old)
-    if len(added) < MIN_NEW_WORDS or len(old) + 1 + len(new) > (limit or MAX_MERGED_CHARS):
-        return None
-    return f"{old} {new}"
-
-
-def _thread(plan: Plan, obs: Observation, statement: Extracted, sim: Similarity) -> Draft | None:
-    """The draft of the same speaker's previous line in this session, if this one goes on
-    with it: a transcript's next line on the same subject merges into it."""
-    if statement.subject is None:
-        return None  # the user's own observations were recorded one fact at a time
-    event = obs.event
-    for draft in plan.live(event.source_metadata.connection_id):
-        if draft.session == event.source_metadata.session_id and draft.subject == statement.subject:
-            floor = THREAD_COSINE * sim.duplicate / DUPLICATE_COSINE
-            return draft if sim.score(draft.last_text, statement.text) >= floor else None
-    return None
+def _with_details(old: str, new: str) -> str | None:
+    """`old` with the new details of `new`; None when there are none or they do not fit."""
+    merged = merge_details(old, new)
+    return None if merged == old else merged
 
 
 def _observe(
@@ -255,7 +230,9 @@ def _observe(
 ) -> Step:
     event, scope = obs.event, obs.event.source_metadata.connection_id
     slot = classify_slot(statement.text) if statement.subject is None else None
-    twin = _twin(plan, request, sim, statement.text, scope) or _thread(plan, obs, statement, sim)
+    twin = _twin(plan, request, sim, statement.text, scope) or thread_of(
+        plan, request, obs.event, statement.subject, statement.text, sim
+    )
     if isinstance(twin, Draft):
         twin.absorb(obs.label, statement.text, _with_details(twin.proposal.content, statement.text))
         twin.raise_to(statement.salience, statement.event_date)

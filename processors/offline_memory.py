@@ -14,6 +14,7 @@ from typing import Any, Final
 from domain.ids import normalize_content
 from domain.model import FactStatus, FactType
 from processors.heuristics import SCAFFOLD_SLOT_KEYS, as_sentence, clip
+from processors.merge import MIN_NEW_WORDS, new_words
 from processors.plan import Plan, Step, believed
 from processors.schema import (
     MAX_FACT_CHARS,
@@ -40,10 +41,9 @@ _LIST_KEYS: Final = {
 # as often about colleagues ("Lena's co-founder is…") as about the user.
 _SLOT_KEY_KINDS: Final = frozenset({EventType.FACT, EventType.CORRECTION})
 _LIST_SECTIONS: Final = (
-    ("Current projects", "Projects", 5),
-    ("Preferences", "Preferences", 6),
-    ("Profile", "Profile", 6),
-    ("Learned from the inbox", "Learned", 4),
+    ("How they like things: ", "Preferences", 6),
+    ("About them: ", "Profile", 6),
+    ("From the inbox: ", "Learned", 4),
 )
 
 
@@ -161,41 +161,63 @@ def _bounded(s: dict[str, Any]) -> dict[str, Any]:
 def build_working_memory(
     scaffold: Mapping[str, Any], plan: Plan, request: ConsolidationRequest
 ) -> str:
-    """A short narrative: who, what is due, what they work on, how they like things, news."""
-    shown: set[str] = set()
-    lines: list[str] = []
+    """One narrative of the user's current context, most important first: who they are, what
+    they work on and what is still open, what changed lately, then how they like things.
 
-    def section(title: str, texts: Iterable[str], limit: int) -> None:
-        fresh = [t for t in texts if isinstance(t, str) and t.strip() and _norm(t) not in shown]
-        fresh = list(dict.fromkeys(fresh))[:limit]
-        shown.update(_norm(t) for t in fresh)
+    Consistent: a statement is told once, even in other words in another section ("founder
+    and CEO" after "founder and chief executive"), and only what is still believed is told.
+    """
+    shown: list[str] = []
+    paragraphs: list[str] = []
+
+    def tell(opening: str, texts: Iterable[str], limit: int) -> None:
+        fresh: list[str] = []
+        for text in texts:
+            if len(fresh) == limit:
+                break
+            if isinstance(text, str) and text.strip() and not _told(text, shown):
+                fresh.append(text)
+                shown.append(text)
         if fresh:
-            lines.append(f"{title}: " + " ".join(as_sentence(t) for t in fresh))
+            paragraphs.append(opening + " ".join(as_sentence(t) for t in fresh))
 
-    for key in ("Name", "Role", "Employer", "Location"):
-        section(key, [scaffold.get(key, "")], 1)
+    tell("", [scaffold.get(key, "") for key in ("Name", "Role", "Employer", "Location")], 4)
     # W is shown in every chat: what was said inside one connection stays out of it.
     facts = [
         f
         for f in believed(request, plan)
         if f.status is FactStatus.ACTIVE and f.provenance.connection_id is None
     ]
-    rows = [(f.salience, f.updated_at, f.fact_type, f.content) for f in facts]
+    rows = [(f.salience, f.observed_at or f.updated_at, f.fact_type, f.content) for f in facts]
     rows += [
         (d.proposal.salience, d.at, d.proposal.type, d.proposal.content)
         for d in plan.drafts
         if d.alive and d.scope is None
     ]
-    # Newest first within a salience; content breaks exact ties so the order never depends on
-    # the input's.
+    # Content breaks exact ties so the order never depends on the input's.
     ranked = sorted(rows, key=lambda r: (-r[0], -r[1].timestamp(), r[3]))
-    section("Open loops", [r[3] for r in ranked if r[2] is FactType.OPEN_LOOP], 5)
-    for title, key, limit in _LIST_SECTIONS:
-        value = scaffold.get(key)
-        section(title, reversed(value) if isinstance(value, list) else [], limit)
+    newest = sorted(rows, key=lambda r: (-r[1].timestamp(), -r[0], r[3]))
+    tell("Working on: ", _latest(scaffold, "Projects"), 5)
+    tell("Still open: ", [r[3] for r in ranked if r[2] is FactType.OPEN_LOOP], 5)
     # Tool chunks are for retrieval, not for the narrative.
-    section("Recent", [r[3] for r in ranked if (r[2], r[0]) != (FactType.LORE, _TOOL_SALIENCE)], 12)
-    return _fit(lines, MAX_WORKING_MEMORY_WORDS, MAX_WORKING_MEMORY_CHARS)
+    tell(
+        "Lately: ",
+        [r[3] for r in newest if (r[2], r[0]) != (FactType.LORE, _TOOL_SALIENCE)],
+        6,
+    )
+    for opening, key, limit in _LIST_SECTIONS:
+        tell(opening, _latest(scaffold, key), limit)
+    return _fit(paragraphs, MAX_WORKING_MEMORY_WORDS, MAX_WORKING_MEMORY_CHARS)
+
+
+def _latest(scaffold: Mapping[str, Any], key: str) -> list[str]:
+    value = scaffold.get(key)
+    return list(reversed(value)) if isinstance(value, list) else []
+
+
+def _told(text: str, shown: Iterable[str]) -> bool:
+    """Already said, in these or other words: it adds fewer than two words to a told one."""
+    return any(len(new_words(old, text)) < MIN_NEW_WORDS for old in shown)
 
 
 def _fit(lines: Iterable[str], max_words: int, max_chars: int) -> str:

@@ -100,6 +100,10 @@ _CONTRACTIONS: Final = tuple(
 _PRONOUN = r"\b[Ii]\b(?![.’'-]\w)"
 _ADVERB_RUN = rf"(?:\s+(?:[A-Za-z]+ly|{'|'.join(sorted(_ADVERBS))})\b)*"
 _SUBJECT_VERB = re.compile(rf"{_PRONOUN}({_ADVERB_RUN})\s+([A-Za-z]+)\b")
+# "She and I", "My wife and I" at the start of a sentence: a plural subject, whose verb stays.
+_PLURAL_HEAD = re.compile(
+    r"(?:^|[.!?;:]\s+)(?:(?:my|our|his|her|their|the|a)\s+)?[\w'’]+\s+and\s+$", re.IGNORECASE
+)
 _REFLEXIVE = re.compile(r"\bmyself\b", re.IGNORECASE)
 _POSSESSIVE = re.compile(r"\b(?:my|mine)\b(?![-’'])", re.IGNORECASE)
 # Not "me-time" or "Me:" labels: only the pronoun standing alone.
@@ -109,10 +113,48 @@ _BARE_I = re.compile(_PRONOUN)
 
 def _verb_after_i(match: re.Match[str], subject: str) -> str:
     words = [*match.group(1).split(), match.group(2)]
+    if _PLURAL_HEAD.search(match.string[: match.start()]):
+        return " ".join([subject, *words])
     # The verb is the first word that is not an adverb: "I apply" has no adverb at all.
     at = next((i for i, w in enumerate(words[:-1]) if not _is_adverb(w)), len(words) - 1)
     words[at] = third_person_verb(words[at])
     return " ".join([subject, *words])
+
+
+# Verbs that follow "and" in "I live in Utrecht and commute to Amsterdam": the second verb
+# shares the subject and must agree too. A closed list, and only before a word that starts a
+# verb's complement, so "I like tea and cake" or "music and dance" are left alone.
+_COORDINATED_VERBS: Final = _words(
+    "commute work live love like enjoy prefer want need plan try go run walk play teach study "
+    "write cook bake paint travel drive ride swim hike dance sing volunteer help spend take "
+    "make keep use lead manage own build visit practice practise attend hope spend miss speak "
+    "watch listen collect follow support coach mentor design develop code hate get bring"
+)
+_COMPLEMENT_STARTS = (
+    "to at in on for with from by into the a an my his her their our it them him every each "
+    "some all as about around out up back home there here daily weekly more less"
+)
+_COORDINATED = re.compile(
+    rf"\b(and|but|or)({_ADVERB_RUN})\s+({'|'.join(sorted(_COORDINATED_VERBS))})"
+    rf"(?=\s+(?:{'|'.join(_COMPLEMENT_STARTS.split())})\b)"
+)
+_CLAUSE_END = re.compile(r"(?<=[.!?;])\s+")
+
+
+def _coordinated(text: str, subject: str) -> str:
+    """Make the verbs after "and" agree in the sentences where `subject` replaced "I"."""
+    out = []
+    for sentence in _CLAUSE_END.split(text):
+        at = sentence.casefold().find(subject.casefold() + " ")
+        if at < 0 or sentence[:at].endswith(("and ", "or ")):
+            # "My wife and I walk home": a plural subject, whose verbs stay as they are.
+            out.append(sentence)
+            continue
+        tail = _COORDINATED.sub(
+            lambda m: f"{m.group(1)}{m.group(2)} {third_person_verb(m.group(3))}", sentence[at:]
+        )
+        out.append(sentence[:at] + tail)
+    return " ".join(out)
 
 
 def about(text: str, subject: str = USER) -> str:
@@ -121,6 +163,8 @@ def about(text: str, subject: str = USER) -> str:
     for regex, replacement in _CONTRACTIONS:
         out = regex.sub(replacement.replace("{s}", subject), out)
     out = _SUBJECT_VERB.sub(lambda m: _verb_after_i(m, subject), out)
+    if out != text.strip():
+        out = _coordinated(out, subject)
     out = _REFLEXIVE.sub("themselves", out)
     out = _POSSESSIVE.sub(f"{subject}'s", out)
     out = _OBJECT.sub(subject, out)

@@ -10,9 +10,10 @@ must not retry.
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,6 +33,7 @@ def make_pool(
     dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "memoryd"
 ) -> ConnectionPool:
     """Open a pool and wait until it has a working connection, or raise DatabaseUnavailable."""
+    reuse = ReuseCheck()
     pool = ConnectionPool(
         dsn,
         min_size=min_size,
@@ -40,8 +42,8 @@ def make_pool(
         open=False,
         kwargs={"autocommit": False},
         # A pooled connection that died with the server is replaced, not handed out.
-        check=_check_when_idle,
-        reset=_returned,
+        check=reuse.check,
+        reset=reuse.returned,
     )
     try:
         pool.open(wait=True, timeout=15)
@@ -51,21 +53,32 @@ def make_pool(
     return pool
 
 
-# A connection returned to the pool less than this ago is handed out unchecked: under load every
-# connection is that fresh, and the check is a round trip per checkout (a quarter of a read's).
-RECENTLY_USED_S = 2.0
-_returned_at: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
-    weakref.WeakKeyDictionary()
-)
+class ReuseCheck:
+    """The pool's check at checkout: a round trip only for a connection that sat idle.
 
+    A consolidation takes a connection some 30 times; checking each with a round trip
+    lengthened every flush by as many (bench.processor). One given back less than
+    `fresh_s` ago worked then; if the server went away since, its first statement fails with
+    `OperationalError` (`DatabaseUnavailable`, retried) and the pool discards it.
+    """
 
-def _returned(conn: psycopg.Connection[Any]) -> None:
-    _returned_at[conn] = time.monotonic()
+    def __init__(self, fresh_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._fresh_s = fresh_s
+        self._clock = clock
+        self._returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
 
+    def returned(self, conn: psycopg.Connection[Any]) -> None:
+        with self._lock:
+            self._returned[conn] = self._clock()
 
-def _check_when_idle(conn: psycopg.Connection[Any]) -> None:
-    if time.monotonic() - _returned_at.get(conn, float("-inf")) >= RECENTLY_USED_S:
-        ConnectionPool.check_connection(conn)
+    def check(self, conn: psycopg.Connection[Any]) -> None:
+        with self._lock:
+            at = self._returned.pop(conn, None)
+        if conn.closed or conn.broken:
+            raise psycopg.OperationalError("the pooled connection is closed")
+        if at is None or self._clock() - at >= self._fresh_s:
+            ConnectionPool.check_connection(conn)
 
 
 @contextmanager

@@ -162,7 +162,23 @@ def json_summary(report: IngestReport, retrievals: Sequence[Retrieval]) -> dict[
         },
         "assemble_p50_ms": round(_quantile(latencies, 0.5), 1),
         "assemble_p99_ms": round(_quantile(latencies, 0.99), 1),
+        # Where the time goes: each stage of assemble, p50 and p99 over the questions.
+        "assemble_stages_ms": {
+            stage: {
+                "p50": round(_quantile(times, 0.5), 1),
+                "p99": round(_quantile(times, 0.99), 1),
+            }
+            for stage, times in _stage_times(retrievals).items()
+        },
     }
+
+
+def _stage_times(retrievals: Sequence[Retrieval]) -> dict[str, list[float]]:
+    stages: dict[str, list[float]] = {}
+    for r in retrievals:
+        for stage, ms in r.stages_ms.items():
+            stages.setdefault(stage, []).append(ms)
+    return {stage: sorted(times) for stage, times in stages.items()}
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:

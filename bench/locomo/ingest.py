@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from bench.locomo.dataset import Conversation, Question, Turn
 from domain.ids import MemoryKey
@@ -125,6 +125,7 @@ class Retrieval:
     facts_returned: int
     latency_ms: float
     sizes: tuple[int, ...] = ()  # characters of each returned fact's text, best first
+    stages_ms: Mapping[str, float] = field(default_factory=dict)  # assemble's own laps
 
 
 def ask(
@@ -147,7 +148,9 @@ def ask(
                 for r in bundle.facts
             )
             sizes = tuple(len(r.fact.content) for r in bundle.facts)
-            out.append(Retrieval(q, ranked, len(bundle.facts), latency_ms, sizes))
+            out.append(
+                Retrieval(q, ranked, len(bundle.facts), latency_ms, sizes, bundle.timings_ms)
+            )
     return out
 
 

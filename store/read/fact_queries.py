@@ -145,12 +145,25 @@ class PostgresReadModel:
 
     def keyword_search(self, scope: Scope, text: str, limit: int) -> list[Fact]:
         """Facts in scope matching any lexeme of text, best Okapi BM25 score first."""
-        if limit <= 0 or not scope.statuses:
-            return []
-        params = {**_params(scope), "text": text, "limit": limit, "k1": BM25_K1, "b": BM25_B}
-        with self._statement() as conn:
-            rows = conn.execute(_BM25_SEARCH, params).fetchall()
-        return [fact_rows.from_row(r) for r in rows]
+        (found,) = self.keyword_searches([(scope, text)], limit)
+        return found
+
+    def keyword_searches(
+        self, searches: Sequence[tuple[Scope, str]], limit: int
+    ) -> list[list[Fact]]:
+        """Each search's facts, the queries sent together in one pipeline (one round trip
+        for a consolidation batch's observations instead of a transaction each)."""
+        wanted = [(s, t) for s, t in searches if limit > 0 and s.statuses]
+        if not wanted:
+            return [[] for _ in searches]
+        bm25 = {"limit": limit, "k1": BM25_K1, "b": BM25_B}
+        with self._transaction() as conn:
+            with conn.pipeline():
+                cursors = [
+                    conn.execute(_BM25_SEARCH, {**_params(s), "text": t, **bm25}) for s, t in wanted
+                ]
+            found = iter([[fact_rows.from_row(r) for r in c.fetchall()] for c in cursors])
+        return [next(found) if limit > 0 and s.statuses else [] for s, _ in searches]
 
     def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:
         """Ids of facts in scope whose current version is in the vector index, at most limit."""

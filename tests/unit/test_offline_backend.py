@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -607,7 +608,11 @@ def observations(draw: st.DrawFn) -> list[ContextEvent]:
         kind = draw(st.sampled_from(_OBSERVED_KINDS))
         text = draw(
             st.one_of(
-                st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=300),
+                st.text(
+                    st.characters(exclude_characters="\x00", exclude_categories=("Cs",)),
+                    min_size=1,
+                    max_size=300,
+                ),
                 st.lists(
                     st.sampled_from(
                         [
@@ -656,3 +661,23 @@ def test_any_observations_give_valid_bounded_output(
     assert all(p.target_fact_id in known for p in output.facts if p.target_fact_id)
     again = consolidate(events, facts=facts, embedder=embedder)
     assert again.raw_response == response.raw_response
+
+
+@pytest.mark.parametrize(
+    ("minutes_before", "op"), [(10, FactOp.UPDATE), (60 * 24, FactOp.ADD), (-5, FactOp.ADD)]
+)
+def test_a_speakers_next_line_goes_on_with_their_fact_from_an_earlier_batch(
+    minutes_before: int, op: FactOp
+) -> None:
+    """A batch boundary does not end a thread: the speaker's fact observed shortly before the
+    line takes its details; a fact from another day, or observed after it, does not."""
+    line = event(1, EventType.FACT, "Caroline: I adopted a puppy from the shelter, named Oscar.")
+    stored = replace(
+        fact("Caroline adopted a puppy from the shelter."),
+        subject="Caroline",
+        observed_at=line.occurred_at - timedelta(minutes=minutes_before),
+    )
+    [proposal] = consolidate([line], facts=(stored,)).output.facts
+    assert proposal.op is op
+    assert proposal.target_fact_id == (str(stored.fact_id) if op is FactOp.UPDATE else None)
+    assert proposal.content == "Caroline adopted a puppy from the shelter, named Oscar."

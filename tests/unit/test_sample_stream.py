@@ -13,13 +13,23 @@ from domain.model import FactStatus
 from memoryd.demo import SAMPLE_QUERIES, sample_file
 from memoryd.sample_stream import read_jsonl
 from processors.gate import WriteGate
+from processors.merge import MIN_NEW_WORDS, new_words
 from processors.offline import OfflineBackend
+from processors.statements import sentences
 from producers.contract import ContextEvent, EventType
 from store.embeddings import CachingEmbedder, MiniLmEmbedder
 from store.read.ranking import Budget
 from tests.support.builders import buffered
 from tests.support.inmemory import InMemoryMemoryd
 
+NARRATIVE_ORDER = (
+    "Working on",
+    "Still open",
+    "Lately",
+    "How they like things",
+    "About them",
+    "From the inbox",
+)
 BATCH = 5  # the processor's batches are a few events of one user
 
 
@@ -63,3 +73,26 @@ def test_the_sample_memory_is_compact(
     for key, stream in by_user.items():
         active = [f for f in m.memory.facts(key) if f.status is FactStatus.ACTIVE]
         assert 0 < len(active) < len(stream)
+
+
+def test_working_memory_is_one_consistent_narrative(
+    consolidated: tuple[InMemoryMemoryd, dict[MemoryKey, list[ContextEvent]]],
+) -> None:
+    """W of every sample user: who they are first, then what they work on and what is open,
+    then what changed lately and how they like things; within 500 words; and no statement
+    told twice, not even in other words ("founder and CEO" after "founder and chief
+    executive")."""
+    m, by_user = consolidated
+    for key in by_user:
+        w = m.memory.load_state(key).working_memory
+        assert len(w.split()) <= 500, key
+        paragraphs = w.split("\n")
+        assert not paragraphs[0].startswith(("Working on", "Lately")), w  # identity first
+        openings = [p.split(":", 1)[0] for p in paragraphs[1:]]
+        assert openings[0] == "Working on", w
+        assert openings == [o for o in NARRATIVE_ORDER if o in openings], w
+        told = [s for p in paragraphs for s in sentences(p.split(": ", 1)[-1])]
+        for i, statement in enumerate(told):
+            assert all(len(new_words(t, statement)) >= MIN_NEW_WORDS for t in told[:i]), statement
+    lena = m.memory.load_state(MemoryKey("helix-labs", "lena.fischer")).working_memory
+    assert lena.count("founder and") == 1, lena

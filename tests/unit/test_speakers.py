@@ -63,6 +63,23 @@ SAID = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
         ("Jon: I'll keep ya posted", "Jon will keep ya posted"),
         ("Gina: I'd love to see it", "Gina would love to see it"),
         ("Maria: I taught myself to paint", "Maria taught themselves to paint"),
+        # A second verb after "and" shares the subject and agrees too; a plural subject's does not.
+        (
+            "Correction: I live in Utrecht now and commute to Amsterdam.",
+            "The user lives in Utrecht now and commutes to Amsterdam.",
+        ),
+        ("I am a nurse and work at night", "The user is a nurse and works at night"),
+        (
+            "Gina: I work at the store and really love the team",
+            "Gina works at the store and really loves the team",
+        ),
+        ("I like tea and cake in the morning", "The user likes tea and cake in the morning"),
+        ("I enjoy music and dance", "The user enjoys music and dance"),
+        ("Mel and I go running on Sundays", "Mel and the user go running on Sundays"),
+        (
+            "John: My wife and I go hiking and play in the park",
+            "John's wife and John go hiking and play in the park",
+        ),
         # A line without "I" still names its speaker.
         ("John: We made pizza!", "John: We made pizza!"),
         (
