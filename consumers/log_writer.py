@@ -176,9 +176,11 @@ class LogWriter:
             while time.monotonic() - start < deadline_s:
                 n = self.step()
                 total += n
-                if n:
+                if n or not self._consumer.assignment():
+                    # Quiet counts from the assignment: joining the group can take longer
+                    # than `idle_s` on a busy machine, and nothing arrives before it.
                     quiet_since = time.monotonic()
-                elif time.monotonic() - quiet_since >= idle_s and self._consumer.assignment():
+                elif time.monotonic() - quiet_since >= idle_s:
                     break
         finally:
             self.close()
