@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bootstrap lint typecheck pytest lock
+.PHONY: demo test bootstrap lint typecheck pytest pytest-main pytest-faults lock
 
 demo: bootstrap
 	$(BIN)/memoryd demo
@@ -19,8 +19,19 @@ lint:
 typecheck:
 	$(BIN)/mypy
 
+# Two stages, both always run: everything but the fault-injection tests, then those (they
+# stop and kill services and processes, and take minutes). Each says how long it took.
 pytest:
-	$(BIN)/pytest
+	@rc=0; $(MAKE) --no-print-directory pytest-main || rc=1; \
+	  $(MAKE) --no-print-directory pytest-faults || rc=1; exit $$rc
+
+pytest-main:
+	@start=$$(date +%s); $(BIN)/pytest -m "not faults"; rc=$$?; \
+	  echo "stage pytest-main took $$(( $$(date +%s) - start )) s"; exit $$rc
+
+pytest-faults:
+	@start=$$(date +%s); $(BIN)/pytest -m faults; rc=$$?; \
+	  echo "stage pytest-faults took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # Regenerate the hash-pinned lock after changing dependencies in pyproject.toml.
 lock:

@@ -1,16 +1,22 @@
 """Ingest: events from producers through Kafka into the Postgres log, and consolidation.
 
-    python -m bench.ingest [--events 100000] [--users 1000] [--rate 1000] [--rate-seconds 10]
-        [--consolidate 2000] [--json-out FILE] [services options]
+    python -m bench.ingest [--events 100000] [--users 1000] [--producers 4] [--writers 2]
+        [--rate 1000] [--rate-seconds 10] [--consolidate 2000] [--json-out FILE]
+        [services options]
 
-Three measures, each on a topic of its own:
+Four measures, each on a topic of its own (`--events 0`, `--rate 0`, `--consolidate 0` leave
+one out):
 
-1. throughput: `--events` events over `--users` users published by one `KafkaEventPublisher`
-   in batches of 1,000 while one `LogWriter` (as `memoryd log-writer` runs it) consumes them;
-   events/s from the first publish to the last event in `context_events`;
-2. latency: `--rate` events/s for `--rate-seconds`, published every 10 ms; producer-to-log
+1. throughput: `--events` events over `--users` users published by `--producers` processes
+   (one `KafkaEventPublisher` each, batches of 1,000) while `--writers` processes (one
+   `LogWriter` each, as `memoryd log-writer` runs it, in one group) consume them; events/s
+   from the first publish to the last event in `context_events`, and the CPU time each side
+   spent per event;
+2. drain: the same events already on the topic when the writers start, so Kafka -> Postgres
+   alone: events/s from the first row logged to the last;
+3. latency: `--rate` events/s for `--rate-seconds`, published every 10 ms; producer-to-log
    time is `recorded_at` (Postgres, at insert) minus `occurred_at` (set just before publish);
-3. consolidation: `--consolidate` events (20 per user, one batch each) through the
+4. consolidation: `--consolidate` events (20 per user, one batch each) through the
    MemoryProcessor with the offline backend, to every event consolidated and every fact
    indexed; events/s over that time.
 """
@@ -24,19 +30,19 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-from bench import services
+from bench import ingest_workers, services
 from bench.locomo.metrics import markdown_table
 from memoryd import wiring
 from memoryd.settings import ChromaSettings, Settings
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
 
 ORGANIZATION = "bench-org"
-PUBLISH_BATCH = 1_000
 TICK_S = 0.01
 FACTS = [
     "I moved to {city} last spring and bike to work",
@@ -49,7 +55,7 @@ CITIES = ["Lisbon", "Kyoto", "Oslo", "Lima", "Pune", "Accra", "Turin", "Quito"]
 NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goran", "Hana"]
 
 
-def make_events(count: int, users: int, seed: str) -> list[ContextEvent]:
+def make_events(count: int, users: int, seed: str, first: int = 0) -> list[ContextEvent]:
     now = datetime.now(UTC)
     return [
         ContextEvent(
@@ -64,8 +70,19 @@ def make_events(count: int, users: int, seed: str) -> list[ContextEvent]:
             source_metadata=SourceMetadata(source=Source.INTERACTIVE, message_id=f"m-{i}"),
             occurred_at=now,
         )
-        for i in range(count)
+        for i in range(first, first + count)
     ]
+
+
+@dataclass(frozen=True)
+class EventMaker:
+    """`make_events` for one producer process's slice (picklable, unlike a closure)."""
+
+    users: int
+    seed: str
+
+    def __call__(self, first: int, count: int) -> list[ContextEvent]:
+        return make_events(count, self.users, self.seed, first)
 
 
 def _settings(base: Settings, ends: services.Endpoints, dsn: str, run: str, phase: str) -> Settings:
@@ -107,22 +124,63 @@ def _wait_logged(c: wiring.Core, topic: str, expected: int, timeout_s: float) ->
     return time.perf_counter()
 
 
-def throughput(settings: Settings, events: Sequence[ContextEvent]) -> dict[str, float]:
+class _Progress:
+    """Polls the log's row count: when the first row of the topic came, and the last."""
+
+    def __init__(self, c: wiring.Core, topic: str) -> None:
+        self._c, self._topic = c, topic
+
+    def wait_all(self, expected: int, timeout_s: float) -> tuple[float, int, float]:
+        """(when rows first appeared, how many were there then, when all were there)."""
+        deadline = time.monotonic() + timeout_s
+        first: tuple[float, int] | None = None
+        while (n := _logged(self._c, self._topic)) < expected:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"only {n} of {expected} events reached the log in {timeout_s} s")
+            if first is None and n > 0:
+                first = (time.monotonic(), n)
+            time.sleep(0.02)
+        done = time.monotonic()
+        return (*(first or (done, n)), done)
+
+
+def _cpu_us(cpu_s: Sequence[float], events: int) -> float:
+    return 1e6 * sum(cpu_s) / events
+
+
+def throughput(
+    settings: Settings, total: int, users: int, producers: int, writers: int
+) -> dict[str, float]:
+    """Producers and writers at once: events/s from the first publish to the last row."""
     wiring.ensure_topics(settings)
-    with wiring.core(settings) as c, _Writer(c):
-        publisher = wiring.publisher(settings)
-        try:
-            started = time.perf_counter()
-            for i in range(0, len(events), PUBLISH_BATCH):
-                publisher.publish(events[i : i + PUBLISH_BATCH])
-            published = time.perf_counter()
-        finally:
-            publisher.close()
-        done = _wait_logged(c, settings.kafka.topic, len(events), 600)
+    with wiring.core(settings) as c, ingest_workers.writers(settings, writers) as w:
+        sent = ingest_workers.publish(settings, EventMaker(users, "log"), total, producers)
+        _, _, done = _Progress(c, settings.kafka.topic).wait_all(total, 900)
+    started = min(p.started for p in sent)
     return {
-        "events": len(events),
-        "publish_events_per_s": len(events) / (published - started),
-        "log_events_per_s": len(events) / (done - started),
+        "events": total,
+        "producers": producers,
+        "writers": writers,
+        "publish_events_per_s": total / (max(p.finished for p in sent) - started),
+        "log_events_per_s": total / (done - started),
+        "producer_cpu_us_per_event": _cpu_us([p.cpu_s for p in sent], total),
+        "writer_cpu_us_per_event": _cpu_us(w.cpu_s, total),
+    }
+
+
+def drain(
+    settings: Settings, total: int, users: int, producers: int, writers: int
+) -> dict[str, float]:
+    """Kafka -> Postgres alone: the events wait on the topic, then the writers start."""
+    wiring.ensure_topics(settings)
+    ingest_workers.publish(settings, EventMaker(users, "drain"), total, producers)
+    with wiring.core(settings) as c, ingest_workers.writers(settings, writers) as w:
+        first, before, done = _Progress(c, settings.kafka.topic).wait_all(total, 900)
+    return {
+        "events": total,
+        "writers": writers,
+        "log_events_per_s": (total - before) / max(done - first, 1e-9),
+        "writer_cpu_us_per_event": _cpu_us(w.cpu_s, total),
     }
 
 
@@ -185,7 +243,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--users", type=int, default=1_000)
     parser.add_argument("--rate", type=int, default=1_000, help="events/s for the latency")
     parser.add_argument("--rate-seconds", type=float, default=10.0)
-    parser.add_argument("--consolidate", type=int, default=2_000)
+    parser.add_argument("--consolidate", type=int, default=2_000, help="0: not measured")
+    parser.add_argument("--producers", type=int, default=4, help="producer processes")
+    parser.add_argument("--writers", type=int, default=2, help="log-writer processes")
     parser.add_argument("--json-out", type=Path)
     services.add_options(parser, kafka=True)
     args = parser.parse_args(argv)
@@ -193,9 +253,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     results: dict[str, dict[str, float]] = {}
     with services.endpoints(args, base, kafka=True) as ends:
         run = services.run_id()
-        topics = [
-            f"bench-ingest-{run}-{p}{s}" for p in ("log", "rate", "cons") for s in ("", ".dlq")
-        ]
+        phases = ("log", "drain", "rate", "cons")
+        topics = [f"bench-ingest-{run}-{p}{s}" for p in phases for s in ("", ".dlq")]
         with (
             services.scratch_database(ends.postgres_dsn, "bench_ingest", keep=args.keep) as dsn,
             services.scratch_topics(ends.kafka_bootstrap, topics, keep=args.keep),
@@ -203,49 +262,71 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ends.chroma_url, f"bench_ingest_{run}", keep=args.keep
             ) as collection,
         ):
-            events = make_events(args.events, args.users, "log")
-            results["throughput"] = throughput(_settings(base, ends, dsn, run, "log"), events)
-            results["latency"] = latency(
-                _settings(base, ends, dsn, run, "rate"), args.rate, args.rate_seconds
-            )
-            cons = _settings(base, ends, dsn, run, "cons")
-            cons = cons.model_copy(
-                update={
-                    "chroma": ChromaSettings(
-                        mode="http", url=ends.chroma_url, collection=collection
-                    )
-                }
-            )
-            users = max(1, args.consolidate // 20)
-            results["consolidation"] = consolidation(
-                cons, make_events(args.consolidate, users, "cons")
-            )
-    t, lat, con = results["throughput"], results["latency"], results["consolidation"]
-    print(
-        markdown_table(
-            ["measure", "value"],
-            [
-                ["events published (one producer, batches of 1,000)", f"{t['events']:,.0f}"],
-                ["publish rate", f"{t['publish_events_per_s']:,.0f} events/s"],
-                ["producers -> Kafka -> Postgres log", f"{t['log_events_per_s']:,.0f} events/s"],
-                [
-                    f"producer-to-log at {lat['offered_per_s']:,.0f} events/s, p50",
-                    f"{lat['p50_ms']:.1f} ms",
-                ],
-                ["producer-to-log, p99", f"{lat['p99_ms']:.1f} ms"],
-                [
-                    f"consolidation, offline backend ({con['events']:,.0f} events)",
-                    f"{con['events_per_s']:,.0f} events/s",
-                ],
-            ],
-        )
-    )
+            workers = (args.events, args.users, args.producers, args.writers)
+            if args.events:
+                results["throughput"] = throughput(_settings(base, ends, dsn, run, "log"), *workers)
+                results["drain"] = drain(_settings(base, ends, dsn, run, "drain"), *workers)
+            if args.rate:
+                results["latency"] = latency(
+                    _settings(base, ends, dsn, run, "rate"), args.rate, args.rate_seconds
+                )
+            if args.consolidate:
+                cons = _settings(base, ends, dsn, run, "cons")
+                cons = cons.model_copy(
+                    update={
+                        "chroma": ChromaSettings(
+                            mode="http", url=ends.chroma_url, collection=collection
+                        )
+                    }
+                )
+                users = max(1, args.consolidate // 20)
+                results["consolidation"] = consolidation(
+                    cons, make_events(args.consolidate, users, "cons")
+                )
+    print(markdown_table(["measure", "value"], _rows(results)))
     print(
         f"\nload average at the end {'/'.join(f'{x:.1f}' for x in os.getloadavg())}"
         f" (1/5/15 min) on {os.cpu_count()} CPUs"
     )
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _rows(results: dict[str, dict[str, float]]) -> list[list[str]]:
+    rows = []
+    if t := results.get("throughput"):
+        who = f"{t['producers']:.0f} producer and {t['writers']:.0f} log-writer processes"
+        rows += [
+            [f"events published ({who})", f"{t['events']:,.0f}"],
+            ["publish rate", f"{t['publish_events_per_s']:,.0f} events/s"],
+            ["producers -> Kafka -> Postgres log", f"{t['log_events_per_s']:,.0f} events/s"],
+            ["producer CPU per event", f"{t['producer_cpu_us_per_event']:.0f} us"],
+            ["log-writer CPU per event", f"{t['writer_cpu_us_per_event']:.0f} us"],
+        ]
+    if d := results.get("drain"):
+        rows += [
+            [
+                f"Kafka -> Postgres log, events waiting ({d['writers']:.0f} log writers)",
+                f"{d['log_events_per_s']:,.0f} events/s",
+            ],
+            ["log-writer CPU per event (drain)", f"{d['writer_cpu_us_per_event']:.0f} us"],
+        ]
+    if lat := results.get("latency"):
+        rows += [
+            [
+                f"producer-to-log at {lat['offered_per_s']:,.0f} events/s, p50",
+                f"{lat['p50_ms']:.1f} ms",
+            ],
+            ["producer-to-log, p99", f"{lat['p99_ms']:.1f} ms"],
+        ]
+    if con := results.get("consolidation"):
+        rows.append(
+            [
+                f"consolidation, offline backend ({con['events']:,.0f} events)",
+                f"{con['events_per_s']:,.0f} events/s",
+            ]
+        )
+    return rows
 
 
 if __name__ == "__main__":

@@ -248,6 +248,12 @@ class ReadModel(InjectionReads, Protocol):
         """Facts in scope sharing a word with text, best match first."""
         ...
 
+    def keyword_searches(
+        self, searches: Sequence[tuple[Scope, str]], limit: int
+    ) -> list[list[Fact]]:
+        """`keyword_search` of each (scope, text), answered together."""
+        ...
+
     def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:
         """Ids of facts in scope whose current version is in the vector index."""
         ...

@@ -73,6 +73,9 @@ class ReadPathSettings(BaseModel):
     """The read path: injection cache, background writers, optional query rewrite."""
 
     cache_max_users: int = Field(default=10_000, ge=1)
+    # How long a memory's stamp read from Postgres is trusted without asking again while this
+    # process hears every change announced (store.read.memory_changes); 0: ask on every turn.
+    stamp_ttl_s: float = Field(default=30.0, ge=0)
     # Memories' fact vectors held for dense retrieval: 1 GiB is 700k facts of 384 dimensions.
     dense_cache_mb: int = Field(default=1024, ge=1)
     # How often an API process drops cached injections of memories erased elsewhere.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +48,7 @@ from store.read.context_service import ContextService
 from store.read.dense import DenseCache, DenseReads, DenseSearch
 from store.read.fact_queries import PostgresReadModel
 from store.read.injection import InjectionCache
+from store.read.memory_changes import StampWatch, watching
 from store.read.query_rewrite import TimeBoundRewriter
 from store.read.read_ledger import ReadCharge, ReadLedger
 from store.read.read_metrics import ReadPathMetrics
@@ -267,6 +268,8 @@ def processor(
     c: Core, consolidation_backend: ConsolidationBackend | None = None
 ) -> MemoryProcessor:
     s = c.settings
+    # Every flush embeds (the write gate, the candidates): load the model before consuming.
+    c.embedder.warm()
     return MemoryProcessor(
         _consumer(s, s.kafka.processor_group, "memoryd-processor"),
         s.kafka.topic,
@@ -296,7 +299,9 @@ def query_rewriter(c: Core) -> TimeBoundRewriter | None:
     return TimeBoundRewriter(rewrite, r.rewrite_timeout_ms / 1000)
 
 
-def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextService:
+def context_service(
+    c: Core, metrics: ReadPathMetrics | None = None, watch: StampWatch | None = None
+) -> ContextService:
     """The read path, with its background writers (audit rows, recall counters).
 
     The writers start on first use and stop when idle; `close()` the service (or use
@@ -304,20 +309,12 @@ def context_service(c: Core, metrics: ReadPathMetrics | None = None) -> ContextS
     """
     r = c.settings.read_path
     reads = read_model(c)
-    hooks: dict[str, Any] = (
-        {
-            "on_dropped": metrics.dropped,
-            "on_written": metrics.written,
-            "on_pending": metrics.pending,
-        }
-        if metrics
-        else {}
-    )
+    hooks = metrics.writer_hooks() if metrics else {}
     return ContextService(
         reads,
         c.index,
         c.clock,
-        cache=InjectionCache(reads, r.cache_max_users),
+        cache=InjectionCache(reads, r.cache_max_users, watch),
         rewriter=query_rewriter(c),
         audit=BatchWriter("context-log", reads.write_context_logs, r.writer, **hooks),
         recalls=BatchWriter("recall-counts", reads.record_recalls, r.writer, **hooks),
@@ -351,11 +348,13 @@ def read_charges(c: Core) -> Callable[[ReadCharge], list[LedgerEntry]]:
 
 @contextmanager
 def read_path(c: Core, metrics: ReadPathMetrics | None = None) -> Iterator[ContextService]:
-    service = context_service(c, metrics)
-    try:
+    """The read path with its stamp watch listening for memory changes (unless turned off)."""
+    r = c.settings.read_path
+    with (
+        watching(c.settings.postgres.dsn, r.stamp_ttl_s, r.cache_max_users) as watch,
+        closing(context_service(c, metrics, watch)) as service,
+    ):
         yield service
-    finally:
-        service.close()
 
 
 def eraser(

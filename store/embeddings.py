@@ -159,6 +159,10 @@ class MiniLmEmbedder:
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
         options = ort.SessionOptions()
         options.intra_op_num_threads = self._intra_op_threads
+        # Idle intra-op threads spin by default, burning the cores the rest of the process (and
+        # its neighbours) need: on 2 busy cores a call of 3 texts took 128-151 ms spinning,
+        # 27-39 ms not (bench.processor, "Processor overhead" in BENCHMARKS.md).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             # The verified bytes are what runs: re-reading the path could load another file.
             session = ort.InferenceSession(
@@ -272,6 +276,11 @@ class CachingEmbedder:
         self._max_entries = max_entries
         self._vectors: OrderedDict[str, Vector] = OrderedDict()
         self._lock = threading.Lock()
+
+    def warm(self) -> None:
+        """Load the model and run it once now, past the cache: the first consolidation would
+        otherwise wait seconds for it (bench.processor, "Processor overhead")."""
+        self._inner.embed(["warm-up"])
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         with self._lock:

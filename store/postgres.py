@@ -10,7 +10,10 @@ must not retry.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,6 +33,7 @@ def make_pool(
     dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "memoryd"
 ) -> ConnectionPool:
     """Open a pool and wait until it has a working connection, or raise DatabaseUnavailable."""
+    reuse = ReuseCheck()
     pool = ConnectionPool(
         dsn,
         min_size=min_size,
@@ -38,7 +42,8 @@ def make_pool(
         open=False,
         kwargs={"autocommit": False},
         # A pooled connection that died with the server is replaced, not handed out.
-        check=ConnectionPool.check_connection,
+        check=reuse.check,
+        reset=reuse.returned,
     )
     try:
         pool.open(wait=True, timeout=15)
@@ -46,6 +51,34 @@ def make_pool(
         pool.close()
         raise DatabaseUnavailable(f"cannot connect to Postgres: {e}") from e
     return pool
+
+
+class ReuseCheck:
+    """The pool's check at checkout: a round trip only for a connection that sat idle.
+
+    A consolidation takes a connection some 30 times; checking each with a round trip
+    lengthened every flush by as many (bench.processor). One given back less than
+    `fresh_s` ago worked then; if the server went away since, its first statement fails with
+    `OperationalError` (`DatabaseUnavailable`, retried) and the pool discards it.
+    """
+
+    def __init__(self, fresh_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._fresh_s = fresh_s
+        self._clock = clock
+        self._returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def returned(self, conn: psycopg.Connection[Any]) -> None:
+        with self._lock:
+            self._returned[conn] = self._clock()
+
+    def check(self, conn: psycopg.Connection[Any]) -> None:
+        with self._lock:
+            at = self._returned.pop(conn, None)
+        if conn.closed or conn.broken:
+            raise psycopg.OperationalError("the pooled connection is closed")
+        if at is None or self._clock() - at >= self._fresh_s:
+            ConnectionPool.check_connection(conn)
 
 
 @contextmanager
@@ -73,3 +106,15 @@ def transaction(
     """A connection inside one transaction, its driver errors translated."""
     with translated(operation), pool.connection() as conn, conn.transaction():
         yield conn
+
+
+@contextmanager
+def statement(pool: ConnectionPool, operation: str = "query") -> Iterator[psycopg.Connection[Any]]:
+    """A connection for one read-only statement, outside a transaction block: no BEGIN and
+    COMMIT round trips. A single statement sees one snapshot whatever the mode."""
+    with translated(operation), pool.connection() as conn:
+        conn.autocommit = True
+        try:
+            yield conn
+        finally:
+            conn.autocommit = False

@@ -66,6 +66,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: talks to real Kafka, Postgres or Chroma started by the fixtures"
     )
+    config.addinivalue_line(
+        "markers", "faults: injects a fault into a running pipeline (its own CI stage)"
+    )
 
 
 # --- where a service comes from -----------------------------------------------------------------

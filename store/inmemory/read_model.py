@@ -88,6 +88,11 @@ class InMemoryReadModel:
 
     # -- retrieval ------------------------------------------------------------------------
 
+    def keyword_searches(
+        self, searches: Sequence[tuple[Scope, str]], limit: int
+    ) -> list[list[Fact]]:
+        return [self.keyword_search(scope, text, limit) for scope, text in searches]
+
     def keyword_search(self, scope: Scope, text: str, limit: int) -> list[Fact]:
         wanted = words(text)
         if limit <= 0 or not wanted:

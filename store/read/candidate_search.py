@@ -64,9 +64,9 @@ class HybridFactSearch:
             dense = self._dense(scopes, queries, limit)
         except VectorIndexUnavailable as e:
             dense, degraded = [[] for _ in queries], f"vector index unavailable: {e}"
-        keyword = [
-            self._reads.keyword_search(scopes[q.connection_id], q.text, limit) for q in queries
-        ]
+        keyword = self._reads.keyword_searches(
+            [(scopes[q.connection_id], q.text) for q in queries], limit
+        )
         truth = self._current(scopes, queries, dense, keyword)
         ranked = []
         for query, dense_ids, keyword_facts in zip(queries, dense, keyword, strict=True):

@@ -194,6 +194,38 @@ class ContextService:
         ids = self._reads.indexed_ids(scope, UNCACHED_SEARCH_MAX_FACTS)
         return self._index.score(text, ids, pool)
 
+    def _keyword(
+        self,
+        scope: Scope,
+        stamp: MemoryStamp,
+        text: str,
+        pool: int,
+        hits: Sequence[VectorHit],
+        watch: _Stopwatch,
+    ) -> tuple[list[Fact], dict[uuid.UUID, Fact]]:
+        """The keyword ranking, and the current rows of it and of the dense hits.
+
+        From the memory's in-process BM25 index when the dense stage has its entry (then one
+        query reads the rows of both rankings), else from the SQL BM25. Chroma and the cached
+        index may lag behind a status or scope change: only Postgres's current rows count.
+        """
+        dense_ids = [h.fact_id for h in hits]
+        ranked = None
+        if self._dense_search is not None:
+            ranked = self._dense_search.keyword(scope, stamp, text, pool)
+        if ranked is None:
+            keyword = self._reads.keyword_search(scope, text, pool)
+            watch.lap("keyword")
+            rows = {f.fact_id: f for f in keyword}
+            wanted = [i for i in dense_ids if i not in rows]
+        else:
+            watch.lap("keyword")
+            rows, wanted = {}, list(dict.fromkeys([*ranked, *dense_ids]))
+        rows |= {f.fact_id: f for f in self._reads.facts_in_scope(scope, wanted)}
+        if ranked is not None:
+            keyword = [rows[i] for i in ranked if i in rows]
+        return keyword, rows
+
     def _retrieve(
         self,
         scope: Scope,
@@ -210,16 +242,7 @@ class ContextService:
             hits, known_vectors, degraded = [], {}, f"vector index unavailable: {e}"
         embedded = degraded is None
         watch.lap("dense")
-        keyword = self._reads.keyword_search(scope, text, profile.pool)
-        watch.lap("keyword")
-        # Chroma may lag behind a status or scope change: only Postgres's current rows count.
-        rows = {f.fact_id: f for f in keyword}
-        rows |= {
-            f.fact_id: f
-            for f in self._reads.facts_in_scope(
-                scope, [h.fact_id for h in hits if h.fact_id not in rows]
-            )
-        }
+        keyword, rows = self._keyword(scope, stamp, text, profile.pool, hits, watch)
         watch.lap("truth")
         pinned_ids = {f.fact_id for f in pinned}
         similarity = {h.fact_id: h.similarity for h in hits}

@@ -2,24 +2,24 @@
 
 A memory (organization, user) changes only when a consolidation run commits, which increments
 `user_memory.version`, or when an erasure gives it a new generation. So the vectors of a memory
-at a stamp (generation, version) are fetched from
-Chroma once, kept as one matrix with each fact's scope columns beside it, and every later turn
-of that memory costs one matrix-vector product and a mask, whatever the collection holds: no
-Chroma call, no Postgres query beyond the version the injection cache reads anyway.
+at a stamp (generation, version) are fetched from Chroma once, kept as one matrix with each
+fact's scope columns (and its lexemes, for the keyword stage's index, `keyword_index`) beside
+it, and every later turn of that memory costs one matrix-vector product and a mask, whatever
+the collection holds: no Chroma call, no Postgres query beyond the version check.
 
 Why not Chroma's own filtered query: Chroma 1.5 answers a metadata-filtered query by scanning
 the metadata of the whole collection (265 ms at 100k facts), and a fetch by id grows with the
-user's facts (9 ms for 100, about 100 ms for 10,000). A new version reuses the vectors of the
-previous one of the same generation for every fact whose (id, version) is unchanged, so a run
-that adds 20 facts fetches 20 vectors, not 10,000; a new generation fetches everything again,
-so no vector of erased content is carried over.
+user's facts (9 ms for 100, about 100 ms for 10,000). A new version reuses the vectors and
+lexemes of the previous one of the same generation for every fact whose (id, version) is
+unchanged, so a run that adds 20 facts fetches 20, not 10,000; a new generation fetches
+everything again, so nothing of erased content is carried over.
 
-Facts written by a run are indexed in Chroma a moment after it commits. A matrix built in
-between holds them as pending; while any is pending each turn asks Postgres (by primary key)
-whether they are indexed now, and takes them in when they are.
+Facts written by a run are indexed in Chroma a moment after it commits. An entry built in
+between holds them as pending (in the keyword index, not in the dense search); while any is
+pending each turn asks Postgres (by primary key) whether they are indexed now.
 
-The matrices are bounded by bytes, least recently used evicted first; an erasure in this
-process drops its memory's matrix at once, the periodic sweep those erased elsewhere.
+The entries are bounded by bytes, least recently used evicted first; an erasure in this
+process drops its memory's entry at once, the periodic sweep those erased elsewhere.
 """
 
 from __future__ import annotations
@@ -42,12 +42,20 @@ from domain.model import FactStatus
 from domain.ports import Embedder, Vector, VectorHit
 from domain.reads import MemoryStamp, Scope
 from store.errors import DatabaseUnavailable, StoreError
-from store.postgres import transaction
+from store.postgres import statement
+from store.read.keyword_index import KeywordIndex, QueryLexemes, Terms
 
 __all__ = ["DenseCache", "DenseReads", "DenseSearch", "IndexedRow", "MemoryVectors"]
 
 _STATUS_CODES = {status: code for code, status in enumerate(FactStatus)}
 _ENTRY_OVERHEAD_BYTES = 200  # per fact: the id, its row in the lookup, the scope columns
+_TERMS = (
+    "SELECT f.fact_id, t.lexemes, t.counts FROM memory_facts f, LATERAL (SELECT"
+    " array_agg(u.lexeme) AS lexemes,"
+    " array_agg(coalesce(array_length(u.positions, 1), 1)) AS counts"
+    " FROM unnest(f.content_tsv) AS u) t"
+    " WHERE f.organization_id = %s AND f.user_id = %s AND f.fact_id = ANY(%s)"
+)
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,22 @@ class DenseReads:
             for r in found
         ]
 
+    def terms(self, key: MemoryKey, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Terms]:
+        """These facts' lexemes and counts, as the SQL BM25 reads them from `content_tsv`."""
+        if not fact_ids:
+            return {}
+        with self._transaction() as conn:
+            found = conn.execute(_TERMS, (key.organization_id, key.user_id, list(fact_ids)))
+            return {r[0]: Terms(tuple(r[1] or ()), tuple(r[2] or ())) for r in found}
+
+    def query_lexemes(self, text: str) -> list[str]:
+        """The lexemes Postgres makes of a query text (those the SQL BM25 matches on)."""
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT array(SELECT lexeme FROM unnest(to_tsvector('english', %s)))", (text,)
+            ).fetchone()
+        return list(row[0]) if row else []
+
     def indexed(self, versions: Mapping[uuid.UUID, int]) -> set[uuid.UUID]:
         """Which of these fact versions are in the vector index by now."""
         if not versions:
@@ -99,9 +123,10 @@ class DenseReads:
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction; driver errors become StoreError (DatabaseUnavailable if transient)."""
+        """One statement (no BEGIN/COMMIT round trips); driver errors become StoreError
+        (DatabaseUnavailable if transient)."""
         try:
-            with transaction(self._pool) as conn:
+            with statement(self._pool) as conn:
                 yield conn
         except psycopg.OperationalError as e:
             raise DatabaseUnavailable(str(e)) from e
@@ -111,21 +136,26 @@ class DenseReads:
 
 @dataclass(frozen=True)
 class MemoryVectors:
-    """One memory's indexed vectors at one stamp, rows in fact-id order."""
+    """One memory's facts at one stamp, rows in fact-id order: their vectors (for those in the
+    vector index), their scope columns and their keyword index."""
 
     stamp: MemoryStamp
     ids: tuple[uuid.UUID, ...]
     fact_versions: npt.NDArray[np.int64]
-    matrix: npt.NDArray[np.float32]  # len(ids) × dimension, unit rows
+    matrix: npt.NDArray[np.float32]  # len(ids) × dimension, unit rows (zero when not vectored)
+    vectored: npt.NDArray[np.bool_]  # the row's vector is in the index (and in the matrix)
     connections: npt.NDArray[np.str_]  # NO_CONNECTION for a fact outside every connection
     statuses: npt.NDArray[np.int8]
     context_types: npt.NDArray[np.object_]
     row_of: Mapping[uuid.UUID, int]
     pending: Mapping[uuid.UUID, int]  # fact id -> version written but not indexed yet
+    terms: tuple[Terms, ...]
+    keywords: KeywordIndex
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes) + _ENTRY_OVERHEAD_BYTES * (len(self.ids) + len(self.pending))
+        facts = len(self.ids) + len(self.pending)
+        return int(self.matrix.nbytes) + _ENTRY_OVERHEAD_BYTES * facts + self.keywords.nbytes
 
     def mask(self, scope: Scope) -> npt.NDArray[np.bool_]:
         """Rows the scope may see: its statuses, its connections or none, its context types."""
@@ -144,17 +174,21 @@ class _RowVectors(Mapping[uuid.UUID, Vector]):
         self._entry = entry
 
     def __getitem__(self, fact_id: uuid.UUID) -> Vector:
-        row: Vector = self._entry.matrix[self._entry.row_of[fact_id]]
-        return row
+        row = self._entry.row_of[fact_id]
+        if not self._entry.vectored[row]:
+            raise KeyError(fact_id)
+        vector: Vector = self._entry.matrix[row]
+        return vector
 
     def __contains__(self, fact_id: object) -> bool:
-        return fact_id in self._entry.row_of
+        row = self._entry.row_of.get(fact_id)  # type: ignore[call-overload]
+        return row is not None and bool(self._entry.vectored[row])
 
     def __iter__(self) -> Iterator[uuid.UUID]:
-        return iter(self._entry.ids)
+        return (self._entry.ids[r] for r in np.flatnonzero(self._entry.vectored))
 
     def __len__(self) -> int:
-        return len(self._entry.ids)
+        return int(np.count_nonzero(self._entry.vectored))
 
 
 class DenseCache:
@@ -232,7 +266,8 @@ class DenseCache:
 
 
 class DenseSearch:
-    """Exact top-n by cosine over a memory's facts in scope, from the cached matrix."""
+    """Exact top-n by cosine over a memory's facts in scope, from the cached matrix; and the
+    keyword stage's BM25 over the same cached facts."""
 
     def __init__(
         self,
@@ -248,6 +283,7 @@ class DenseSearch:
         self._embedder = embedder
         self._cache = cache
         self._fetch_batch = fetch_batch
+        self._lexemes = QueryLexemes(reads.query_lexemes)
 
     def search(
         self, scope: Scope, stamp: MemoryStamp, text: str, n: int
@@ -256,9 +292,7 @@ class DenseSearch:
         if n <= 0 or not scope.statuses:
             return [], {}
         entry = self.memory(scope.key, stamp)
-        if not entry.ids:
-            return [], {}
-        rows = np.flatnonzero(entry.mask(scope))
+        rows = np.flatnonzero(entry.mask(scope) & entry.vectored)
         if rows.size == 0:
             return [], {}
         (query,) = self._embedder.embed([text])
@@ -268,8 +302,25 @@ class DenseSearch:
         hits = [VectorHit(entry.ids[rows[k]], float(similarity[k]), "", {}) for k in order]
         return hits, _RowVectors(entry)
 
+    def keyword(
+        self, scope: Scope, stamp: MemoryStamp, text: str, n: int
+    ) -> list[uuid.UUID] | None:
+        """Ids of the n facts in scope of best BM25 score for text (ties by id), ranked as
+        `PostgresReadModel.keyword_search` ranks them; None when the memory has no entry at
+        this stamp (its build failed: the vector index is down), for the caller to ask SQL.
+
+        Called after `search` in a turn, so it never builds or re-checks an entry itself.
+        """
+        entry = self._cache.get(scope.key)
+        if entry is None or entry.stamp != stamp:
+            return None
+        if n <= 0 or not scope.statuses or not entry.ids:
+            return []
+        rows = entry.keywords.search(self._lexemes(text), entry.mask(scope), n)
+        return [entry.ids[r] for r in rows]
+
     def memory(self, key: MemoryKey, stamp: MemoryStamp) -> MemoryVectors:
-        """The memory's matrix at this stamp: cached, completed, or built."""
+        """The memory's entry at this stamp: cached, completed, or built."""
         cached = self._cache.get(key)
         if (
             cached is not None
@@ -282,7 +333,7 @@ class DenseSearch:
         return entry
 
     def forget(self, key: MemoryKey) -> None:
-        """Drop the memory's matrix (its erasure in this process calls it)."""
+        """Drop the memory's entry (its erasure in this process calls it)."""
         self._cache.invalidate(key)
 
     def sweep(
@@ -294,37 +345,41 @@ class DenseSearch:
         self, key: MemoryKey, stamp: MemoryStamp, previous: MemoryVectors | None
     ) -> MemoryVectors:
         rows = sorted(self._reads.rows(key), key=lambda r: str(r.fact_id))
-        indexed = [r for r in rows if r.indexed]
         known: dict[uuid.UUID, Vector] = {}
-        # Only within one generation: an erasure's new generation must not inherit vectors.
+        terms: dict[uuid.UUID, Terms] = {}
+        # Only within one generation: an erasure's new generation must not inherit anything.
         if previous is not None and previous.stamp.generation == stamp.generation:
-            known = {
-                r.fact_id: previous.matrix[previous.row_of[r.fact_id]]
-                for r in indexed
-                if r.fact_id in previous.row_of
-                and int(previous.fact_versions[previous.row_of[r.fact_id]]) == r.version
-            }
-        missing = [r.fact_id for r in indexed if r.fact_id not in known]
-        for start in range(0, len(missing), self._fetch_batch):
+            for r in rows:
+                at = previous.row_of.get(r.fact_id)
+                if at is None or int(previous.fact_versions[at]) != r.version:
+                    continue
+                terms[r.fact_id] = previous.terms[at]
+                if r.indexed and previous.vectored[at]:
+                    known[r.fact_id] = previous.matrix[at]
+        missing = [r.fact_id for r in rows if r.indexed and r.fact_id not in known]
+        unread = [r.fact_id for r in rows if r.fact_id not in terms]
+        for start in range(0, max(len(missing), len(unread)), self._fetch_batch):
             known |= self._vectors.embeddings(missing[start : start + self._fetch_batch])
+            terms |= self._reads.terms(key, unread[start : start + self._fetch_batch])
+        # A row gone between the two reads has no terms: it is not in the memory any more.
+        rows = [r for r in rows if r.fact_id in terms]
         # A fact marked indexed but absent from Chroma (lost, or erased) cannot be scored.
-        present = [r for r in indexed if r.fact_id in known]
-        dimension = self._embedder.dimension
-        matrix = (
-            np.stack([known[r.fact_id] for r in present]).astype(np.float32, copy=False)
-            if present
-            else np.zeros((0, dimension), dtype=np.float32)
-        )
+        matrix = np.zeros((len(rows), self._embedder.dimension), dtype=np.float32)
+        for i, r in enumerate(rows):
+            if r.indexed and r.fact_id in known:
+                matrix[i] = known[r.fact_id]
+        ordered = tuple(terms[r.fact_id] for r in rows)
         return MemoryVectors(
             stamp=stamp,
-            ids=tuple(r.fact_id for r in present),
-            fact_versions=np.array([r.version for r in present], dtype=np.int64),
+            ids=tuple(r.fact_id for r in rows),
+            fact_versions=np.array([r.version for r in rows], dtype=np.int64),
             matrix=matrix,
-            connections=np.array(
-                [r.connection_id or NO_CONNECTION for r in present], dtype=np.str_
-            ),
-            statuses=np.array([_STATUS_CODES[r.status] for r in present], dtype=np.int8),
-            context_types=np.array([r.context_type for r in present], dtype=object),
-            row_of={r.fact_id: i for i, r in enumerate(present)},
+            vectored=np.array([r.indexed and r.fact_id in known for r in rows], dtype=np.bool_),
+            connections=np.array([r.connection_id or NO_CONNECTION for r in rows], dtype=np.str_),
+            statuses=np.array([_STATUS_CODES[r.status] for r in rows], dtype=np.int8),
+            context_types=np.array([r.context_type for r in rows], dtype=object),
+            row_of={r.fact_id: i for i, r in enumerate(rows)},
             pending={r.fact_id: r.version for r in rows if not r.indexed},
+            terms=ordered,
+            keywords=KeywordIndex(ordered),
         )

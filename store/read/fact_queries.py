@@ -22,7 +22,7 @@ from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
 from store import fact_rows
-from store.postgres import transaction
+from store.postgres import statement, transaction
 
 _SCOPE = (
     " organization_id = %(org)s AND user_id = %(user_id)s"
@@ -103,11 +103,15 @@ class PostgresReadModel:
     def _transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]:
         return transaction(self._pool, "read model query")
 
+    def _statement(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """For the hot path's single-statement reads: one round trip, no BEGIN/COMMIT."""
+        return statement(self._pool, "read model query")
+
     # -- injection ------------------------------------------------------------------------
 
     def memory_stamp(self, key: MemoryKey) -> MemoryStamp | None:
         """The memory's generation and version (a primary-key lookup), None for an unknown one."""
-        with self._transaction() as conn:
+        with self._statement() as conn:
             row = conn.execute(
                 f"SELECT generation, version FROM user_memory WHERE {_MEMORY}", _key(key)
             ).fetchone()
@@ -115,7 +119,7 @@ class PostgresReadModel:
 
     def memory_stamps(self, keys: Sequence[MemoryKey]) -> dict[MemoryKey, MemoryStamp]:
         """The stamps of these memories in one statement; a memory that is gone is absent."""
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute(
                 "SELECT m.organization_id, m.user_id, m.generation, m.version"
                 " FROM user_memory m JOIN unnest(%s::text[], %s::text[]) AS k(org, usr)"
@@ -125,7 +129,7 @@ class PostgresReadModel:
         return {MemoryKey(r[0], r[1]): MemoryStamp(r[2], int(r[3])) for r in rows}
 
     def injection(self, key: MemoryKey) -> Injection | None:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             row = conn.execute(_INJECTION, _key(key)).fetchone()
         if row is None:
             return None
@@ -141,12 +145,25 @@ class PostgresReadModel:
 
     def keyword_search(self, scope: Scope, text: str, limit: int) -> list[Fact]:
         """Facts in scope matching any lexeme of text, best Okapi BM25 score first."""
-        if limit <= 0 or not scope.statuses:
-            return []
-        params = {**_params(scope), "text": text, "limit": limit, "k1": BM25_K1, "b": BM25_B}
+        (found,) = self.keyword_searches([(scope, text)], limit)
+        return found
+
+    def keyword_searches(
+        self, searches: Sequence[tuple[Scope, str]], limit: int
+    ) -> list[list[Fact]]:
+        """Each search's facts, the queries sent together in one pipeline (one round trip
+        for a consolidation batch's observations instead of a transaction each)."""
+        wanted = [(s, t) for s, t in searches if limit > 0 and s.statuses]
+        if not wanted:
+            return [[] for _ in searches]
+        bm25 = {"limit": limit, "k1": BM25_K1, "b": BM25_B}
         with self._transaction() as conn:
-            rows = conn.execute(_BM25_SEARCH, params).fetchall()
-        return [fact_rows.from_row(r) for r in rows]
+            with conn.pipeline():
+                cursors = [
+                    conn.execute(_BM25_SEARCH, {**_params(s), "text": t, **bm25}) for s, t in wanted
+                ]
+            found = iter([[fact_rows.from_row(r) for r in c.fetchall()] for c in cursors])
+        return [next(found) if limit > 0 and s.statuses else [] for s, _ in searches]
 
     def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:
         """Ids of facts in scope whose current version is in the vector index, at most limit."""
@@ -156,7 +173,7 @@ class PostgresReadModel:
             "SELECT fact_id FROM memory_facts"
             f" WHERE indexed_at IS NOT NULL AND {_SCOPE} LIMIT %(limit)s"
         )
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute(sql, {**_params(scope), "limit": limit}).fetchall()
         return [r[0] for r in rows]
 
@@ -168,7 +185,7 @@ class PostgresReadModel:
             f"SELECT {fact_rows.COLUMNS} FROM memory_facts"
             f" WHERE fact_id = ANY(%(ids)s) AND {_SCOPE}"
         )
-        with self._transaction() as conn:
+        with self._statement() as conn:
             rows = conn.execute(sql, {**_params(scope), "ids": list(fact_ids)}).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 

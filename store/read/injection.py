@@ -4,7 +4,9 @@ Every change to W, S, learned info, connections and pinned facts is written by a
 consolidation run, which increments `user_memory.version` in the same transaction; an erasure
 (a forget, a fact erased) gives the memory a new `generation` instead. So a cached injection is
 current exactly when its (generation, version) is the stored one, and checking that is one
-primary-key lookup; only a miss reads the rest. Keyed by (organization, user): two
+primary-key lookup; only a miss reads the rest. With a `StampWatch` (the read path's
+default, `store.read.memory_changes`) even that lookup is skipped for a memory whose stamp
+was read before and has not been announced changed since. Keyed by (organization, user): two
 organizations' users of the same id never share an entry.
 """
 
@@ -16,23 +18,27 @@ from collections import OrderedDict
 from domain.ids import MemoryKey
 from domain.model import MemoryState
 from domain.ports import InjectionReads
-from domain.reads import Injection
+from domain.reads import Injection, MemoryStamp
+from store.read.memory_changes import StampWatch
 
 
 class InjectionCache:
     """A bounded LRU of memories' injections; safe to share between threads."""
 
-    def __init__(self, reads: InjectionReads, max_users: int = 10_000) -> None:
+    def __init__(
+        self, reads: InjectionReads, max_users: int = 10_000, watch: StampWatch | None = None
+    ) -> None:
         if max_users < 1:
             raise ValueError(f"max_users must be >= 1, got {max_users}")
         self._reads = reads
+        self._watch = watch
         self._max = max_users
         self._entries: OrderedDict[MemoryKey, Injection] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: MemoryKey) -> tuple[Injection, bool]:
         """(the memory's current injection, whether it came from the cache)."""
-        stamp = self._reads.memory_stamp(key)
+        stamp = self._stamp(key)
         if stamp is None:
             # Unknown, or erased since it was cached: what the cache held must not outlive it.
             self.invalidate(key)
@@ -61,7 +67,22 @@ class InjectionCache:
                 self._entries.popitem(last=False)
         return fresh, False
 
+    def _stamp(self, key: MemoryKey) -> MemoryStamp | None:
+        """The memory's stamp: from the watch when it knows it current, else from Postgres."""
+        if self._watch is None:
+            return self._reads.memory_stamp(key)
+        known = self._watch.current(key)
+        if known is not None:
+            return known
+        reading = self._watch.reading()
+        stamp = self._reads.memory_stamp(key)
+        if stamp is not None and reading is not None:
+            self._watch.read(key, stamp, reading)
+        return stamp
+
     def invalidate(self, key: MemoryKey) -> None:
+        if self._watch is not None:
+            self._watch.changed(key)
         with self._lock:
             self._entries.pop(key, None)
 

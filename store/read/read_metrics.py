@@ -7,6 +7,7 @@ Labels stay low-cardinality: budget, stage, outcome, writer — never a user id 
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -57,6 +58,10 @@ class ReadPathMetrics:
             "Items submitted to the read path's background writers, not yet written",
             ["writer"],
         )
+
+    def writer_hooks(self) -> dict[str, Any]:
+        """The background writers' callbacks (`BatchWriter`'s keyword arguments)."""
+        return {"on_dropped": self.dropped, "on_written": self.written, "on_pending": self.pending}
 
     def pending(self, writer: str, n: int) -> None:
         self.writer_pending.labels(writer).set(n)

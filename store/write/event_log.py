@@ -110,22 +110,20 @@ class PostgresEventLog:
         """
         if not events:
             return Appended(0, 0)
-        keys = sorted({_key(e) for e, _ in events})
-        sql = (
-            f"INSERT INTO context_events ({_COLUMNS}) VALUES "
-            f"({', '.join(['%s'] * 18)})"
-            " ON CONFLICT (organization_id, user_id, event_id) DO NOTHING"
-        )
+        keys = [MemoryKey(*k) for k in sorted({(e.organization_id, e.user_id) for e, _ in events})]
         with transaction(self._pool, "event log append") as conn, conn.cursor() as cur:
             cur.execute(
                 "SELECT pg_advisory_xact_lock_shared(k) FROM unnest(%s::bigint[]) AS k",
                 ([log_lock_key(k) for k in keys],),
             )
             cutoffs = _cutoffs(cur, {self._subjects(k): k for k in keys})
-            kept = [(e, at) for e, at in events if not _forgotten(e, at, cutoffs)]
-            if kept:
-                cur.executemany(sql, [_row_params(e, at) for e, at in kept], returning=False)
-            return Appended(max(cur.rowcount, 0) if kept else 0, len(events) - len(kept))
+            kept = (
+                [(e, at) for e, at in events if not _forgotten(e, at, cutoffs)]
+                if cutoffs
+                else events
+            )
+            inserted = _copy_insert(cur, kept) if kept else 0
+            return Appended(inserted, len(events) - len(kept))
 
     def user_events(
         self, key: MemoryKey, *, until: datetime | None = None
@@ -178,6 +176,41 @@ class PostgresEventLog:
                 (org, org, user),
             ).fetchall()
         return [r[0] for r in rows]
+
+
+# COPY cannot skip conflicts, so a batch is copied into a per-session staging table (emptied
+# at every commit) and moved from there with ON CONFLICT DO NOTHING, in Kafka order (`n`) so
+# `seq` keeps the order the events were read in. One COPY and one INSERT instead of a
+# statement per event: bench.ingest, "Ingest" in BENCHMARKS.md.
+_STAGING = "context_events_incoming"
+_STAGING_TYPES = (
+    "integer", "uuid", "smallint", "text", "text", "text", "text", "text", "text", "text",
+    "text", "text", "text", "text", "text", "timestamptz", "text", "integer", "bigint",
+)  # fmt: skip
+_STAGING_DDL = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} ("
+    + ", ".join(
+        f"{name} {kind}"
+        for name, kind in zip(["n", *_COLUMNS.split(", ")], _STAGING_TYPES, strict=True)
+    )
+    + ") ON COMMIT DELETE ROWS"
+)
+
+
+def _copy_insert(
+    cur: psycopg.Cursor[Any], events: Sequence[tuple[ContextEvent, KafkaCoordinates | None]]
+) -> int:
+    """Insert `events` in their order, skipping those already logged; the number inserted."""
+    cur.execute(_STAGING_DDL)
+    with cur.copy(f"COPY {_STAGING} (n, {_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(_STAGING_TYPES)
+        for n, (event, at) in enumerate(events):
+            copy.write_row((n, *_row_params(event, at)))
+    cur.execute(
+        f"INSERT INTO context_events ({_COLUMNS}) SELECT {_COLUMNS} FROM {_STAGING} ORDER BY n"
+        " ON CONFLICT (organization_id, user_id, event_id) DO NOTHING"
+    )
+    return max(cur.rowcount, 0)
 
 
 def _key(event: ContextEvent) -> MemoryKey:

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from domain.model import KafkaCoordinates
 from domain.ports import Appended
+from producers.contract import EventType
 from tests.contracts.conftest import Stores
 from tests.support.builders import BASE_TIME, key_of, make_event
 
@@ -54,3 +55,32 @@ def test_events_an_erasure_forgot_are_not_appended(stores: Stores) -> None:
     assert stores.events.append([*at, *others]) == Appended(3, 1)
     kept = [e.event.content for e in stores.events.user_events(key_of("ada"))]
     assert kept == ["offset 5", "offset 0"]  # from the tombstone on, and another partition
+
+
+def test_a_batch_with_an_event_twice_appends_it_once_at_its_first_place(stores: Stores) -> None:
+    one, two = make_event("ada", "one"), make_event("ada", "two")
+    batch = [(one, None), (two, None), (one, None)]
+    assert stores.events.append(batch) == Appended(2, 0)
+    assert stores.events.append(batch) == Appended(0, 0)
+    assert [e.event.content for e in stores.events.user_events(key_of("ada"))] == ["one", "two"]
+
+
+def test_a_large_batch_keeps_every_field_and_the_read_order(stores: Stores) -> None:
+    labels = {"session_id": "s", "message_id": "m", "attachment_id": "a", "filename": "f.pdf"}
+    events = [
+        make_event(
+            f"user-{i % 7}",
+            f"event {i} \u00e9\t\"'\\ {{}}",
+            EventType.TOOL_OUTPUT if i % 2 else EventType.FACT,
+            minutes=-i,
+            connection_id=f"c{i}" if i % 3 else None,
+            **({"tool_id": "gmail", **labels} if i % 2 else {}),
+        )
+        for i in range(1_500)
+    ]
+    at = [(e, KafkaCoordinates("t", i % 3, i)) for i, e in enumerate(events)]
+    assert stores.events.append(at) == Appended(1_500, 0)
+    for u in range(7):
+        logged = stores.events.user_events(key_of(f"user-{u}"))
+        assert [e.event for e in logged] == events[u::7]
+        assert [e.seq for e in logged] == sorted(e.seq for e in logged)

@@ -114,6 +114,19 @@ def test_keyword_search_finds_shared_words_within_scope(stores: Stores) -> None:
     assert len(stores.reads.keyword_search(ADA, "bees chess", 2)) == 2
     assert stores.reads.keyword_search(ADA, "volcano", 10) == []
     assert stores.reads.keyword_search(ADA, "bees", 0) == []
+    together = [
+        (ADA, "bees"),
+        (with_jira, "bees"),
+        (replace(ADA, statuses=()), "bees"),
+        (other_org, "bees"),
+        (ADA, "chess"),
+        (ADA, "volcano"),
+    ]
+    for limit in (0, 1, 10):
+        assert stores.reads.keyword_searches(together, limit) == [
+            stores.reads.keyword_search(scope, text, limit) for scope, text in together
+        ]
+    assert stores.reads.keyword_searches([], 10) == []
     assert stores.reads.keyword_search(replace(ADA, statuses=()), "bees", 10) == []
 
 

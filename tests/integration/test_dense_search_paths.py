@@ -1,10 +1,13 @@
 """Dense retrieval: the cached per-memory matrix, the uncached fetch by id and Chroma's
-filtered ANN query must agree on what is relevant and respect the same scope.
+filtered ANN query must agree on what is relevant and respect the same scope. Keyword
+retrieval: the in-process BM25 index beside the matrix must rank as the SQL BM25 does.
 
-The read path serves from the cached matrix; the other two are the references it replaced.
+The read path serves from the cached entry; the others are the references it replaced.
 """
 
 from __future__ import annotations
+
+import random
 
 import pytest
 
@@ -15,8 +18,8 @@ from producers.contract import EventType
 from store.read.context_service import ContextService
 from store.read.dense import DenseCache, DenseReads, DenseSearch
 from store.read.ranking import Budget
-from tests.support.builders import key_of, make_event
-from tests.support.deployment import Deployment
+from tests.support.builders import key_of, make_event, make_fact
+from tests.support.deployment import Deployment, seed_core
 
 pytestmark = pytest.mark.integration
 
@@ -133,3 +136,94 @@ def test_a_new_version_brings_new_facts_and_drops_closed_ones(deployment: Deploy
     second = deployment.with_core(top)
     assert "peanuts" in second[0]
     assert len(second) == 2
+
+
+WORDS = [
+    "bees",
+    "roof",
+    "honey",
+    "hive",
+    "school",
+    "daughter",
+    "espresso",
+    "ledger",
+    "postgres",
+    "migration",
+    "peanuts",
+    "allergic",
+    "wiki",
+    "checklist",
+    "garden",
+    "bicycle",
+    "running",
+    "marathon",
+    "piano",
+]
+KEYWORD_QUERIES = [
+    "bees on the roof",
+    "honey honey hive",
+    "is the daughter allergic to peanuts",
+    "postgres ledger migration checklist",
+    "marathon running piano garden bicycle school",
+    "volcano",
+    "the and of",
+]
+
+
+def test_keyword_index_ranks_as_the_sql_bm25(deployment: Deployment) -> None:
+    """Random texts over a small vocabulary: repeated words (tf > 1), texts of every length,
+    many equal scores (ties by id), and a scope that cuts the statistics (document count,
+    frequencies, mean length) differently from the whole memory."""
+    rng = random.Random(11)
+    facts = [
+        make_fact(
+            "omar",
+            f"{' '.join(rng.choices(WORDS, k=rng.randint(1, 9)))} note {i}",
+            connection_id=rng.choice([None, None, "gh", "mail"]),
+            status=rng.choice([FactStatus.ACTIVE] * 3 + [FactStatus.ARCHIVED]),
+            context_type=rng.choice(["fact", "fact", "tool_output"]),
+        )
+        for i in range(300)
+    ]
+    scopes = [
+        Scope(OMAR),
+        Scope(OMAR, ("gh",)),
+        Scope(OMAR, ("gh", "mail"), (FactStatus.ACTIVE, FactStatus.ARCHIVED)),
+        Scope(OMAR, ("mail",), context_types=("tool_output",)),
+        Scope(OMAR, statuses=()),
+    ]
+
+    def compare(c: wiring.Core) -> int:
+        seed_core(c, "omar", facts)
+        seed_core(c, "other", [make_fact("other", "bees honey roof hive")])
+        search = _search(c, DenseCache(2**24))
+        reads = wiring.read_model(c)
+        stamp = reads.memory_stamp(OMAR)
+        assert stamp is not None
+        compared = 0
+        for scope in scopes:
+            search.search(scope, stamp, "bees", 1)  # the turn's dense stage builds the entry
+            for query in KEYWORD_QUERIES:
+                for limit in (5, 40, 400):
+                    sql = [f.fact_id for f in reads.keyword_search(scope, query, limit)]
+                    assert search.keyword(scope, stamp, query, limit) == sql, (scope, query)
+                    compared += len(sql)
+        return compared
+
+    assert deployment.with_core(compare) > 1_000
+
+
+def test_keyword_index_waits_for_the_dense_stage_entry(deployment: Deployment) -> None:
+    """Without an entry at the turn's stamp (Chroma was down when it was to be built) the
+    keyword stage says so, and the read path takes the SQL BM25 instead."""
+
+    def check(c: wiring.Core) -> None:
+        seed_core(c, "omar", [make_fact("omar", "I keep bees on the roof")])
+        search = _search(c, DenseCache(2**20))
+        stamp = wiring.read_model(c).memory_stamp(OMAR)
+        assert stamp is not None
+        assert search.keyword(Scope(OMAR), stamp, "bees", 5) is None
+        search.search(Scope(OMAR), stamp, "bees", 5)
+        assert search.keyword(Scope(OMAR), stamp, "bees", 5) is not None
+
+    deployment.with_core(check)

@@ -9,10 +9,12 @@ from memoryd import wiring
 from memoryd.settings import ChromaSettings
 from store.read.bundle import ContextBundle
 from store.read.context_service import ContextService
+from store.read.injection import InjectionCache
+from store.read.memory_changes import APPLICATION, watching
 from store.read.ranking import PROFILES, Budget
 from store.read.rendering import SurfaceGroup, group_facts
 from tests.support.builders import key_of, make_fact
-from tests.support.deployment import Deployment, seed_core
+from tests.support.deployment import Deployment, seed_core, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -226,10 +228,60 @@ def test_injection_is_cached_per_memory_version(deployment: Deployment) -> None:
             first = service.assemble(key_of("ada"), "hi")
             second = service.assemble(key_of("ada"), "hi")
             seed_core(c, "ada", [], working_memory="Ada moved to the payments team.")
+            # The read path trusts the stamp it read until the change is announced to it
+            # (milliseconds after the commit): the new version comes within that.
+            wait_until(
+                lambda: service.assemble(key_of("ada"), "hi").memory_version > first.memory_version,
+                5.0,
+                "the new version announced",
+            )
             third = service.assemble(key_of("ada"), "hi")
         assert first.working_memory == second.working_memory == "Ada designs billing screens."
         assert third.working_memory == "Ada moved to the payments team."
         assert third.memory_version == first.memory_version + 1
+
+    deployment.with_core(check)
+
+
+def test_a_watched_stamp_holds_until_a_commit_anywhere_announces_a_change(
+    deployment: Deployment,
+) -> None:
+    """No stamp round trip while nothing changed; a new version, a new generation (erasure)
+    or a removed memory committed by any process is announced and read again; a lost
+    listening connection trusts nothing until it is back."""
+    ada = key_of("ada")
+
+    def check(c: wiring.Core) -> None:
+        seed_core(c, "ada", [], working_memory="Ada designs billing screens.")
+        reads = wiring.read_model(c)
+        with watching(c.settings.postgres.dsn, 30.0, 100) as watch:
+            assert watch is not None
+            wait_until(lambda: watch.reading() is not None, 10.0, "the listener listening")
+            cache = InjectionCache(reads, watch=watch)
+            first, _ = cache.get(ada)
+            assert watch.current(ada) == first.stamp
+            assert cache.get(ada) == (first, True)
+            for change in (
+                lambda: seed_core(c, "ada", [], working_memory="Ada moved to payments."),
+                lambda: deployment.query(
+                    "UPDATE user_memory SET generation = gen_random_uuid() WHERE user_id = 'ada'"
+                    " RETURNING 1"
+                ),
+                lambda: deployment.query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = %s",
+                    (APPLICATION,),
+                ),
+                lambda: deployment.query(
+                    "DELETE FROM user_memory WHERE user_id = 'ada' RETURNING 1"
+                ),
+            ):
+                wait_until(lambda: watch.reading() is not None, 10.0, "listening")
+                before, _ = cache.get(ada)
+                assert watch.current(ada) == before.stamp
+                change()
+                wait_until(lambda: watch.current(ada) is None, 5.0, "the change announced")
+            assert cache.get(ada)[0].generation is None  # the memory is gone
 
     deployment.with_core(check)
 

@@ -55,6 +55,13 @@ class DisposableChroma:
         assert self._proc is not None
         self._proc.send_signal(signal.SIGCONT)
 
+    def kill(self) -> None:
+        """SIGKILL: no shutdown of any kind; `start()` brings it back on the same port."""
+        proc, self._proc = self._proc, None
+        assert proc is not None
+        proc.kill()
+        proc.wait(timeout=20)
+
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:

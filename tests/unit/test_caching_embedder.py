@@ -29,3 +29,12 @@ def test_least_recently_used_texts_are_forgotten_first() -> None:
     inner.calls.clear()
     cached.embed(["a one", "c three", "b two"])
     assert [list(c) for c in inner.calls] == [["b two"]]
+
+
+def test_warming_runs_the_model_once_and_caches_nothing() -> None:
+    inner = BagOfWordsEmbedder()
+    cached = CachingEmbedder(inner, max_entries=1)
+    cached.embed(["lives in Berlin"])
+    cached.warm()
+    cached.embed(["lives in Berlin"])
+    assert len(inner.calls) == 2  # the remembered vector was not evicted by the warm-up

@@ -12,9 +12,11 @@ from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import FactStatus
 from domain.reads import MemoryStamp, Scope
 from store.read.dense import DenseCache, MemoryVectors
+from store.read.keyword_index import KeywordIndex, Terms
 
 U = MemoryKey("org", "u")
 GENERATION = uuid.UUID(int=1)
+TERMS = Terms(("bee", "roof"), (1, 2))
 ROWS = [  # connection, status, context type
     (None, FactStatus.ACTIVE, "fact"),
     ("gh", FactStatus.ACTIVE, "fact"),
@@ -33,11 +35,14 @@ def _memory(
         ids=ids,
         fact_versions=np.ones(facts, dtype=np.int64),
         matrix=np.eye(facts, 8, dtype=np.float32),
+        vectored=np.ones(facts, dtype=np.bool_),
         connections=np.array([c or NO_CONNECTION for c, _, _ in rows], dtype=np.str_),
         statuses=np.array([list(FactStatus).index(s) for _, s, _ in rows], dtype=np.int8),
         context_types=np.array([t for _, _, t in rows], dtype=object),
         row_of={f: i for i, f in enumerate(ids)},
         pending={},
+        terms=tuple(TERMS for _ in ids),
+        keywords=KeywordIndex([TERMS] * facts),
     )
 
 

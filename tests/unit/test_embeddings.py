@@ -214,3 +214,10 @@ def test_a_collection_of_another_model_reads_back_but_refuses_to_embed() -> None
 def test_a_malformed_config_is_refused() -> None:
     with pytest.raises(ValueError, match="model_name"):
         ChromaEmbeddingFunction.build_from_config({"dimension": 384})
+
+
+def test_idle_intra_op_threads_do_not_spin() -> None:
+    embedder = MiniLmEmbedder()
+    session = embedder._loaded().session
+    entry = session.get_session_options().get_session_config_entry
+    assert entry("session.intra_op.allow_spinning") == "0"

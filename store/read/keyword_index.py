@@ -1,0 +1,118 @@
+"""The keyword stage of retrieval: Okapi BM25 over one memory's facts, held in process.
+
+The SQL form (`store.read.fact_queries`) counts the documents and their mean length over all
+the facts in scope on every search, so its cost follows the memory (147-190 ms for a user of
+10,000 facts), not the answer. Here each fact's lexemes (Postgres's own `content_tsv`, so the
+stemming and stop words are Postgres's) are read once per memory stamp, beside the dense
+stage's matrix and with its eviction, and inverted: lexeme -> (rows, term frequencies). A
+search masks the postings with the scope and scores only the facts that share a lexeme with
+the query, with the statistics the SQL form uses (k1, b, document frequencies, count and mean
+length over the facts in scope), so it ranks as the SQL does: ties by fact id.
+
+A query's lexemes also come from Postgres (`to_tsvector('english', text)`, one round trip),
+remembered per text in a bounded LRU: the dictionary does not change under a running process.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from store.read.fact_queries import BM25_B, BM25_K1
+
+__all__ = ["KeywordIndex", "QueryLexemes", "Terms"]
+
+_POSTING_BYTES = 16  # a row number and a term frequency, plus the dict's share
+
+
+@dataclass(frozen=True)
+class Terms:
+    """One fact's lexemes (as in its `content_tsv`) and how often each occurs."""
+
+    lexemes: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    @property
+    def length(self) -> int:
+        """BM25's document length: the tsvector's `length`, its number of distinct lexemes."""
+        return len(self.lexemes)
+
+
+class KeywordIndex:
+    """An inverted index over one memory's facts, rows in the order of the dense matrix."""
+
+    def __init__(self, rows: Sequence[Terms]) -> None:
+        self._lengths = np.array([t.length for t in rows], dtype=np.float64)
+        grouped: dict[str, tuple[list[int], list[int]]] = {}
+        for row, terms in enumerate(rows):
+            for lexeme, count in zip(terms.lexemes, terms.counts, strict=True):
+                found, counts = grouped.setdefault(lexeme, ([], []))
+                found.append(row)
+                counts.append(count)
+        self._postings = {
+            lexeme: (np.array(found, dtype=np.int64), np.array(counts, dtype=np.float64))
+            for lexeme, (found, counts) in grouped.items()
+        }
+        self.nbytes = _POSTING_BYTES * sum(t.length for t in rows) + 8 * len(rows)
+
+    def __len__(self) -> int:
+        return int(self._lengths.size)
+
+    def search(
+        self, lexemes: Sequence[str], visible: npt.NDArray[np.bool_], limit: int
+    ) -> list[int]:
+        """Rows of the best `limit` facts among `visible` sharing a lexeme with the query,
+        best BM25 score first, equal scores in row (fact id) order."""
+        n = int(np.count_nonzero(visible))
+        if limit <= 0 or n == 0:
+            return []
+        avgdl = max(float(self._lengths[visible].mean()), 1.0)
+        scores = np.zeros(self._lengths.size, dtype=np.float64)
+        matched = np.zeros(self._lengths.size, dtype=np.bool_)
+        for lexeme in sorted(set(lexemes)):
+            posting = self._postings.get(lexeme)
+            if posting is None:
+                continue
+            rows, tf = posting
+            keep = visible[rows]
+            rows, tf = rows[keep], tf[keep]
+            df = rows.size
+            if df == 0:
+                continue
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * self._lengths[rows] / avgdl)
+            scores[rows] += idf * tf * (BM25_K1 + 1) / (tf + norm)
+            matched[rows] = True
+        candidates = np.flatnonzero(matched)
+        order = np.argsort(-scores[candidates], kind="stable")[:limit]
+        return [int(candidates[k]) for k in order]
+
+
+class QueryLexemes:
+    """A query text's lexemes as Postgres's `to_tsvector('english', ...)` makes them, per text
+    in a bounded LRU (`source` is the round trip)."""
+
+    def __init__(self, source: Callable[[str], list[str]], max_texts: int = 10_000) -> None:
+        self._source = source
+        self._max = max_texts
+        self._known: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> tuple[str, ...]:
+        with self._lock:
+            found = self._known.get(text)
+            if found is not None:
+                self._known.move_to_end(text)
+                return found
+        lexemes = tuple(self._source(text))
+        with self._lock:
+            self._known[text] = lexemes
+            while len(self._known) > self._max:
+                self._known.popitem(last=False)
+        return lexemes
