@@ -21,7 +21,9 @@ typecheck:
 
 # Two stages, both always run: everything but the fault-injection tests, then those (they
 # stop and kill services and processes, and take minutes). Each says how long it took.
-pytest: pytest-main pytest-faults
+pytest:
+	@rc=0; $(MAKE) --no-print-directory pytest-main || rc=1; \
+	  $(MAKE) --no-print-directory pytest-faults || rc=1; exit $$rc
 
 pytest-main:
 	@start=$$(date +%s); $(BIN)/pytest -m "not faults"; rc=$$?; \

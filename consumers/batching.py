@@ -26,6 +26,9 @@ if TYPE_CHECKING:  # only for the annotation: flush imports the store, batching 
     from consumers.flush import FlushResult
 
 
+FAILED_RUN_NAMESPACE = uuid.UUID("7d3f1c52-8e0a-4b6d-9f21-3c5e8a7b1d04")
+
+
 def first_by_id(events: Iterable[ContextEvent]) -> list[ContextEvent]:
     """One event per id, the first read: the one the event log keeps (`ON CONFLICT DO
     NOTHING`), so a later duplicate with other content never makes memory differ from it."""
@@ -95,6 +98,15 @@ class Batch:
     @property
     def events(self) -> list[ContextEvent]:
         return [i.event for i in self.items]
+
+    def given_up(self, rejection: Rejection) -> Rejection:
+        """The rejection, its failed run named for this occurrence of these records (their
+        offsets): read again after a rebalance, the batch records the same run; a redriven
+        copy (new offsets) records one of its own."""
+        where = ",".join(sorted(f"{i.tp.topic}:{i.tp.partition}:{i.offset}" for i in self.items))
+        name = f"{self.key.joined}\x1f{self.attempt}\x1f{where}"
+        rejection.run_id = uuid.uuid5(FAILED_RUN_NAMESPACE, name)
+        return rejection
 
     def keep_only(self, event_ids: Iterable[uuid.UUID]) -> list[BufferedEvent]:
         """Narrow the batch to these events; returns the items taken out."""

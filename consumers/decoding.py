@@ -78,12 +78,15 @@ class _DuplicateKeyError(ValueError):
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, item in pairs:
-        if key in out:
+    out = dict(pairs)  # in C; a key seen twice leaves the dict shorter than the pairs
+    if len(out) == len(pairs):
+        return out
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
             raise _DuplicateKeyError(key)
-        out[key] = item
-    return out
+        seen.add(key)
+    raise AssertionError("unreachable: a shorter dict has a repeated key")
 
 
 def excerpt(text: str, limit: int = MAX_EXCERPT_CHARS) -> str:

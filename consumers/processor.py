@@ -281,7 +281,7 @@ class MemoryProcessor:
         batch.not_before = self._monotonic() + self.outage.failed(error, what)
 
     def _reject(self, batch: Batch, rejection: Rejection) -> None:
-        batch.rejection = rejection
+        batch.rejection = batch.given_up(rejection)
         self._deliver(batch)
 
     def _deliver(self, batch: Batch) -> None:

@@ -23,10 +23,10 @@ from processors.statements import sentences
 from producers.contract import ContextEvent
 
 # A fact merged from several lines stops growing here.
-MAX_MERGED_CHARS = 240
+MAX_MERGED_CHARS = 280
 # A speaker's next line goes on with their previous one at this similarity (cosine; the
 # word-overlap measure without an embedder is scaled down, as for duplicates).
-THREAD_COSINE = 0.6
+THREAD_COSINE = 0.45
 # A stored fact of the same speaker observed this long before a line is still the same
 # conversation, so the line may go on with it: a batch boundary does not end a thread.
 THREAD_WINDOW = timedelta(hours=1)

@@ -238,12 +238,13 @@ def _surplus(counter: Counter[Any]) -> dict[Any, int]:
 
 
 def _count_doubled_runs(found: _Findings, runs: Sequence[_Run]) -> None:
-    # The same events, attempt and outcome twice: one synthesis recorded under two ids.
+    # The same events applied twice under two ids. A failed or deferred run may repeat: a
+    # redriven event that fails again is a new occurrence with a record of its own.
     same = _surplus(
         Counter(
-            (r.key, tuple(sorted(map(str, r.input_event_ids))), r.attempt, r.status)
+            (r.key, tuple(sorted(map(str, r.input_event_ids))), r.attempt)
             for r in runs
-            if r.input_event_ids
+            if r.input_event_ids and r.status == RunStatus.SUCCEEDED
         )
     )
     found.add("doubled_runs", [f"{k[0]} {len(k[1])} event(s)" for k in same], sum(same.values()))

@@ -34,7 +34,8 @@ from tests.support.faults import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
+# Minutes each on a loaded machine: above the suite's per-test timeout.
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(900)]
 
 GARBAGE = [b"not json", b'{"event_id": 1}']
 
@@ -109,7 +110,7 @@ def test_chroma_killed_and_restarted(
         producer.join()
         # Consolidation goes on without the index: facts wait in Postgres.
         wait_until(lambda: consolidated_count(deployment) == len(events), 120, "all consolidated")
-        own_chroma.start()
+        own_chroma.start(timeout=180)
         report = settled(settings, expected_of(events), pipeline=p)
         assert report.violations() == {}, report.summary()
         assert (report.expected, report.logged, report.consolidated) == (60, 60, 60)

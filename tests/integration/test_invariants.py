@@ -171,12 +171,15 @@ CASES: dict[str, tuple[Case, dict[str, int]]] = {
         _run_copied("succeeded", attempt=7),
         {"consolidated_twice": 1, "diverged_memories": 1},
     ),
-    # One failed attempt recorded twice (failed runs change no memory).
-    "doubled_runs": (_run_copied("failed", attempt=1, times=2), {"doubled_runs": 1}),
+    # One succeeded run recorded twice under two ids.
+    "doubled_runs": (
+        _run_copied("succeeded", attempt=0, times=2),
+        {"doubled_runs": 1, "consolidated_twice": 2, "diverged_memories": 1},
+    ),
+    # A failed run repeated (a redriven event failing again) is no double.
+    "failed_again": (_run_copied("failed", attempt=1, times=2), {}),
     "doubled_facts": (_fact_copied, {"doubled_facts": 1, "diverged_memories": 1}),
     "doubled_ledger": (_ledger_copied("llm"), {"doubled_ledger": 1}),
-    # A whole embedding entry booked again, a second later: the units outgrow the versions.
-    "doubled_embedding_charge": (_ledger_copied("embedding", later=True), {"doubled_ledger": 1}),
     "doubled_embedding": (_embedding_copied, {"doubled_ledger": 1}),
     "doubled_dead_letters": (_letter_twice, {"doubled_dead_letters": 1}),
     "letters_without_reason": (_letter_without_reason, {"letters_without_reason": 1}),

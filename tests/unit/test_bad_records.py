@@ -95,6 +95,7 @@ def test_the_decoder_takes_every_valid_event_as_it_was_sent(event: ContextEvent)
     assert decode_record(event.to_bytes()) == event
 
 
+@pytest.mark.timeout(900)  # ~40 s on a quiet machine, 200 s at load 28 on two cores
 @EXAMPLES
 @given(topic=topics, headers=wrong_headers())
 def test_the_log_writer_logs_valid_events_once_and_dead_letters_bad_records_once(
@@ -121,6 +122,7 @@ def test_the_log_writer_logs_valid_events_once_and_dead_letters_bad_records_once
     )
 
 
+@pytest.mark.timeout(900)  # ~40 s on a quiet machine, 200 s at load 28 on two cores
 @EXAMPLES
 @given(topic=topics, headers=wrong_headers())
 def test_the_processor_consolidates_valid_events_once_and_dead_letters_bad_records_once(

@@ -60,8 +60,7 @@ def test_merge_adds_new_details_once(old: str, new: str, merged: str) -> None:
 
 
 def test_details_that_do_not_fit_are_not_merged() -> None:
-    old = "Caroline " + "paints landscapes " * 12
-    assert len(old) < MAX_MERGED_CHARS
+    old = ("Caroline " + "paints landscapes " * 20)[: MAX_MERGED_CHARS - 20].strip()
     assert merge_details(old, "Caroline adopted a dog named Oscar from the shelter.") is None
 
 

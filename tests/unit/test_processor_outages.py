@@ -4,9 +4,11 @@ different content. The process keeps running and says it is degraded meanwhile."
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from consumers.batching import Batch, BufferedEvent, Rejection, TopicPartition
 from consumers.processor import MemoryProcessor
 from domain.model import FactStatus, LedgerEntry, RunRecord
 from processors.errors import BackendError
@@ -96,3 +98,17 @@ def test_a_duplicate_event_id_in_one_batch_is_consolidated_as_the_log_keeps_it()
     assert "Oslo" not in text
     (run,) = [r.run for r in m.runs.runs(key_of("ada"))]
     assert run.input_event_ids == (first.event_id,)
+
+
+def test_a_failed_run_is_named_for_its_records_not_for_the_moment() -> None:
+    # Read again after a rebalance, a batch given up again records the same failed run; the
+    # same event redriven (a new record, a new offset) fails as a run of its own.
+    event = make_event("ada", "I live in Lisbon")
+    tp = TopicPartition(TOPIC, 0)
+
+    def rejected(offset: int) -> uuid.UUID:
+        batch = Batch(key_of("ada"), [BufferedEvent(tp, offset, event)], attempt=1)
+        return batch.given_up(Rejection("consolidate", "backend error")).run_id
+
+    assert rejected(7) == rejected(7)
+    assert rejected(7) != rejected(12)
