@@ -176,8 +176,8 @@ def run_load(
             except subprocess.TimeoutExpired:
                 child.kill()
                 result.exit_codes[name] = child.wait()
-        for out in outputs:
-            out.close()
+        for log in outputs:
+            log.close()
         counts.close()
     result.peak_rss_mib["driver"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result.load_average = os.getloadavg()

@@ -38,7 +38,7 @@ import psycopg
 
 from bench import services
 from bench.processor import settings_for, wait_for
-from bench.synthetic_memory import ORGANIZATION, TEMPLATES, fill, load_users, make_facts, text_pool
+from bench.synthetic_memory import ORGANIZATION, TEMPLATES, TextPool, fill, load_users, make_facts
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from memoryd import wiring
@@ -118,13 +118,15 @@ def old_prompt_tokens(c: wiring.Core, user: str, events: Sequence[ContextEvent])
 
 
 def load(c: wiring.Core, sizes: Sequence[int], users: int, seed: int) -> dict[int, list[str]]:
-    pool = text_pool(max(sizes), seed)
+    pool = TextPool.embedded(max(sizes), c.embedder, seed)
     by_size = {n: [f"bench-{n}-facts-{i}" for i in range(users)] for n in sizes}
     everyone = [u for us in by_size.values() for u in us]
     load_users(c, everyone, seed)
     started = time.perf_counter()
     for n, members in by_size.items():
-        c.memory.insert_facts(make_facts(members, range(n), n, pool, seed))
+        for user in members:
+            facts, _ = make_facts(pool, user, range(n), seed)
+            c.memory.insert_facts(facts)
     indexed = wiring.indexer(c).drain_pending(batch=2_000)
     print(
         f"loaded and indexed {indexed} facts in {time.perf_counter() - started:.0f} s", flush=True
