@@ -33,6 +33,11 @@ T = TypeVar("T")
 _ROOM_POLL_S = 0.005
 
 
+class _Wake:
+    """Queued by close(): a worker blocked waiting for items sees the close at once instead
+    of after `idle_exit_s` (which held every service's close for seconds)."""
+
+
 class WriterSettings(BaseModel):
     """A background writer's tuning (`MEMORYD_READ_PATH__WRITER__...`)."""
 
@@ -65,7 +70,7 @@ class BatchWriter(Generic[T]):
         self._on_dropped = on_dropped
         self._on_written = on_written
         self._on_pending = on_pending
-        self._queue: queue.Queue[T] = queue.Queue(maxsize=self._settings.max_queue)
+        self._queue: queue.Queue[T | _Wake] = queue.Queue(maxsize=self._settings.max_queue)
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
@@ -128,6 +133,10 @@ class BatchWriter(Generic[T]):
         with self._lock:
             thread = self._thread
         if thread is not None:
+            try:
+                self._queue.put_nowait(_Wake())
+            except queue.Full:
+                log.debug("writer %s: queue full at close, its worker is awake", self.name)
             thread.join(timeout_s)
 
     # -- the worker -----------------------------------------------------------------------
@@ -143,6 +152,8 @@ class BatchWriter(Generic[T]):
                         self._thread = None
                         return
                 continue
+            if isinstance(first, _Wake):
+                continue
             batch = [first, *self._more(s)]
             self._write_until_done(batch)
             with self._settled:
@@ -156,9 +167,11 @@ class BatchWriter(Generic[T]):
         deadline = time.monotonic() + (0 if self._closed else s.max_delay_s)
         while len(items) < s.max_batch - 1:
             try:
-                items.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
+            if not isinstance(item, _Wake):
+                items.append(item)
         return items
 
     def _write_until_done(self, batch: list[T]) -> None:

@@ -50,6 +50,20 @@ def test_writer_batches_and_flushes_on_close() -> None:
     assert not writer.submit(5)  # closed
 
 
+def test_close_wakes_an_idle_worker_instead_of_waiting_out_its_idle_time() -> None:
+    sink = Sink()
+    writer = BatchWriter("t", sink.write, FAST.model_copy(update={"idle_exit_s": 60.0}))
+    assert writer.submit(1)
+    assert writer.flush()
+    time.sleep(0.05)  # the worker is now blocked waiting for the next item
+    started = time.monotonic()
+    writer.close()
+    # Without the wake-up the worker would sleep out its 60 s wait: close returns at its
+    # own 10 s join limit with the worker still alive.
+    assert time.monotonic() - started < 5
+    assert sink.batches == [[1]]
+
+
 def test_a_full_queue_holds_back_the_submitter_and_drops_nothing() -> None:
     gate = threading.Event()
     sink = Sink(gate=gate)
