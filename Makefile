@@ -26,11 +26,11 @@ pytest:
 	  $(MAKE) --no-print-directory pytest-faults || rc=1; exit $$rc
 
 pytest-main:
-	@start=$$(date +%s); $(BIN)/pytest -m "not faults"; rc=$$?; \
+	@start=$$(date +%s); $(BIN)/pytest -m "not faults" --durations=15; rc=$$?; \
 	  echo "stage pytest-main took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 pytest-faults:
-	@start=$$(date +%s); $(BIN)/pytest -m faults; rc=$$?; \
+	@start=$$(date +%s); $(BIN)/pytest -m faults --durations=10; rc=$$?; \
 	  echo "stage pytest-faults took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # Regenerate the hash-pinned lock after changing dependencies in pyproject.toml.
