@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 # 2**64 times any base is past every cap; a larger exponent could overflow a float.
 _MAX_EXPONENT = 64
+# Its own generator: retries in background threads never move the global `random` state
+# that seeded code (and hypothesis, which checks it) relies on.
+_JITTER = random.Random()
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,6 @@ class Backoff:
             raise ValueError(f"attempt must be >= 0, got {attempt}")
         return min(self.max_s, self.base_s * 2.0 ** min(attempt, _MAX_EXPONENT))
 
-    def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
+    def delay(self, attempt: int, rand: Callable[[], float] = _JITTER.random) -> float:
         """Seconds to wait before retry `attempt`; `rand` returns a float in [0, 1)."""
         return self.nominal(attempt) * (1.0 + self.jitter * (2.0 * rand() - 1.0))

@@ -181,7 +181,7 @@ class BatchWriter(Generic[T]):
             try:
                 self._write(batch)
             except StoreError as e:
-                if self._closed and (self._given_up or _pool_closed(e)):
+                if _pool_closed(e) or (self._closed and self._given_up):
                     log.error(
                         "%s: %d item(s) not written at shutdown: %s", self.name, len(batch), e
                     )

@@ -87,6 +87,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "discarded_runs",
             "fact_time_and_subject",
             "operations",
+            "memory_changes",
         ]
     finally:
         pool.close()

@@ -71,9 +71,13 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> An
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
+        try:
+            last = check()
+        except OSError as e:  # the process has not opened its port yet (connection refused)
+            last = e
+        else:
+            if last:
+                return last
         time.sleep(0.25)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 

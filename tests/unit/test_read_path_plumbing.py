@@ -256,7 +256,7 @@ def test_rewrite_falls_back_to_the_raw_query(
     rewriter.close()
 
 
-def test_a_pool_closed_under_a_closing_writer_is_no_outage_to_wait_out() -> None:
+def test_a_closed_pool_is_no_outage_to_wait_out() -> None:
     def write(items: Sequence[int]) -> None:
         try:
             raise PoolClosed("the pool 'memoryd' is already closed")
@@ -266,9 +266,10 @@ def test_a_pool_closed_under_a_closing_writer_is_no_outage_to_wait_out() -> None
     dropped: list[tuple[str, str, int]] = []
     writer = BatchWriter("t", write, FAST, on_dropped=lambda *a: dropped.append(a))
     writer.submit(1)
-    time.sleep(0.2)  # retried meanwhile: while the writer is open, it may be an outage
-    assert dropped == []
+    # A closed pool never opens again: retrying would spin for the rest of the process (a
+    # service whose pool was closed before the service was), so the rows are given up at once.
+    assert writer.flush(timeout_s=5)
+    assert dropped == [("t", "shutdown", 1)]
     started = time.monotonic()
     writer.close(timeout_s=5)
     assert time.monotonic() - started < 1
-    assert dropped == [("t", "shutdown", 1)]
