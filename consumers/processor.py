@@ -120,7 +120,10 @@ class MemoryProcessor:
             while self._monotonic() - start < deadline_s:
                 if self.step() or self._batches or self._orphans or len(self._buffers):
                     quiet_since = self._monotonic()
-                elif self._monotonic() - quiet_since >= idle_s and self._consumer.assignment():
+                elif not self._consumer.assignment():
+                    # Quiet counts from the assignment: a slow join or first fetch is not idle.
+                    quiet_since = self._monotonic()
+                elif self._monotonic() - quiet_since >= idle_s:
                     return
         finally:
             self.shutdown()
@@ -370,13 +373,9 @@ class MemoryProcessor:
                 if position is not None:
                     self._resume[tp] = position
         self._offsets.forget(gone)
-        log.info(
-            "%s %d partition(s): %d flush(es) left running, %d buffered event(s) dropped",
-            "lost" if lost else "revoked",
-            len(gone),
-            len(self._orphans),
-            dropped,
-        )
+        counts = (len(gone), len(self._orphans), dropped)
+        kind = "lost" if lost else "revoked"
+        log.info("%s %d partition(s): %d flush(es) still running, %d dropped", kind, *counts)
         # A new assignment starts unpaused; _backpressure pauses it again if needed.
         self._paused = False
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor
 from processors.errors import BackendError, TransientBackendError
 from processors.schema import ConsolidationRequest
@@ -239,3 +243,45 @@ def test_backpressure_pauses_and_resumes_the_consumer() -> None:
     step_until(processor, lambda: not consumer.paused())
     step_until(processor, lambda: consolidated(m, events))
     processor.shutdown()
+
+
+class SlowToJoin(FakeConsumer):
+    """A consumer whose group join takes `join_polls` polls and whose first fetch one more, as
+    when the group waits out the session of a member that was killed; every poll takes 1 s."""
+
+    def __init__(self, join_polls: int) -> None:
+        super().__init__(TOPIC)
+        self.now = 0.0
+        self.polls = 0
+        self.join_polls = join_polls
+
+    def clock(self) -> float:
+        return self.now
+
+    def poll(self, timeout_ms: int) -> Any:
+        self.now += 1.0
+        self.polls += 1
+        if self.polls < self.join_polls:
+            return {}
+        if self.polls == self.join_polls:
+            self._run_rebalances()  # assigned, nothing fetched yet
+            return {}
+        return super().poll(timeout_ms)
+
+
+def test_run_until_idle_counts_quiet_from_the_assignment_not_from_the_start() -> None:
+    m, letters = InMemoryMemoryd(), ListDeadLetters()
+    consumer = SlowToJoin(join_polls=10)
+    ada = [make_event("ada", "I live in Lisbon")]
+    publish(consumer, 0, *ada)
+    flusher = m.flusher(FlakyBackend(), FAST.budget_policy)
+    metrics = PipelineMetrics(CollectorRegistry())
+    processor = MemoryProcessor(
+        consumer, TOPIC, flusher, letters, metrics, FAST, monotonic=consumer.clock
+    )
+
+    processor.run_until_idle(idle_s=3.0, deadline_s=100.0)
+
+    assert consumer.polls > consumer.join_polls  # it read after the join, not just up to it
+    assert consolidated(m, ada)
+    assert consumer.committed == {0: 1}
