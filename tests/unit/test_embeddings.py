@@ -19,6 +19,7 @@ from store.embeddings import (
     ChromaEmbeddingFunction,
     MiniLmEmbedder,
     default_model_path,
+    padded_chunks,
 )
 from store.errors import EmbeddingModelError
 
@@ -221,3 +222,17 @@ def test_idle_intra_op_threads_do_not_spin() -> None:
     session = embedder._loaded().session
     entry = session.get_session_options().get_session_config_entry
     assert entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_texts_are_chunked_by_similar_length_so_padding_stays_small() -> None:
+    lengths = [90, 10, 12, 100, 11, 40, 48, 13]
+    chunks = padded_chunks(lengths, batch_size=32)
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(len(lengths)))
+    assert [[lengths[i] for i in chunk] for chunk in chunks] == [
+        [10, 11, 12],  # 13 is over 1.25 × 10
+        [13],
+        [40, 48],
+        [90, 100],
+    ]
+    # The batch size still caps a chunk of equal lengths.
+    assert [len(c) for c in padded_chunks([7] * 5, batch_size=2)] == [2, 2, 1]
