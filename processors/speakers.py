@@ -136,7 +136,8 @@ _COMPLEMENT_STARTS = (
 )
 _COORDINATED = re.compile(
     rf"\b(and|but|or)({_ADVERB_RUN})\s+({'|'.join(sorted(_COORDINATED_VERBS))})"
-    rf"(?=\s+(?:{'|'.join(_COMPLEMENT_STARTS.split())})\b)"
+    # or before a name: "prefer Postgres", "visit Lisbon".
+    rf"(?=\s+(?:(?:{'|'.join(_COMPLEMENT_STARTS.split())})\b|[A-Z]))"
 )
 _CLAUSE_END = re.compile(r"(?<=[.!?;])\s+")
 
@@ -157,6 +158,23 @@ def _coordinated(text: str, subject: str) -> str:
     return " ".join(out)
 
 
+def _possessives(text: str, subject: str) -> str:
+    """ "my" becomes the subject's; for the user, "their" once the sentence has named them:
+    "The user likes their mornings free", not "the user likes the user's mornings free".
+    A name stays a name ("Caroline loves Caroline's dog"): "their" could be anyone's."""
+    if subject != USER:
+        return _POSSESSIVE.sub(f"{subject}'s", text)
+    out = []
+    for sentence in _CLAUSE_END.split(text):
+        named = sentence.casefold().find(subject.casefold())
+
+        def own(m: re.Match[str], named: int = named) -> str:
+            return "their" if 0 <= named < m.start() else f"{subject}'s"
+
+        out.append(_POSSESSIVE.sub(own, sentence))
+    return " ".join(out)
+
+
 def about(text: str, subject: str = USER) -> str:
     """Rewrite the first person as `subject`: "I love my dog" → "Caroline loves Caroline's dog"."""
     out = text.strip()
@@ -166,9 +184,11 @@ def about(text: str, subject: str = USER) -> str:
     if out != text.strip():
         out = _coordinated(out, subject)
     out = _REFLEXIVE.sub("themselves", out)
-    out = _POSSESSIVE.sub(f"{subject}'s", out)
+    out = _possessives(out, subject)
     out = _OBJECT.sub(subject, out)
     out = _BARE_I.sub(subject, out)
+    # "My name is Maya. I love dogs": the second sentence starts with the subject too.
+    out = re.sub(rf"(?<=[.!?] ){re.escape(subject)}\b", capitalized(subject), out)
     return capitalized(out)
 
 

@@ -80,6 +80,23 @@ SAID = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
             "John: My wife and I go hiking and play in the park",
             "John's wife and John go hiking and play in the park",
         ),
+        # Broken in the demo before: "and prefer Postgres", "likes the user's morning".
+        (
+            "I write services in Go and prefer Postgres over anything NoSQL.",
+            "The user writes services in Go and prefers Postgres over anything NoSQL.",
+        ),
+        (
+            "I like my morning free of meetings until 10:30.",
+            "The user likes their morning free of meetings until 10:30.",
+        ),
+        ("I went home and cooked my dinner", "The user went home and cooked their dinner"),
+        (
+            "My name is Maya. I love my dog.",
+            "The user's name is Maya. The user loves their dog.",
+        ),
+        ("I visit Lisbon and love Porto", "The user visits Lisbon and loves Porto"),
+        # A name stays a name: "their" could be anyone's.
+        ("Caroline: I love my dog", "Caroline loves Caroline's dog"),
         # A line without "I" still names its speaker.
         ("John: We made pizza!", "John: We made pizza!"),
         (
