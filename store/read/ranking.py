@@ -18,7 +18,7 @@ from typing import Final, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from domain.model import Fact
+from domain.model import Fact, FactType
 from domain.ports import Vector
 
 K = TypeVar("K", bound=Hashable)
@@ -225,7 +225,16 @@ _TEMPORAL = re.compile(
     r"\bhow (?:many|much) (?:days|weeks|months|years)\b",
     re.IGNORECASE,
 )
+# "What is she working on?", "current projects", "busy with": a question about the work in
+# hand, which project observations and open loops answer better than a remark that shares
+# its words ("works best late") does.
+_CURRENT_WORK = re.compile(
+    r"\bwork(?:s|ing)? on\b|\bbusy with\b|\bprojects?\b|\bfocus(?:ed|ing)? on\b",
+    re.IGNORECASE,
+)
+PROJECT_CONTEXT = "project_details"  # the event type project observations come as
 NAME_BOOST = 1.3
+WORK_BOOST = 1.5
 MENTION_BOOST = 1.1
 DATED_BOOST = 1.25
 
@@ -236,16 +245,22 @@ class QueryCues:
 
     names: frozenset[str] = frozenset()  # casefolded
     temporal: bool = False
+    current_work: bool = False
 
 
 def query_cues(text: str) -> QueryCues:
-    """Names in the question ("What did Caroline research?") and whether it asks when."""
+    """Names in the question ("What did Caroline research?"), whether it asks when, and
+    whether it asks about the work in hand."""
     names = {
         m.group(1).casefold()
         for m in _NAME.finditer(text)
         if m.group(1).casefold() not in _NOT_NAMES
     }
-    return QueryCues(frozenset(names), _TEMPORAL.search(text) is not None)
+    return QueryCues(
+        frozenset(names),
+        temporal=_TEMPORAL.search(text) is not None,
+        current_work=_CURRENT_WORK.search(text) is not None,
+    )
 
 
 def _is_named(person: str, names: frozenset[str]) -> bool:
@@ -258,7 +273,8 @@ def cue_weight(fact: Fact, cues: QueryCues) -> float:
     """How much a fact's subject and date fit the question's cues (1.0 = no cue applies).
 
     A fact about a person the question names beats one that only mentions them, which beats
-    one about someone else; a question asking "when" favours facts that carry a date.
+    one about someone else; a question asking "when" favours facts that carry a date, one
+    about the work in hand facts from project observations and open loops.
     """
     weight = 1.0
     if cues.names:
@@ -268,4 +284,8 @@ def cue_weight(fact: Fact, cues: QueryCues) -> float:
             weight *= MENTION_BOOST
     if cues.temporal and fact.event_date is not None:
         weight *= DATED_BOOST
+    if cues.current_work and (
+        fact.provenance.context_type == PROJECT_CONTEXT or fact.fact_type is FactType.OPEN_LOOP
+    ):
+        weight *= WORK_BOOST
     return weight

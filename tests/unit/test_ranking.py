@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 import numpy as np
 import pytest
 
-from domain.model import Fact
+from domain.model import Fact, FactType
 from domain.ports import Vector
 from store.read.ranking import (
     PROFILES,
@@ -221,20 +221,34 @@ def test_within_budget_fills_characters_in_rank_order(
 
 
 @pytest.mark.parametrize(
-    ("query", "names", "temporal"),
+    ("query", "names", "temporal", "current_work"),
     [
-        ("What did Caroline research?", {"caroline"}, False),
-        ("When did Melanie run a charity race?", {"melanie"}, True),
-        ("What is Jon's dance studio called?", {"jon"}, False),
-        ("Which year did Maria and John move?", {"maria", "john"}, True),
-        ("What is the user working on right now?", set(), False),
-        ("How long ago was Caroline's 18th birthday?", {"caroline"}, True),
-        ("Did they go in May?", set(), False),
+        ("What did Caroline research?", {"caroline"}, False, False),
+        ("When did Melanie run a charity race?", {"melanie"}, True, False),
+        ("What is Jon's dance studio called?", {"jon"}, False, False),
+        ("Which year did Maria and John move?", {"maria", "john"}, True, False),
+        ("What is the user working on right now?", set(), False, True),
+        ("Which projects is Omar busy with?", {"omar"}, False, True),
+        ("What does Maya focus on this week?", {"maya"}, False, True),
+        ("Where does the user work?", set(), False, False),
+        ("How long ago was Caroline's 18th birthday?", {"caroline"}, True, False),
+        ("Did they go in May?", set(), False, False),
     ],
 )
-def test_query_cues(query: str, names: set[str], temporal: bool) -> None:
+def test_query_cues(query: str, names: set[str], temporal: bool, current_work: bool) -> None:
     cues = query_cues(query)
-    assert (set(cues.names), cues.temporal) == (names, temporal)
+    assert (set(cues.names), cues.temporal, cues.current_work) == (names, temporal, current_work)
+
+
+def test_a_question_about_the_work_in_hand_favours_projects_and_open_loops() -> None:
+    cues = query_cues("What is the user working on right now?")
+    project = make_fact(
+        "u", "The ledger migration is in review", org="o", context_type="project_details"
+    )
+    loop = make_fact("u", "Send the deck by Friday", org="o", fact_type=FactType.OPEN_LOOP)
+    remark = make_fact("u", "The user works best late", org="o")
+    assert cue_weight(project, cues) == cue_weight(loop, cues) > cue_weight(remark, cues) == 1.0
+    assert cue_weight(project, query_cues("Where does the user live?")) == 1.0
 
 
 def _fact(content: str, subject: str | None = None, dated: bool = False) -> Fact:
