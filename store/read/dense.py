@@ -29,7 +29,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -48,7 +48,8 @@ from store.read.keyword_index import KeywordIndex, QueryLexemes, Terms
 __all__ = ["DenseCache", "DenseReads", "DenseSearch", "IndexedRow", "MemoryVectors"]
 
 _STATUS_CODES = {status: code for code, status in enumerate(FactStatus)}
-_ENTRY_OVERHEAD_BYTES = 200  # per fact: the id, its row in the lookup, the scope columns
+_MASKS_PER_MEMORY = 32
+_ENTRY_OVERHEAD_BYTES = 232  # per fact: the id, its row in the lookup, the scope columns and masks
 _TERMS = (
     "SELECT f.fact_id, t.lexemes, t.counts FROM memory_facts f, LATERAL (SELECT"
     " array_agg(u.lexeme) AS lexemes,"
@@ -151,6 +152,11 @@ class MemoryVectors:
     pending: Mapping[uuid.UUID, int]  # fact id -> version written but not indexed yet
     terms: tuple[Terms, ...]
     keywords: KeywordIndex
+    # Masks by scope: a turn needs its mask twice (dense and keyword) and a memory sees few
+    # scopes; np.isin over the string columns was a twentieth of an API worker's time.
+    _masks: dict[tuple[object, ...], npt.NDArray[np.bool_]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def nbytes(self) -> int:
@@ -158,12 +164,20 @@ class MemoryVectors:
         return int(self.matrix.nbytes) + _ENTRY_OVERHEAD_BYTES * facts + self.keywords.nbytes
 
     def mask(self, scope: Scope) -> npt.NDArray[np.bool_]:
-        """Rows the scope may see: its statuses, its connections or none, its context types."""
-        wanted = np.array([_STATUS_CODES[s] for s in scope.statuses], dtype=np.int8)
-        keep = np.isin(self.statuses, wanted)
-        keep &= np.isin(self.connections, [NO_CONNECTION, *scope.connection_ids])
-        if scope.context_types:
-            keep &= np.isin(self.context_types, list(scope.context_types))
+        """Rows the scope may see: its statuses, its connections or none, its context types.
+        Read-only: the same array answers every turn of the same scope."""
+        memo = (scope.statuses, scope.connection_ids, scope.context_types)
+        keep = self._masks.get(memo)
+        if keep is None:
+            wanted = np.array([_STATUS_CODES[s] for s in scope.statuses], dtype=np.int8)
+            keep = np.isin(self.statuses, wanted)
+            keep &= np.isin(self.connections, [NO_CONNECTION, *scope.connection_ids])
+            if scope.context_types:
+                keep &= np.isin(self.context_types, list(scope.context_types))
+            keep.flags.writeable = False
+            if len(self._masks) >= _MASKS_PER_MEMORY:
+                self._masks.clear()  # a memory read under many scopes: start over
+            self._masks[memo] = keep
         return keep
 
 

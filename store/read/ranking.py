@@ -148,9 +148,10 @@ def mmr(
     has_vector = np.array([k in vectors for k in keys])
     dimension = next((len(v) for v in vectors.values()), 0)
     matrix = np.zeros((len(keys), dimension), dtype=np.float64)
-    for row, key in enumerate(keys):
-        if has_vector[row]:
-            matrix[row] = _unit(vectors[key])
+    if has_vector.any():
+        # One stack and one norm for all rows: a norm per row in Python was a tenth of an API
+        # worker's time at concurrency 16 (BENCHMARKS.md).
+        matrix[has_vector] = _unit_rows([vectors[k] for k in keys if k in vectors])
     # Highest similarity of each candidate to anything taken so far, updated per pick.
     closest = np.zeros(len(keys), dtype=np.float64)
     for key in selected:
@@ -169,6 +170,15 @@ def mmr(
         if has_vector[pick]:
             closest = np.maximum(closest, matrix @ matrix[pick])
     return out
+
+
+def _unit_rows(rows: Sequence[Vector]) -> npt.NDArray[np.float64]:
+    matrix = np.asarray(rows, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    unit: npt.NDArray[np.float64] = np.divide(
+        matrix, norms, out=np.zeros_like(matrix), where=norms > 0
+    )
+    return unit
 
 
 def _unit(vector: Vector) -> npt.NDArray[np.float64]:

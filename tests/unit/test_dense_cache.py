@@ -61,6 +61,23 @@ def test_mask_follows_the_scope(scope: Scope, visible: list[int]) -> None:
     assert list(np.flatnonzero(_memory().mask(scope))) == visible
 
 
+def test_a_scope_s_mask_is_kept_read_only_and_masks_of_other_scopes_differ() -> None:
+    memory = _memory()
+    first = memory.mask(Scope(U, ("gh",)))
+    assert memory.mask(Scope(U, ("gh",))) is first
+    with pytest.raises(ValueError, match="read-only"):
+        first &= False
+    assert list(np.flatnonzero(memory.mask(Scope(U, ("mail",))))) == [0, 2]
+    assert list(np.flatnonzero(first)) == [0, 1]
+
+
+def test_masks_stay_right_when_a_memory_sees_more_scopes_than_it_keeps() -> None:
+    memory = _memory()
+    for i in range(100):
+        assert list(np.flatnonzero(memory.mask(Scope(U, (f"c{i}",))))) == [0]
+    assert list(np.flatnonzero(memory.mask(Scope(U, ("gh",))))) == [0, 1]
+
+
 def test_cache_evicts_least_recently_used_by_bytes() -> None:
     one = _memory().nbytes
     cache = DenseCache(max_bytes=2 * one)
