@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import socket
+import threading
 from types import FrameType
 
 from memoryd import wiring
@@ -65,5 +67,22 @@ def _run_worker(settings: Settings, sock: socket.socket | None, index: int) -> N
     if sock is not None:
         # A spawned worker starts with a fresh interpreter: set its logging up again.
         configure_logging(settings.log_level, settings.log_format)
+        _stop_with_the_parent()
     with wiring.core(settings) as c:
         run_api(c, sock=sock, index=index)
+
+
+def _stop_with_the_parent() -> None:
+    """SIGTERM this worker when its parent is gone. A parent killed outright (SIGKILL, the OOM
+    killer) cannot stop its workers; left alone they would go on accepting on the inherited
+    socket, unsupervised, and hold the port against the restarted service."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        log.warning("the API's parent process is gone; this worker stops")
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's own graceful shutdown
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()

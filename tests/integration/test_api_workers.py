@@ -1,0 +1,80 @@
+"""`memoryd api` with several worker processes: a parent killed outright takes its workers
+with it, instead of leaving them to accept on the shared port unsupervised."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memoryd.dev import free_port
+from tests.support.deployment import Deployment
+from tests.support.faults import fault_settings, process_env
+from tests.support.ops import get, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def children_of(pid: int) -> set[int]:
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone while we looked
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_workers_stop_when_their_parent_is_killed(deployment: Deployment, tmp_path: Path) -> None:
+    settings = fault_settings(deployment)
+    port = free_port()
+    settings = settings.model_copy(
+        update={"api": settings.api.model_copy(update={"port": port, "workers": 2})}
+    )
+    with (tmp_path / "api.log").open("wb") as log:
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "memoryd.cli", "api"],
+            env=process_env(settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    workers: set[int] = set()
+    try:
+        wait_for("the API answers", lambda: get(f"http://127.0.0.1:{port}/healthz")[0] == 200)
+        # The spawn start method adds a resource tracker beside the two workers.
+        workers = {p for p in children_of(parent.pid) if "spawn_main" in _cmdline(p)}
+        assert len(workers) == 2, _cmdline(parent.pid)
+
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+
+        deadline = time.monotonic() + 60
+        while any(alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(w) for w in workers), (tmp_path / "api.log").read_text()[-3000:]
+        assert "parent process is gone" in (tmp_path / "api.log").read_text()
+    finally:
+        for pid in [parent.pid, *workers]:
+            if alive(pid):
+                subprocess.run(["kill", "-9", str(pid)], check=False)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
