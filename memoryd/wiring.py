@@ -45,10 +45,11 @@ from store.postgres import make_pool
 from store.read.background import BatchWriter
 from store.read.candidate_search import HybridFactSearch
 from store.read.context_service import ContextService
-from store.read.dense import DenseCache, DenseReads, DenseSearch
+from store.read.dense import DenseReads, DenseSearch
 from store.read.fact_queries import PostgresReadModel
 from store.read.injection import InjectionCache
 from store.read.memory_changes import StampWatch, watching
+from store.read.memory_entry import DenseCache
 from store.read.query_rewrite import TimeBoundRewriter
 from store.read.read_ledger import ReadCharge, ReadLedger
 from store.read.read_metrics import ReadPathMetrics

@@ -1,12 +1,16 @@
 """The read path of every chat turn: W, S, learned info and the facts relevant to the turn.
 
 Injection (W, S, learned info, connections' info, pinned facts) comes from the per-version
-cache: one primary-key lookup when nothing changed. Retrieval fuses a dense search in Chroma
-and a keyword search in Postgres, re-ranks, diversifies and cuts to the budget (the pure
-steps are in `store.read.ranking`). Postgres is the truth for a fact's status and scope, so a fact
-contradicted after Chroma last saw it is never shown. With Chroma down the bundle still comes
-back from the keyword search, marked degraded. Recall counters and the audit row are handed
-to background writers: `assemble` never waits for them.
+cache: one primary-key lookup when nothing changed. Retrieval fuses a dense and a keyword
+search, re-ranks, diversifies and cuts to the budget (`store.read.turn_ranking`). With a
+`DenseSearch` both searches and the rows ranked come from the memory's entry at its stamp
+(`store.read.dense`); only the facts picked are then read from Postgres, which is the truth
+for a fact's status and scope: should one have changed since the entry was read (a run
+committing during the turn), the turn ranks again on Postgres's current rows of all its
+candidates, so a fact contradicted meanwhile is never shown. Without an entry the keyword
+search is Postgres's and every candidate's row is read from it. With Chroma down the bundle
+still comes back from the keyword search, marked degraded. Recall counters and the audit row
+are handed to background writers: `assemble` never waits for them.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from domain.ids import MemoryKey, normalize_content
+from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus, LedgerEntry
 from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
 from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
@@ -27,19 +31,10 @@ from store.read.bundle import ContextBundle, RetrievedFact, audit_row
 from store.read.dense import DenseSearch
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import Rewrite, RewriteOutcome
-from store.read.ranking import (
-    PROFILES,
-    Budget,
-    BudgetProfile,
-    cue_weight,
-    mmr,
-    query_cues,
-    reciprocal_rank_fusion,
-    rerank,
-    within_budget,
-)
+from store.read.ranking import PROFILES, Budget, BudgetProfile
 from store.read.read_ledger import ReadCharge
 from store.read.rendering import render_prompt_block
+from store.read.turn_ranking import Candidates, rank
 
 
 class ReadPathObserver(Protocol):
@@ -202,29 +197,29 @@ class ContextService:
         pool: int,
         hits: Sequence[VectorHit],
         watch: _Stopwatch,
-    ) -> tuple[list[Fact], dict[uuid.UUID, Fact]]:
-        """The keyword ranking, and the current rows of it and of the dense hits.
+    ) -> tuple[list[Fact], dict[uuid.UUID, Fact], bool]:
+        """The keyword ranking, the rows of it and of the dense hits, and whether those rows
+        are the memory entry's (still to be confirmed against Postgres) or Postgres's own.
 
-        From the memory's in-process BM25 index when the dense stage has its entry (then one
-        query reads the rows of both rankings), else from the SQL BM25. Chroma and the cached
-        index may lag behind a status or scope change: only Postgres's current rows count.
+        From the memory's in-process BM25 index and rows when the dense stage has its entry,
+        else from the SQL BM25 and the current rows (Chroma may lag behind a status or scope
+        change: only Postgres's rows count).
         """
         dense_ids = [h.fact_id for h in hits]
-        ranked = None
         if self._dense_search is not None:
             ranked = self._dense_search.keyword(scope, stamp, text, pool)
-        if ranked is None:
-            keyword = self._reads.keyword_search(scope, text, pool)
             watch.lap("keyword")
-            rows = {f.fact_id: f for f in keyword}
-            wanted = [i for i in dense_ids if i not in rows]
-        else:
-            watch.lap("keyword")
-            rows, wanted = {}, list(dict.fromkeys([*ranked, *dense_ids]))
+            if ranked is not None:
+                cached = self._dense_search.rows(scope, stamp, [*ranked, *dense_ids])
+                if cached is not None:
+                    return [cached[i] for i in ranked if i in cached], cached, True
+        keyword = self._reads.keyword_search(scope, text, pool)
+        watch.lap("keyword")
+        rows = {f.fact_id: f for f in keyword}
+        wanted = [i for i in dense_ids if i not in rows]
         rows |= {f.fact_id: f for f in self._reads.facts_in_scope(scope, wanted)}
-        if ranked is not None:
-            keyword = [rows[i] for i in ranked if i in rows]
-        return keyword, rows
+        watch.lap("truth")
+        return keyword, rows, False
 
     def _retrieve(
         self,
@@ -242,71 +237,27 @@ class ContextService:
             hits, known_vectors, degraded = [], {}, f"vector index unavailable: {e}"
         embedded = degraded is None
         watch.lap("dense")
-        keyword, rows = self._keyword(scope, stamp, text, profile.pool, hits, watch)
-        watch.lap("truth")
-        pinned_ids = {f.fact_id for f in pinned}
-        similarity = {h.fact_id: h.similarity for h in hits}
-        dense_ranking = [
-            h.fact_id for h in hits if h.fact_id in rows and h.fact_id not in pinned_ids
-        ]
-        keyword_ranking = [f.fact_id for f in keyword if f.fact_id not in pinned_ids]
-        if degraded:
-            fused = reciprocal_rank_fusion([keyword_ranking])
-        else:
-            # The dense term keeps how near a fact is, not only its rank (see the fusion).
-            fused = reciprocal_rank_fusion(
-                [dense_ranking, keyword_ranking], strengths=[similarity, None]
-            )
-        now, cues = self._clock(), query_cues(text)
-        scores = {
-            fid: rerank(
-                fused[fid],
-                # When it happened, not when a run last touched it.
-                updated_at=rows[fid].observed_at or rows[fid].updated_at,
-                salience=rows[fid].salience,
-                confidence=rows[fid].confidence,
-                now=now,
-            )
-            * cue_weight(rows[fid], cues)
-            for fid in fused
-        }
-        ordered = _without_repeats(
-            sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0]))), rows, pinned
-        )
-        wanted = [*pinned_ids, *(k for k, _ in ordered)]
-        vectors: dict[uuid.UUID, Vector] = {
-            k: known_vectors[k] for k in wanted if k in known_vectors
-        }
-        missing = [k for k in wanted if k not in vectors]
-        if not degraded and missing:
-            try:
-                vectors |= self._index.embeddings(missing)
-            except VectorIndexUnavailable as e:
-                degraded = f"vector index unavailable: {e}"
-        picked = mmr(
-            ordered,
-            vectors,
-            limit=profile.max_facts,
-            lam=profile.mmr_lambda,
-            selected=list(pinned_ids),
-        )
-        sizes = {k: len(rows[k].content) for k in picked}
-        chosen = within_budget([(k, scores[k]) for k in picked], profile, sizes)
-        dense_rank = {fid: i for i, fid in enumerate(dense_ranking, start=1)}
-        keyword_rank = {fid: i for i, fid in enumerate(keyword_ranking, start=1)}
-        facts = [RetrievedFact(f, 1.0, 1.0, pinned=True) for f in pinned]
-        facts += [
-            RetrievedFact(
-                rows[fid],
-                similarity.get(fid, 0.0),
-                scores[fid],
-                dense_rank=dense_rank.get(fid),
-                keyword_rank=keyword_rank.get(fid),
-            )
-            for fid in chosen
-        ]
+        keyword, rows, cached = self._keyword(scope, stamp, text, profile.pool, hits, watch)
+        ranked = Candidates(hits, keyword, rows, pinned, degraded, known_vectors)
+        picked = rank(ranked, text, profile, self._clock(), self._index.embeddings)
         watch.lap("rank")
-        return _Found(facts, len(fused), degraded, embedded)
+        if cached:
+            # Ranked on the entry's rows: the picked ones must be Postgres's current rows at
+            # the same version (fresh counters come with them). A run committed since the
+            # entry's stamp was read changed one: rank again on the current rows of all.
+            current = {f.fact_id: f for f in self._reads.facts_in_scope(scope, picked.chosen)}
+            if all(i in current and current[i].version == rows[i].version for i in picked.chosen):
+                ranked = replace(ranked, rows=rows | current)
+            else:
+                wanted = list(dict.fromkeys([*(f.fact_id for f in keyword), *rows]))
+                rows = {f.fact_id: f for f in self._reads.facts_in_scope(scope, wanted)}
+                keyword = [rows[f.fact_id] for f in keyword if f.fact_id in rows]
+                ranked = replace(ranked, keyword=keyword, rows=rows)
+                picked = rank(ranked, text, profile, self._clock(), self._index.embeddings)
+            watch.lap("truth")
+        return _Found(
+            ranked.retrieved(picked), picked.candidates, picked.degraded or degraded, embedded
+        )
 
     def _rewrite(self, query: str) -> Rewrite:
         if self._rewriter is None:
@@ -375,17 +326,3 @@ def scoped_scaffold(scaffold: Mapping[str, Any], connection_ids: Sequence[str]) 
 def _in_scope(fact: Fact, connection_ids: Sequence[str]) -> bool:
     connection = fact.provenance.connection_id
     return connection is None or connection in connection_ids
-
-
-def _without_repeats(
-    ordered: list[tuple[uuid.UUID, float]], rows: Mapping[uuid.UUID, Fact], pinned: Sequence[Fact]
-) -> list[tuple[uuid.UUID, float]]:
-    """Drop a fact whose text repeats a pinned or a better-ranked one (vectors or not)."""
-    seen = {normalize_content(f.content) for f in pinned}
-    out = []
-    for fid, score in ordered:
-        key = normalize_content(rows[fid].content)
-        if key not in seen:
-            seen.add(key)
-            out.append((fid, score))
-    return out

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from store.read.fact_queries import BM25_B, BM25_K1
+from store.read.ranking import top_n
 
 __all__ = ["KeywordIndex", "QueryLexemes", "Terms"]
 
@@ -90,7 +91,7 @@ class KeywordIndex:
             scores[rows] += idf * tf * (BM25_K1 + 1) / (tf + norm)
             matched[rows] = True
         candidates = np.flatnonzero(matched)
-        order = np.argsort(-scores[candidates], kind="stable")[:limit]
+        order = top_n(scores[candidates], limit)
         return [int(candidates[k]) for k in order]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -152,11 +152,12 @@ def mmr(
         # One stack and one norm for all rows: a norm per row in Python was a tenth of an API
         # worker's time at concurrency 16 (BENCHMARKS.md).
         matrix[has_vector] = _unit_rows([vectors[k] for k in keys if k in vectors])
-    # Highest similarity of each candidate to anything taken so far, updated per pick.
+    # Highest similarity of each candidate to anything taken so far, updated per pick; to the
+    # pinned facts in one product (a user pins a hundred: a product each was most of MMR).
     closest = np.zeros(len(keys), dtype=np.float64)
-    for key in selected:
-        if key in vectors:
-            closest = np.maximum(closest, matrix @ _unit(vectors[key]))
+    taken = [vectors[key] for key in selected if key in vectors]
+    if taken and dimension:
+        closest = np.maximum(closest, (matrix @ _unit_rows(taken).T).max(axis=1))
     open_ = np.ones(len(keys), dtype=bool)
     out: list[K] = []
     while len(out) < limit:
@@ -181,10 +182,19 @@ def _unit_rows(rows: Sequence[Vector]) -> npt.NDArray[np.float64]:
     return unit
 
 
-def _unit(vector: Vector) -> npt.NDArray[np.float64]:
-    v = np.asarray(vector, dtype=np.float64)
-    norm = float(np.linalg.norm(v))
-    return v / norm if norm else v
+def top_n(scores: npt.NDArray[np.floating[Any]], n: int) -> npt.NDArray[np.intp]:
+    """Positions of the n highest scores, best first, equal scores in position order: what
+    a stable argsort of all of them gives, after a partition that leaves only the scores at
+    or above the n-th best to sort."""
+    if n <= 0:
+        return np.empty(0, dtype=np.intp)
+    if n < scores.size:
+        nth = np.partition(scores, scores.size - n)[scores.size - n]
+        kept = np.flatnonzero(scores >= nth)
+    else:
+        kept = np.arange(scores.size)
+    order = kept[np.argsort(-scores[kept], kind="stable")]
+    return order[:n]
 
 
 def within_budget(

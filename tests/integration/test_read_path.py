@@ -103,6 +103,41 @@ def test_contradicted_facts_never_appear_even_when_chroma_lags(deployment: Deplo
     deployment.with_core(check)
 
 
+def test_a_fact_changed_under_a_cached_memory_is_never_shown_and_counters_are_fresh(
+    deployment: Deployment,
+) -> None:
+    """A turn ranks on its memory's cached rows and reads the picked ones back from Postgres:
+    a row changed without a new memory stamp (a run racing the turn) sends the turn back to
+    rank on Postgres's rows, and what is shown carries the current recall counters."""
+    old, new = "Ada lives in Lisbon", "Ada lives in Porto"
+    question = "Where does Ada live? Lisbon?"
+
+    def check(c: wiring.Core) -> None:
+        seed_core(c, "ada", [make_fact("ada", old), make_fact("ada", new)])
+        with wiring.read_path(c) as service:
+            assert old in contents(service.assemble(key_of("ada"), question))
+            entry = c.dense_cache.get(key_of("ada"))
+            with c.pool.connection() as conn:
+                conn.execute(
+                    "UPDATE memory_facts SET status = 'contradicted', version = version + 1"
+                    " WHERE content = %s",
+                    (old,),
+                )
+                conn.execute(
+                    "UPDATE memory_facts SET recall_count = recall_count + 1000 WHERE content = %s",
+                    (new,),
+                )
+            for budget in Budget:
+                bundle = service.assemble(key_of("ada"), question, budget=budget)
+                assert old not in contents(bundle)
+                recalls = {r.fact.content: r.fact.recall_count for r in bundle.facts}
+                assert recalls[new] >= 1000
+            assert entry is not None
+            assert c.dense_cache.get(key_of("ada")) is entry
+
+    deployment.with_core(check)
+
+
 def test_pinned_in_always_and_avoid_never_relevant(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
         seed_core(

@@ -11,8 +11,9 @@ import pytest
 from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import FactStatus
 from domain.reads import MemoryStamp, Scope
-from store.read.dense import DenseCache, MemoryVectors
 from store.read.keyword_index import KeywordIndex, Terms
+from store.read.memory_entry import DenseCache, MemoryVectors
+from tests.support.builders import make_fact
 
 U = MemoryKey("org", "u")
 GENERATION = uuid.UUID(int=1)
@@ -43,6 +44,10 @@ def _memory(
         pending={},
         terms=tuple(TERMS for _ in ids),
         keywords=KeywordIndex([TERMS] * facts),
+        facts=tuple(
+            make_fact(U.user_id, f"fact {i}", org=U.organization_id, fact_id=f)
+            for i, f in enumerate(ids)
+        ),
     )
 
 

@@ -6,6 +6,8 @@ from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from domain.model import Fact, FactType
 from domain.ports import Vector
@@ -20,6 +22,7 @@ from store.read.ranking import (
     recency,
     reciprocal_rank_fusion,
     rerank,
+    top_n,
     within_budget,
 )
 from tests.support.builders import make_fact
@@ -293,3 +296,70 @@ def test_fusion_strengths_keep_how_near_a_dense_hit_is() -> None:
 def test_fusion_without_strengths_for_a_ranking_is_rank_only() -> None:
     keyword = ["a", "b"]
     assert reciprocal_rank_fusion([keyword], strengths=[None]) == reciprocal_rank_fusion([keyword])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scores=st.lists(st.integers(-3, 3).map(float), max_size=40),
+    n=st.integers(0, 45),
+)
+def test_top_n_is_a_stable_argsort_cut_to_n(scores: list[float], n: int) -> None:
+    # Few distinct values: ties at the n-th score are the case the partition must keep.
+    values = np.array(scores, dtype=np.float32)
+    expected = np.argsort(-values, kind="stable")[:n]
+    assert top_n(values, n).tolist() == expected.tolist()
+
+
+def _mmr_by_hand(
+    scored: list[tuple[int, float]],
+    vectors: dict[int, Vector],
+    limit: int,
+    selected: list[int],
+) -> list[int]:
+    """MMR as its docstring states it, one cosine at a time."""
+    top = max(score for _, score in scored) or 1.0
+    taken = [vectors[k] for k in selected if k in vectors]
+    out: list[int] = []
+    left = list(scored)
+    while len(out) < limit:
+        best, best_value = None, -np.inf
+        for key, score in left:
+            closest = 0.0
+            if key in vectors:
+                closest = max([0.0, *(cosine(vectors[key], t) for t in taken)])
+                if closest >= 0.95:
+                    continue
+            value = 0.7 * score / top - 0.3 * closest
+            if value > best_value:
+                best, best_value = key, value
+        if best is None:
+            break
+        out.append(best)
+        if best in vectors:
+            taken.append(vectors[best])
+        left = [(k, s) for k, s in left if k != best]
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    candidates=st.integers(1, 30),
+    pinned=st.integers(0, 12),
+    limit=st.integers(1, 12),
+)
+def test_mmr_matches_a_plain_implementation_with_many_pinned(
+    seed: int, candidates: int, pinned: int, limit: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    # Few directions, so near-duplicates of pins and of picks occur.
+    basis = rng.normal(size=(4, 8))
+    vectors: dict[int, Vector] = {
+        k: basis[rng.integers(4)] + rng.normal(scale=0.1, size=8)
+        for k in range(candidates + pinned)
+        if rng.random() < 0.9
+    }
+    scored = [(k, float(rng.uniform(0.1, 1.0))) for k in range(candidates)]
+    selected = list(range(candidates, candidates + pinned))
+    expected = _mmr_by_hand(scored, vectors, limit, selected)
+    assert mmr(scored, vectors, limit=limit, selected=selected, duplicate=0.95) == expected

@@ -1,0 +1,176 @@
+"""One memory's facts at one stamp as the read path holds them in process, and the
+byte-bounded cache of them (`store.read.dense` builds the entries and searches them)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from domain.ids import NO_CONNECTION, MemoryKey
+from domain.model import Fact, FactStatus
+from domain.ports import Vector
+from domain.reads import MemoryStamp, Scope
+from store.read.keyword_index import KeywordIndex, Terms
+
+__all__ = ["STATUS_CODES", "DenseCache", "MemoryVectors", "RowVectors"]
+
+STATUS_CODES = {status: code for code, status in enumerate(FactStatus)}
+_MASKS_PER_MEMORY = 32
+_ENTRY_OVERHEAD_BYTES = 232  # per fact: the id, its row in the lookup, the scope columns and masks
+_FACT_ROW_BYTES = 1_300  # a `Fact` as Python holds it, measured with tracemalloc, less its text
+
+
+@dataclass(frozen=True)
+class MemoryVectors:
+    """One memory's facts at one stamp, rows in fact-id order: their vectors (for those in the
+    vector index), their scope columns and their keyword index."""
+
+    stamp: MemoryStamp
+    ids: tuple[uuid.UUID, ...]
+    fact_versions: npt.NDArray[np.int64]
+    matrix: npt.NDArray[np.float32]  # len(ids) × dimension, unit rows (zero when not vectored)
+    vectored: npt.NDArray[np.bool_]  # the row's vector is in the index (and in the matrix)
+    connections: npt.NDArray[np.str_]  # NO_CONNECTION for a fact outside every connection
+    statuses: npt.NDArray[np.int8]
+    context_types: npt.NDArray[np.object_]
+    row_of: Mapping[uuid.UUID, int]
+    pending: Mapping[uuid.UUID, int]  # fact id -> version written but not indexed yet
+    terms: tuple[Terms, ...]
+    keywords: KeywordIndex
+    # The rows themselves as read at (or, racing a run, just after) the stamp: what ranking
+    # weighs changes only with a fact's version, so a turn ranks on these and asks Postgres
+    # only for the facts it picked (`ContextService`).
+    facts: tuple[Fact, ...]
+    # Masks by scope: a turn needs its mask twice (dense and keyword) and a memory sees few
+    # scopes; np.isin over the string columns was a twentieth of an API worker's time.
+    _masks: dict[tuple[object, ...], npt.NDArray[np.bool_]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @cached_property
+    def nbytes(self) -> int:
+        facts = len(self.ids) + len(self.pending)
+        rows = sum(_FACT_ROW_BYTES + len(f.content) for f in self.facts)
+        return int(self.matrix.nbytes) + _ENTRY_OVERHEAD_BYTES * facts + rows + self.keywords.nbytes
+
+    def mask(self, scope: Scope) -> npt.NDArray[np.bool_]:
+        """Rows the scope may see: its statuses, its connections or none, its context types.
+        Read-only: the same array answers every turn of the same scope."""
+        memo = (scope.statuses, scope.connection_ids, scope.context_types)
+        keep = self._masks.get(memo)
+        if keep is None:
+            wanted = np.array([STATUS_CODES[s] for s in scope.statuses], dtype=np.int8)
+            keep = np.isin(self.statuses, wanted)
+            keep &= np.isin(self.connections, [NO_CONNECTION, *scope.connection_ids])
+            if scope.context_types:
+                keep &= np.isin(self.context_types, list(scope.context_types))
+            keep.flags.writeable = False
+            if len(self._masks) >= _MASKS_PER_MEMORY:
+                self._masks.clear()  # a memory read under many scopes: start over
+            self._masks[memo] = keep
+        return keep
+
+
+class RowVectors(Mapping[uuid.UUID, Vector]):
+    """The vectors of a memory's facts by id, without copying the matrix into a dict."""
+
+    def __init__(self, entry: MemoryVectors) -> None:
+        self._entry = entry
+
+    def __getitem__(self, fact_id: uuid.UUID) -> Vector:
+        row = self._entry.row_of[fact_id]
+        if not self._entry.vectored[row]:
+            raise KeyError(fact_id)
+        vector: Vector = self._entry.matrix[row]
+        return vector
+
+    def __contains__(self, fact_id: object) -> bool:
+        row = self._entry.row_of.get(fact_id)  # type: ignore[call-overload]
+        return row is not None and bool(self._entry.vectored[row])
+
+    def __iter__(self) -> Iterator[uuid.UUID]:
+        return (self._entry.ids[r] for r in np.flatnonzero(self._entry.vectored))
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self._entry.vectored))
+
+
+class DenseCache:
+    """Memories' vector matrices, bounded by bytes, least recently used evicted first."""
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        self._max = max_bytes
+        self._entries: OrderedDict[MemoryKey, MemoryVectors] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: MemoryKey) -> MemoryVectors | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: MemoryKey, entry: MemoryVectors) -> None:
+        with self._lock:
+            current = self._entries.get(key)
+            # A slower builder must not replace a newer version with an older one; an entry
+            # of another generation is stale whatever its version.
+            if (
+                current is not None
+                and current.stamp.generation == entry.stamp.generation
+                and current.stamp.version > entry.stamp.version
+            ):
+                return
+            if current is not None:
+                self._bytes -= current.nbytes
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            self._bytes += entry.nbytes
+            # The newest entry stays even when it alone is over the bound: it is in use.
+            while self._bytes > self._max and len(self._entries) > 1:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.nbytes
+
+    def invalidate(self, key: MemoryKey) -> None:
+        with self._lock:
+            dropped = self._entries.pop(key, None)
+            if dropped is not None:
+                self._bytes -= dropped.nbytes
+
+    def sweep(
+        self, stamps: Callable[[Sequence[MemoryKey]], Mapping[MemoryKey, MemoryStamp]]
+    ) -> int:
+        """Drop the matrices whose memory is gone or changed; returns how many.
+
+        `stamps` gives the stored stamp of each memory that still exists (the read model's
+        `memory_stamps`): an erasure done by another process is seen here within one sweep.
+        """
+        with self._lock:
+            keys = list(self._entries)
+        current = stamps(keys) if keys else {}
+        dropped = 0
+        with self._lock:
+            for key in keys:
+                entry = self._entries.get(key)
+                if entry is not None and entry.stamp != current.get(key):
+                    del self._entries[key]
+                    self._bytes -= entry.nbytes
+                    dropped += 1
+        return dropped
