@@ -76,6 +76,7 @@ class BatchWriter(Generic[T]):
         self._thread: threading.Thread | None = None
         self._pending = 0  # submitted, not yet written or dropped
         self._closed = False
+        self._closing = threading.Event()  # set by close(): a batch being gathered goes now
         self._given_up = False  # close() timed out: stop retrying, the process is stopping
 
     def submit(self, item: T) -> bool:
@@ -128,6 +129,7 @@ class BatchWriter(Generic[T]):
         in `timeout_s` is given up (logged and counted)."""
         with self._lock:
             self._closed = True
+        self._closing.set()
         if not self.flush(timeout_s):
             self._given_up = True
         with self._lock:
@@ -163,11 +165,16 @@ class BatchWriter(Generic[T]):
             self._report_pending(pending)
 
     def _more(self, s: WriterSettings) -> list[T]:
+        """The rest of a batch: what is queued once the batch delay is over (at once when a
+        batch is already waiting or the writer is closing). One wake-up per batch, not one per
+        item: a turn submits a recall per fact, and each wake-up of this thread took the GIL
+        from the turns being served."""
+        if self._queue.qsize() < s.max_batch - 1:
+            self._closing.wait(s.max_delay_s)
         items: list[T] = []
-        deadline = time.monotonic() + (0 if self._closed else s.max_delay_s)
         while len(items) < s.max_batch - 1:
             try:
-                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                item = self._queue.get_nowait()
             except queue.Empty:
                 break
             if not isinstance(item, _Wake):

@@ -64,6 +64,26 @@ def test_close_wakes_an_idle_worker_instead_of_waiting_out_its_idle_time() -> No
     assert sink.batches == [[1]]
 
 
+def test_a_batch_gathers_for_its_delay_and_close_cuts_the_delay_short() -> None:
+    sink = Sink()
+    writer = BatchWriter(
+        "t",
+        sink.write,
+        FAST.model_copy(update={"max_queue": 100, "max_batch": 100, "max_delay_s": 0.3}),
+    )
+    for i in range(10):
+        assert writer.submit(i)
+    assert writer.flush()
+    assert sink.batches == [list(range(10))]  # one batch: the delay gathered them all
+    slow = BatchWriter("t", sink.write, FAST.model_copy(update={"max_delay_s": 60.0}))
+    assert slow.submit(11)
+    time.sleep(0.05)  # the worker has the item and is waiting out the batch delay
+    started = time.monotonic()
+    slow.close()
+    assert time.monotonic() - started < 5.0
+    assert sink.batches[-1] == [11]
+
+
 def test_a_full_queue_holds_back_the_submitter_and_drops_nothing() -> None:
     gate = threading.Event()
     sink = Sink(gate=gate)
