@@ -208,10 +208,10 @@ class ContextService:
         dense_ids = [h.fact_id for h in hits]
         if self._dense_search is not None:
             ranked = self._dense_search.keyword(scope, stamp, text, pool)
-            watch.lap("keyword")
             if ranked is not None:
                 cached = self._dense_search.rows(scope, stamp, [*ranked, *dense_ids])
                 if cached is not None:
+                    watch.lap("keyword")
                     return [cached[i] for i in ranked if i in cached], cached, True
         keyword = self._reads.keyword_search(scope, text, pool)
         watch.lap("keyword")

@@ -165,7 +165,7 @@ def mmr(
         if not open_.any():
             break
         value = np.where(open_, lam * relevance - (1 - lam) * closest, -np.inf)
-        pick = int(np.argmax(value))  # the first of equal values: input order breaks ties
+        pick = int(value.argmax())  # the first of equal values: input order breaks ties
         out.append(keys[pick])
         open_[pick] = False
         if has_vector[pick]:
@@ -184,17 +184,20 @@ def _unit_rows(rows: Sequence[Vector]) -> npt.NDArray[np.float64]:
 
 def top_n(scores: npt.NDArray[np.floating[Any]], n: int) -> npt.NDArray[np.intp]:
     """Positions of the n highest scores, best first, equal scores in position order: what
-    a stable argsort of all of them gives, after a partition that leaves only the scores at
-    or above the n-th best to sort."""
+    a stable argsort of all of them gives, after a partition (when the scores are many for n)
+    that leaves only the scores at or above the n-th best to sort."""
     if n <= 0:
         return np.empty(0, dtype=np.intp)
-    if n < scores.size:
-        nth = np.partition(scores, scores.size - n)[scores.size - n]
-        kept = np.flatnonzero(scores >= nth)
-    else:
-        kept = np.arange(scores.size)
+    if scores.size <= _SORT_ALL_FACTOR * n:
+        return np.argsort(-scores, kind="stable")[:n]
+    nth = np.partition(scores, scores.size - n)[scores.size - n]
+    kept = np.flatnonzero(scores >= nth)
     order = kept[np.argsort(-scores[kept], kind="stable")]
     return order[:n]
+
+
+# Up to this many scores per one wanted a plain sort is cheaper than partitioning first.
+_SORT_ALL_FACTOR = 4
 
 
 def within_budget(
