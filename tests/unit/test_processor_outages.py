@@ -4,6 +4,7 @@ different content. The process keeps running and says it is degraded meanwhile."
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -112,3 +113,35 @@ def test_a_failed_run_is_named_for_its_records_not_for_the_moment() -> None:
 
     assert rejected(7) == rejected(7)
     assert rejected(7) != rejected(12)
+
+
+class HeldBackend(FlakyBackend):
+    """Consolidates only once `release` is set: a run still in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def before(self, request: Any) -> None:
+        self.release.wait(20)
+
+
+def test_a_bad_record_is_lettered_only_once_the_records_before_it_are_done() -> None:
+    # Sent as it was read, the letter waited for a commit held back by the run in flight
+    # before it: a crash in between read the record again and lettered it twice.
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    good = make_event("ada", "I live in Lisbon")
+    consumer.produce(0, good.to_bytes(), good.kafka_key)
+    consumer.produce(0, b"not json")
+    backend = HeldBackend()
+    processor = m.processor(consumer, backend, letters)
+    processor.start()
+    step_until(processor, lambda: backend.calls == 1)
+    for _ in range(50):
+        processor.step()
+    assert letters.letters == []  # the run before it is still in flight
+    assert consumer.committed.get(0, 0) == 0
+    backend.release.set()
+    step_until(processor, lambda: consumer.committed.get(0) == 2)
+    processor.shutdown()
+    assert [(x.stage, x.offset) for x in letters.letters] == [("decode", 1)]
