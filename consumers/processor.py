@@ -90,8 +90,6 @@ class MemoryProcessor:
         self.outage = Outage(CONSUMER_NAME, metrics, settings.backoff)
         # Undecodable records whose letters the dead-letter topic did not take yet.
         self._letters = HeldLetters(dead_letters, CONSUMER_NAME, metrics, self.outage, monotonic)
-        # Letters of undecodable records not due yet: records before them are still open.
-        self._waiting: list[DeadLetter] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -136,7 +134,7 @@ class MemoryProcessor:
         while (len(self._buffers) or self._batches) and self._monotonic() < deadline:
             self._launch(force=True)
             self._collect(wait_s=0.2)
-        self._send_due_letters()
+        self._letters.send_due(self._offsets.position, self._offsets.done)
         self._commit()
         self._pool.shutdown(wait=True)
         self._flusher.close()
@@ -150,7 +148,7 @@ class MemoryProcessor:
         self.liveness.polled(paused=self._paused)
         self._collect(wait_s=0.0)
         self._launch(force=False)
-        self._send_due_letters()
+        self._letters.send_due(self._offsets.position, self._offsets.done)
         self._commit()
         self._backpressure()
         self._metrics.buffered.set(len(self._buffers))
@@ -176,22 +174,8 @@ class MemoryProcessor:
                 else:
                     self._buffers.add(BufferedEvent(tp, record.offset, decoded), now)
         self._metrics.records.labels(CONSUMER_NAME).inc(count)
-        self._waiting.extend(letters)
+        self._letters.wait(letters)
         return count
-
-    def _send_due_letters(self) -> None:
-        """Send the letters of undecodable records whose partition is done up to them, just
-        before the commit that moves past them. Sent as they were read, a letter waited for
-        that commit until every record before it was consolidated: a crash in between read
-        the record again and lettered it twice."""
-        while True:
-            due = [x for x in self._waiting if self._offsets.position(_partition(x)) == x.offset]
-            self._waiting = [x for x in self._waiting if x not in due]
-            sent = self._letters.send(due)
-            for x in sent:
-                self._offsets.done(_partition(x), x.offset)
-            if not sent:
-                return
 
     def _launch(self, force: bool) -> None:
         now = self._monotonic()
@@ -387,7 +371,7 @@ class MemoryProcessor:
                 if position is not None:
                     self._resume[tp] = position
         self._offsets.forget(gone)
-        self._waiting = [x for x in self._waiting if _partition(x) not in gone]
+        self._letters.drop(gone)
         counts = (len(gone), len(self._orphans), dropped)
         kind = "lost" if lost else "revoked"
         log.info("%s %d partition(s): %d flush(es) still running, %d dropped", kind, *counts)
@@ -412,7 +396,3 @@ class MemoryProcessor:
                 if future.exception() is not None:
                     # Not lost: the partition's owner re-reads these events and retries them.
                     log.info("orphaned flush failed: %r", future.exception(), extra=key_fields(key))
-
-
-def _partition(letter: DeadLetter) -> TopicPartition:
-    return TopicPartition(letter.topic, letter.partition)

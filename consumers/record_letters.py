@@ -1,16 +1,20 @@
 """Letters for records no consumer can use, held until the dead-letter topic takes them.
 
-The processor dead-letters the records that do not decode as it polls them. While the topic
-is away the letters wait here (and their records' offsets stay open, so nothing past them is
-committed); each later step tries again after the outage's backoff. The process keeps
-running and consolidating everything else meanwhile.
+The processor dead-letters the records that do not decode once their partition is done up to
+them, just before the commit that moves past them. Sent as they were read, a letter waited for
+that commit until every record before it was consolidated, and a crash in between read the
+record again and lettered it twice. While the topic is away the letters wait here (and their
+records' offsets stay open, so nothing past them is committed); each later step tries again
+after the outage's backoff. The process keeps running and consolidating everything else
+meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
+from consumers.batching import TopicPartition
 from consumers.dead_letter import DeadLetter, DeadLetterSink
 from consumers.errors import DeadLetterError
 from consumers.log_fields import letter_fields
@@ -35,10 +39,36 @@ class HeldLetters:
         self._outage = outage
         self._monotonic = monotonic
         self._held: list[DeadLetter] = []
+        self._waiting: list[DeadLetter] = []  # not due: records before them are still open
         self._not_before = 0.0
 
     def __len__(self) -> int:
         return len(self._held)
+
+    def wait(self, letters: Sequence[DeadLetter]) -> None:
+        self._waiting.extend(letters)
+
+    def drop(self, partitions: Collection[TopicPartition]) -> None:
+        """Forget the waiting letters of partitions no longer ours: their next owner reads
+        those records again."""
+        self._waiting = [x for x in self._waiting if _partition(x) not in partitions]
+
+    def send_due(
+        self,
+        position: Callable[[TopicPartition], int | None],
+        done: Callable[[TopicPartition, int], None],
+    ) -> None:
+        """Send the waiting letters whose record is the earliest open one of its partition
+        (`position`), and the held ones; each sent letter's record is then `done`, which may
+        make the next letter of its partition due."""
+        while True:
+            due = [x for x in self._waiting if position(_partition(x)) == x.offset]
+            self._waiting = [x for x in self._waiting if x not in due]
+            sent = self.send(due)
+            for x in sent:
+                done(_partition(x), x.offset)
+            if not sent:
+                return
 
     def send(self, letters: Sequence[DeadLetter] = ()) -> list[DeadLetter]:
         """Hold `letters` too, then try to send what is held; returns what was sent."""
@@ -56,3 +86,7 @@ class HeldLetters:
             log.warning("dead-lettered a record: %s", x.reason, extra=letter_fields(x))
         self._outage.recovered()
         return sent
+
+
+def _partition(letter: DeadLetter) -> TopicPartition:
+    return TopicPartition(letter.topic, letter.partition)
