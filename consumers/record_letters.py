@@ -62,8 +62,11 @@ class HeldLetters:
         (`position`), and the held ones; each sent letter's record is then `done`, which may
         make the next letter of its partition due."""
         while True:
-            due = [x for x in self._waiting if position(_partition(x)) == x.offset]
-            self._waiting = [x for x in self._waiting if x not in due]
+            due: list[DeadLetter] = []
+            waiting: list[DeadLetter] = []
+            for x in self._waiting:
+                (due if position(_partition(x)) == x.offset else waiting).append(x)
+            self._waiting = waiting
             sent = self.send(due)
             for x in sent:
                 done(_partition(x), x.offset)

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 from domain.ids import normalize_content
 from domain.model import Fact
@@ -40,7 +41,7 @@ class Candidates:
     degraded: str | None
     vectors: Mapping[uuid.UUID, Vector]
 
-    @property
+    @cached_property
     def similarity(self) -> dict[uuid.UUID, float]:
         return {h.fact_id: h.similarity for h in self.hits}
 
