@@ -19,6 +19,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import secrets
 import socket
 import subprocess
@@ -165,6 +166,48 @@ def drive(
     return Level(concurrency, len(flat) / elapsed, float(p50), float(p99), sum(errors))
 
 
+def warm_up(port: int, token: str, bodies: Sequence[bytes], concurrency: int = 4) -> None:
+    """Send every body once, each on its own connection, from `concurrency` clients."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    pending = iter(bodies)
+    lock = threading.Lock()
+
+    def client() -> None:
+        while True:
+            with lock:
+                body = next(pending, None)
+            if body is None:
+                return
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                conn.request("POST", "/v1/context", body=body, headers=headers)
+                conn.getresponse().read()
+            finally:
+                conn.close()
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _every_user(users: Sequence[str], passes: int, seed: int) -> list[bytes]:
+    """`passes` requests for each user, a random connection and question each."""
+    rng = random.Random(seed)
+    return [
+        json.dumps(
+            {
+                "user_id": user,
+                "query": synthetic.fill_query(rng),
+                "active_connection_ids": [rng.choice(synthetic.connection_ids(user))],
+            }
+        ).encode()
+        for _ in range(passes)
+        for user in users
+    ]
+
+
 def _bodies(users: Sequence[str], count: int, seed: int) -> list[bytes]:
     return [
         json.dumps(
@@ -222,9 +265,11 @@ def run(args: argparse.Namespace) -> tuple[list[Level], str]:
             users = [u for tier in population.tiers.values() for u in tier]
             bodies = _bodies(users, 5_000, args.seed)
             with api_process(env, port) as process:
-                # Every user read once by every worker's caches, as a warm service would be.
-                warm = _bodies(users, 4 * len(users), args.seed + 1)
-                drive(port, token, warm, 4, args.warmup)
+                # Every user read by every worker, as in a warm service: the kernel hands each
+                # connection to one worker, so each pass reads every user on fresh connections.
+                workers = args.workers or base.api.workers
+                warm_up(port, token, _every_user(users, 8 * workers, args.seed + 1))
+                drive(port, token, bodies, 4, args.warmup)
                 for concurrency in args.levels:
                     levels.append(drive(port, token, bodies, concurrency, args.duration))
                 rss = tree_rss_mb(process.pid)
