@@ -18,6 +18,7 @@ from consumers.lag import ConsumerLagProbe, KafkaAdmin
 from consumers.liveness import ConsumerLiveness
 from memoryd import wiring
 from memoryd.jobs import start_scheduler
+from memoryd.ops import heap
 from memoryd.ops.health import Check, HealthMonitor, Role
 from memoryd.ops.http import OpsServer
 from memoryd.ops.maintenance import MaintenanceRunner
@@ -146,6 +147,7 @@ def run_api(c: wiring.Core, *, sock: socket.socket | None = None, index: int = 0
     try:
         with ops_port(c, port, checks) as monitor, wiring.api_app(c, monitor) as app:
             config = uvicorn.Config(app, host=s.api.host, port=s.api.port, log_config=None)
+            heap.settle(s.api.gc_thresholds)
             uvicorn.Server(config).run(sockets=None if sock is None else [sock])
     finally:
         admin.close()
