@@ -92,6 +92,8 @@ class ApiSettings(BaseModel):
     port: int = 8080
     # Worker processes sharing the port (see memoryd.api.serve): one per core measured best.
     workers: int = Field(default=2, ge=1)
+    # Threads of each worker reading chat turns (`POST /v1/context`); more turns wait their turn.
+    turn_threads: int = Field(default=2, ge=1)
     # Each worker's cyclic GC thresholds (memoryd.ops.heap): young collections every 10,000 net
     # allocations instead of 700 promote far fewer turns in flight, so full collections are rare.
     gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] = (10_000, 20, 10)

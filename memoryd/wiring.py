@@ -384,6 +384,7 @@ def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
     from memoryd.api.auth import TokenTable  # noqa: PLC0415
 
     tokens = TokenTable(c.settings.api.tokens)
+    turn_threads = c.settings.api.turn_threads
     pub = publisher(c.settings)
     try:
         with read_path(c, ReadPathMetrics(c.registry)) as service:
@@ -392,7 +393,7 @@ def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
             )
             sweeper = cache_sweeper(service, c.settings.read_path.cache_sweep_s)
             try:
-                yield create_app(deps, c.registry, on_shutdown=service.close, health=health)
+                yield create_app(deps, c.registry, service.close, health, turn_threads)
             finally:
                 sweeper.shutdown(wait=False)
     finally:

@@ -17,8 +17,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any
 
+from anyio import CapacityLimiter, to_thread
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -116,13 +118,30 @@ def _known(deps: ApiDependencies, key: MemoryKey) -> None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"unknown user {excerpt(key.user_id)}")
 
 
+def _turn(deps: ApiDependencies, org: str, body: ContextRequest) -> ContextResponse:
+    log_id = None if body.turn_id is None else uuid.uuid5(TURN_NAMESPACE, f"{org}:{body.turn_id}")
+    bundle = deps.context.assemble(
+        MemoryKey(org, body.user_id),
+        body.query,
+        body.active_connection_ids,
+        body.budget,
+        context_types=body.context_types,
+        log_id=log_id,
+    )
+    return ContextResponse.of(bundle)
+
+
 def create_app(
     deps: ApiDependencies | None,
     registry: CollectorRegistry | None = None,
     on_shutdown: Callable[[], None] | None = None,
     health: HealthMonitor | None = None,
+    turn_threads: int = 2,
 ) -> FastAPI:
     """The application; `deps` may be None only to render the OpenAPI document.
+
+    Chat turns' reads run on at most `turn_threads` threads; the other routes on the server's
+    shared thread pool, so a long erasure never holds up a turn.
 
     `on_shutdown` runs in the server's graceful shutdown: uvicorn re-raises SIGTERM once it
     has stopped, so code after `uvicorn.run` never runs and cannot be where the audit rows
@@ -162,21 +181,16 @@ def create_app(
 
     add_health_routes(app, health)
 
+    # A turn's read holds the GIL for most of its time. Two threads overlap one turn's wait
+    # for Postgres with another's Python; more only take turns at the GIL in no fixed order,
+    # which stretched the tail (see BENCHMARKS.md, API under load). Turns beyond them wait
+    # in arrival order on the event loop, holding no thread.
+    turns = CapacityLimiter(turn_threads)
+
     @app.post("/v1/context", tags=["read"], responses=_UNAUTHORIZED)
-    def read_context(body: ContextRequest, deps: Deps, org: Organization) -> ContextResponse:
+    async def read_context(body: ContextRequest, deps: Deps, org: Organization) -> ContextResponse:
         """The context of one chat turn: the rendered prompt block and what went into it."""
-        log_id = (
-            None if body.turn_id is None else uuid.uuid5(TURN_NAMESPACE, f"{org}:{body.turn_id}")
-        )
-        bundle = deps.context.assemble(
-            MemoryKey(org, body.user_id),
-            body.query,
-            body.active_connection_ids,
-            body.budget,
-            context_types=body.context_types,
-            log_id=log_id,
-        )
-        return ContextResponse.of(bundle)
+        return await to_thread.run_sync(partial(_turn, deps, org, body), limiter=turns)
 
     @app.get(
         "/v1/users/{user_id}/memory",
