@@ -60,4 +60,6 @@ def test_turns_beyond_the_turn_threads_wait_and_other_routes_do_not(
             go_on.set()
             facts = [a.result(timeout=60).json()["facts"] for a in answers]
     assert len(inside) == 5
-    assert all([f["content"] for f in shown] == ["Ada takes her coffee black"] for shown in facts)
+    assert all(
+        [f["fact"]["content"] for f in shown] == ["Ada takes her coffee black"] for shown in facts
+    )
