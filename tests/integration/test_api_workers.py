@@ -71,6 +71,7 @@ def test_workers_stop_when_their_parent_is_killed(deployment: Deployment, tmp_pa
         for pid in [parent.pid, *workers]:
             if alive(pid):
                 subprocess.run(["kill", "-9", str(pid)], check=False)
+        parent.wait(timeout=30)
 
 
 def _cmdline(pid: int) -> str:

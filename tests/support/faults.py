@@ -47,8 +47,8 @@ def process_env(settings: Settings) -> dict[str, str]:
             continue
         for name, raw in values.items():
             value = raw.get_secret_value() if isinstance(raw, SecretStr) else raw
-            if value is None or isinstance(value, dict | list):
-                continue  # defaults are fine for the structured ones (prices, writer tuning)
+            if value is None or isinstance(value, dict | list | tuple):
+                continue  # defaults are fine for the structured ones (prices, writer and GC tuning)
             env[f"MEMORYD_{section.upper()}__{name.upper()}"] = str(value)
     env.pop("MEMORYD_PRICES", None)
     env.pop("MEMORYD_DEFAULT_PRICE", None)
