@@ -195,26 +195,22 @@ def warm_up(port: int, token: str, bodies: Sequence[bytes], concurrency: int = 4
 def _every_user(users: Sequence[str], passes: int, seed: int) -> list[bytes]:
     """`passes` requests for each user, a random connection and question each."""
     rng = random.Random(seed)
-    return [
-        json.dumps(
-            {
-                "user_id": user,
-                "query": synthetic.fill_query(rng),
-                "active_connection_ids": [rng.choice(synthetic.connection_ids(user))],
-            }
-        ).encode()
-        for _ in range(passes)
-        for user in users
-    ]
+    bodies = []
+    for _ in range(passes):
+        for user in users:
+            query = synthetic.fill_query(rng)
+            bodies.append(_body(user, rng.choice(synthetic.connection_ids(user)), query))
+    return bodies
 
 
 def _bodies(users: Sequence[str], count: int, seed: int) -> list[bytes]:
-    return [
-        json.dumps(
-            {"user_id": user, "query": query, "active_connection_ids": [connection]}
-        ).encode()
-        for user, connection, query in sample_requests(users, count, seed)
-    ]
+    return [_body(*request) for request in sample_requests(users, count, seed)]
+
+
+def _body(user: str, connection: str, query: str) -> bytes:
+    return json.dumps(
+        {"user_id": user, "query": query, "active_connection_ids": [connection]}
+    ).encode()
 
 
 def run(args: argparse.Namespace) -> tuple[list[Level], str]:
