@@ -7,9 +7,10 @@ Loads synthetic memory (`bench.synthetic_memory`) into a scratch database and Ch
 starts a real `memoryd api` process over it (its own worker processes, pools and caches, as
 configured by `MEMORYD_*` settings; `--workers` overrides `api.workers`), reads each user
 once, then drives it at each concurrency for `--duration` seconds: that many client threads,
-each with one keep-alive connection, sending a random user's templated question with one of
-their connections active, the next request as soon as the last answered. Reports req/s, p50
-and p99 per level, non-200 answers as errors, and the API processes' resident memory.
+each with one keep-alive connection, sending a random user's chat message (a lead-in and a
+templated question, no two alike in a run) with one of their connections active, the next
+request as soon as the last answered. Reports req/s, p50 and p99 per level, non-200 answers
+as errors, and the API processes' resident memory.
 The client runs on the same machine and takes its share of the cores.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
 import json
 import os
 import random
@@ -43,6 +45,8 @@ from memoryd.settings import ChromaSettings, MetricsSettings, Settings
 from store.embeddings import MiniLmEmbedder
 
 STARTUP_TIMEOUT_S = 120.0
+# Distinct request bodies, more than the default levels send at 400 req/s.
+REQUESTS = 60_000
 
 
 @dataclass(frozen=True)
@@ -122,9 +126,26 @@ def tree_rss_mb(pid: int) -> float:
     return total_kb / 1024
 
 
-def drive(
-    port: int, token: str, bodies: Sequence[bytes], concurrency: int, duration_s: float
-) -> Level:
+class Bodies:
+    """Request bodies handed out in order across every level, each once while they last: a
+    body sent again finds its query's vector in the API's cache."""
+
+    def __init__(self, bodies: Sequence[bytes]) -> None:
+        self._bodies = bodies
+        self._sent = itertools.count()
+        self.taken = 0
+
+    def take(self) -> bytes:
+        # itertools.count's next is atomic under the GIL: no two clients get the same index.
+        self.taken = next(self._sent)
+        return self._bodies[self.taken % len(self._bodies)]
+
+    @property
+    def repeated(self) -> int:
+        return max(0, self.taken + 1 - len(self._bodies))
+
+
+def drive(port: int, token: str, bodies: Bodies, concurrency: int, duration_s: float) -> Level:
     """`concurrency` clients sending back to back for `duration_s`."""
     latencies: list[list[float]] = [[] for _ in range(concurrency)]
     errors = [0] * concurrency
@@ -135,11 +156,11 @@ def drive(
     def client(k: int) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         start.wait()
-        i = k
         while time.perf_counter() < deadline[0]:
+            body = bodies.take()
             began = time.perf_counter()
             try:
-                conn.request("POST", "/v1/context", body=bodies[i % len(bodies)], headers=headers)
+                conn.request("POST", "/v1/context", body=body, headers=headers)
                 response = conn.getresponse()
                 response.read()
                 ok = response.status == 200
@@ -149,7 +170,6 @@ def drive(
                 ok = False
             latencies[k].append((time.perf_counter() - began) * 1000)
             errors[k] += not ok
-            i += concurrency
         conn.close()
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(concurrency)]
@@ -259,7 +279,7 @@ def run(args: argparse.Namespace) -> tuple[list[Level], str]:
             if args.workers:
                 env["MEMORYD_API__WORKERS"] = str(args.workers)
             users = [u for tier in population.tiers.values() for u in tier]
-            bodies = _bodies(users, 5_000, args.seed)
+            bodies = Bodies(_bodies(users, REQUESTS, args.seed))
             with api_process(env, port) as process:
                 # Every user read by every worker, as in a warm service: the kernel hands each
                 # connection to one worker, so each pass reads every user on fresh connections.
@@ -269,10 +289,12 @@ def run(args: argparse.Namespace) -> tuple[list[Level], str]:
                 for concurrency in args.levels:
                     levels.append(drive(port, token, bodies, concurrency, args.duration))
                 rss = tree_rss_mb(process.pid)
+    repeats = f"; {bodies.repeated:,} requests repeated" if bodies.repeated else ""
     note = (
         f"{args.facts:,} facts ({args.facts_per_user} per user), loaded in {load_s:.0f} s;"
         f" API workers {args.workers or base.api.workers}; {args.duration:.0f} s per level"
         f" after a {args.warmup:.0f} s warm-up at 4; API resident memory {rss:.0f} MB"
+        f"; every request a different chat message{repeats}"
     )
     return levels, note
 

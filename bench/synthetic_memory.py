@@ -93,6 +93,19 @@ QUERIES = [
     "Why did the {project} launch slip?",
     "What should I remind the user about?",
 ]
+# What a chat message says before its question. With them no two turns of a run ask the same
+# text: a service caches a query's vector, and a bench that repeats its questions measures the
+# cache instead of the model.
+LEADS = [
+    "Quick one before my call with {name} on {month} {day}:",
+    "{name} asked me this on {month} {day}.",
+    "I'm back from {city} and catching up on {project}.",
+    "Still thinking about {hobby} and the {project} notes in {tool}.",
+    "Context for the planning with {name} on {month} {day}:",
+    "Following up on the {tool} thread from {city} with {name}.",
+    "Before the {project} sync on {month} {day}, a question.",
+    "It's been {n} days since I looked at {project} in {tool}.",
+]
 
 
 def fill(template: str, rng: random.Random) -> str:
@@ -329,3 +342,15 @@ def index_facts(
 def fill_query(rng: random.Random) -> str:
     """A templated question about a user's memory."""
     return fill(rng.choice(QUERIES), rng)
+
+
+def chat_turns(rng: random.Random, count: int) -> list[str]:
+    """`count` different chat messages: a lead-in and a templated question."""
+    seen: set[str] = set()
+    turns: list[str] = []
+    while len(turns) < count:
+        turn = f"{fill(rng.choice(LEADS), rng)} {fill_query(rng)}"
+        if turn not in seen:
+            seen.add(turn)
+            turns.append(turn)
+    return turns
