@@ -150,6 +150,8 @@ class Settings(BaseSettings):
     default_price: ModelPrice | None = None
     ops: OpsSettings = OpsSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
+    # Threads of the embedding model (onnxruntime intra-op) in each process; 0: one per core.
+    embedding_threads: int = Field(default=0, ge=0)
     log_level: str = "INFO"
     # json: one JSON object a line, ids as fields (production); text: for a terminal.
     log_format: Literal["json", "text"] = "json"

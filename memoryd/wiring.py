@@ -91,7 +91,7 @@ def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
     pool_size = max(settings.postgres.pool_max_size, 2 * settings.processor.concurrency + 4)
     pool = make_pool(settings.postgres.dsn, max_size=pool_size)
     try:
-        embedder = CachingEmbedder(MiniLmEmbedder())
+        embedder = CachingEmbedder(MiniLmEmbedder(intra_op_threads=settings.embedding_threads))
         chroma = settings.chroma
 
         def connect() -> ClientAPI:
@@ -303,11 +303,9 @@ def query_rewriter(c: Core) -> TimeBoundRewriter | None:
 def context_service(
     c: Core, metrics: ReadPathMetrics | None = None, watch: StampWatch | None = None
 ) -> ContextService:
-    """The read path, with its background writers (audit rows, recall counters).
-
-    The writers start on first use and stop when idle; `close()` the service (or use
-    `read_path`) to write what they still hold before the pool goes away.
-    """
+    """The read path, with its background writers (audit rows, recall counters), which start on
+    first use and stop when idle: `close()` the service (or use `read_path`) to write what they
+    still hold before the pool goes away."""
     r = c.settings.read_path
     reads = read_model(c)
     hooks = metrics.writer_hooks() if metrics else {}
@@ -382,15 +380,16 @@ def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
     """The HTTP API over this core, its read path and a Kafka publisher; closes them after."""
     from memoryd.api.app import ApiDependencies, create_app  # noqa: PLC0415 - api process only
     from memoryd.api.auth import TokenTable  # noqa: PLC0415
+    from memoryd.api.query_batches import QueryBatches  # noqa: PLC0415
 
     tokens = TokenTable(c.settings.api.tokens)
     turn_threads = c.settings.api.turn_threads
     pub = publisher(c.settings)
     try:
         with read_path(c, ReadPathMetrics(c.registry)) as service:
-            deps = ApiDependencies(
-                service, read_model(c), pub, tokens, eraser(c, pub, on_erased=service.forget)
-            )
+            erase = eraser(c, pub, on_erased=service.forget)
+            batches = QueryBatches(c.embedder) if c.settings.read_path.rewrite == "off" else None
+            deps = ApiDependencies(service, read_model(c), pub, tokens, erase, batches)
             sweeper = cache_sweeper(service, c.settings.read_path.cache_sweep_s)
             try:
                 yield create_app(deps, c.registry, service.close, health, turn_threads)

@@ -47,6 +47,7 @@ from memoryd.api.models import (
     MemoryResponse,
     Problem,
 )
+from memoryd.api.query_batches import QueryBatches
 from memoryd.erasure import Eraser, ErasureRequest
 from memoryd.ops.health import HealthMonitor
 from producers.contract import ID_PATTERN, MAX_ID_CHARS, ContextEvent, reject_nul
@@ -68,6 +69,9 @@ class ApiDependencies:
     publisher: EventPublisher
     tokens: TokenTable
     eraser: Eraser
+    # Chat turns' queries embedded in batches ahead of their reads; None embeds each in its
+    # read (a query rewriter changes the text the read embeds).
+    queries: QueryBatches | None = None
 
 
 _bearer = HTTPBearer(auto_error=False, description="A token issued to one organization")
@@ -151,6 +155,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
+        if deps is not None and deps.queries is not None:
+            deps.queries.close()
         if on_shutdown is not None:
             await run_in_threadpool(on_shutdown)
 
@@ -190,6 +196,8 @@ def create_app(
     @app.post("/v1/context", tags=["read"], responses=_UNAUTHORIZED)
     async def read_context(body: ContextRequest, deps: Deps, org: Organization) -> ContextResponse:
         """The context of one chat turn: the rendered prompt block and what went into it."""
+        if deps.queries is not None:
+            await deps.queries.embed(body.query)
         return await to_thread.run_sync(partial(_turn, deps, org, body), limiter=turns)
 
     @app.get(
