@@ -58,7 +58,9 @@ class Injection:
 
 @dataclass(frozen=True)
 class Recall:
-    fact_id: uuid.UUID
+    """The facts one turn retrieved: one queued item a turn, not one a fact."""
+
+    fact_ids: tuple[uuid.UUID, ...]
     at: datetime
 
 

@@ -125,15 +125,16 @@ class InMemoryReadModel:
     def record_recalls(self, recalls: Sequence[Recall]) -> None:
         with self._db.lock:
             for recall in recalls:
-                fact = self._db.facts.get(recall.fact_id)
-                if fact is None:
-                    continue  # gone since: skipped, as the Postgres update skips it
-                last = fact.last_recalled_at
-                self._db.facts[fact.fact_id] = replace(
-                    fact,
-                    recall_count=fact.recall_count + 1,
-                    last_recalled_at=recall.at if last is None else max(last, recall.at),
-                )
+                for fact_id in recall.fact_ids:
+                    fact = self._db.facts.get(fact_id)
+                    if fact is None:
+                        continue  # gone since: skipped, as the Postgres update skips it
+                    last = fact.last_recalled_at
+                    self._db.facts[fact_id] = replace(
+                        fact,
+                        recall_count=fact.recall_count + 1,
+                        last_recalled_at=recall.at if last is None else max(last, recall.at),
+                    )
 
     def write_context_logs(self, rows: Sequence[ContextLogRow]) -> None:
         """Only rows of the memory's generation the turn read, as the Postgres one."""

@@ -268,9 +268,8 @@ class ContextService:
 
     def _hand_off(self, bundle: ContextBundle, injection: Injection, candidates: int) -> None:
         at = self._clock()
-        if self._recalls is not None:
-            for r in bundle.facts:
-                self._recalls.submit(Recall(r.fact.fact_id, at))
+        if self._recalls is not None and bundle.facts:
+            self._recalls.submit(Recall(tuple(r.fact.fact_id for r in bundle.facts), at))
         if self._audit is not None:
             self._audit.submit(audit_row(bundle, injection, candidates, at))
 

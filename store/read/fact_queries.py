@@ -237,8 +237,9 @@ class PostgresReadModel:
         """Add each fact's recalls in one statement; a fact gone since is skipped."""
         counts: dict[uuid.UUID, tuple[int, datetime]] = {}
         for r in recalls:
-            n, at = counts.get(r.fact_id, (0, r.at))
-            counts[r.fact_id] = (n + 1, max(at, r.at))
+            for fact_id in r.fact_ids:
+                n, at = counts.get(fact_id, (0, r.at))
+                counts[fact_id] = (n + 1, max(at, r.at))
         if not counts:
             return
         # Sorted ids: concurrent batches lock rows in one order and cannot deadlock each other.

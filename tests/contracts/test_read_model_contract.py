@@ -178,9 +178,9 @@ def test_recalls_add_up(stores: Stores) -> None:
     later = BASE_TIME + timedelta(minutes=5)
     stores.reads.record_recalls(
         [
-            Recall(berlin.fact_id, later),
-            Recall(berlin.fact_id, BASE_TIME),
-            Recall(uuid.uuid4(), later),
+            Recall((berlin.fact_id,), later),
+            Recall((berlin.fact_id, uuid.uuid4()), BASE_TIME),
+            Recall((uuid.uuid4(),), later),
         ]
     )
     stores.reads.record_recalls([])
