@@ -88,6 +88,8 @@ def api_process(env: dict[str, str], port: int) -> Iterator[subprocess.Popen[byt
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not _healthy(port):
             if process.poll() is not None or time.monotonic() > deadline:
+                if process.poll() is None:
+                    process.terminate()  # its stderr ends when it does
                 err = process.stderr.read().decode() if process.stderr else ""
                 raise SystemExit(f"memoryd api did not start:\n{err[-4000:]}")
             time.sleep(0.2)
