@@ -3,8 +3,8 @@
 A chat turn's read is CPU work in Python (query embedding, ranking, JSON) and one process
 runs Python on one core at a time, so one process caps the API at one core whatever its
 thread pool. The parent binds the socket and starts `api.workers` processes that each build
-their own core (pool, embedder, caches) and accept on the shared socket; the kernel spreads
-connections over them. Each worker serves its metrics on `metrics.api_port + i`.
+their own core (pool, embedder, caches) and take connections from the shared socket in even shares
+(`memoryd.api.balanced_accept`). Each worker serves its metrics on `metrics.api_port + i`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import threading
 from types import FrameType
 
 from memoryd import wiring
+from memoryd.api.balanced_accept import SharedListener
 from memoryd.ops.logs import configure_logging
 from memoryd.ops.runtime import run_api
 from memoryd.settings import Settings
@@ -30,7 +31,7 @@ def serve(settings: Settings) -> None:
     """Serve until SIGINT or SIGTERM; one worker runs in this process itself."""
     workers = settings.api.workers
     if workers == 1:
-        _run_worker(settings, None, 0)
+        _run_worker(settings, None)
         return
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -47,8 +48,13 @@ def serve(settings: Settings) -> None:
         settings = settings.model_copy(update={"embedding_threads": 1})
     # spawn, not fork: each worker starts with no threads and no connections of the parent's.
     context = multiprocessing.get_context("spawn")
+    loads = context.Array("i", workers, lock=False)  # each worker's open connections
     children = [
-        context.Process(target=_run_worker, args=(settings, sock, i), name=f"memoryd-api-{i}")
+        context.Process(
+            target=_run_worker,
+            args=(settings, SharedListener(sock, loads, i)),
+            name=f"memoryd-api-{i}",
+        )
         for i in range(workers)
     ]
     for child in children:
@@ -67,13 +73,13 @@ def serve(settings: Settings) -> None:
     sock.close()
 
 
-def _run_worker(settings: Settings, sock: socket.socket | None, index: int) -> None:
-    if sock is not None:
+def _run_worker(settings: Settings, listener: SharedListener | None) -> None:
+    if listener is not None:
         # A spawned worker starts with a fresh interpreter: set its logging up again.
         configure_logging(settings.log_level, settings.log_format)
         _stop_with_the_parent()
     with wiring.core(settings) as c:
-        run_api(c, sock=sock, index=index)
+        run_api(c, listener=listener)
 
 
 def _stop_with_the_parent() -> None:

@@ -7,10 +7,10 @@ with a signal-driven stop event; tests run them in threads with their own.
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from kafka.admin import KafkaAdminClient
 
@@ -28,6 +28,9 @@ from memoryd.ops.telemetry import ClusterTelemetry
 from memoryd.settings import Settings
 from processors.schema import ConsolidationBackend
 from store.write.cluster_jobs import ClusterJobs
+
+if TYPE_CHECKING:
+    from memoryd.api.balanced_accept import SharedListener
 from store.write.freshness import FreshnessProbe
 
 
@@ -133,21 +136,27 @@ def run_processor(
         admin.close()
 
 
-def run_api(c: wiring.Core, *, sock: socket.socket | None = None, index: int = 0) -> None:
+def run_api(c: wiring.Core, *, listener: SharedListener | None = None) -> None:
     """uvicorn until SIGTERM; /healthz and /readyz on the API port and the metrics port.
 
-    Worker `index` of several (`memoryd.api.serve`) accepts on the shared `sock` and serves
-    its metrics on `metrics.api_port + index`."""
+    A worker of several (`memoryd.api.serve`) takes its share of the connections on the shared
+    `listener` and serves its metrics on `metrics.api_port + listener.index`."""
     import uvicorn  # noqa: PLC0415 - api process only
+
+    from memoryd.api.balanced_accept import BalancedServer  # noqa: PLC0415
 
     s = c.settings
     admin = kafka_admin(s)
     checks = dependency_checks(c, admin, chroma=True)
+    index = 0 if listener is None else listener.index
     port = s.metrics.api_port + index if s.metrics.api_port else 0
     try:
         with ops_port(c, port, checks) as monitor, wiring.api_app(c, monitor) as app:
             config = uvicorn.Config(app, host=s.api.host, port=s.api.port, log_config=None)
             heap.settle(s.api.gc_thresholds)
-            uvicorn.Server(config).run(sockets=None if sock is None else [sock])
+            server = (
+                uvicorn.Server(config) if listener is None else BalancedServer(config, listener)
+            )
+            server.run()
     finally:
         admin.close()

@@ -1,0 +1,78 @@
+"""API workers sharing one listening socket take even shares of the connections."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, closing, contextmanager
+from typing import Any
+
+import pytest
+import uvicorn
+
+from memoryd.api.balanced_accept import BalancedServer, SharedListener
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    assert scope["type"] == "http"
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@contextmanager
+def workers(n: int, defer_s: float, slots: int = 0) -> Iterator[tuple[int, list[BalancedServer]]]:
+    """`n` servers on their own threads and loops, each with its own descriptor of one
+    listening socket, as the worker processes have; `slots` counts for more workers than
+    run."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))  # not listening: each worker calls listen itself
+    port = listening.getsockname()[1]
+    loads = [0] * max(n, slots)
+    config = uvicorn.Config(hello, lifespan="off", log_config=None)
+    servers = [
+        BalancedServer(config, SharedListener(listening.dup(), loads, i), defer_s=defer_s)
+        for i in range(n)
+    ]
+    threads = [threading.Thread(target=s.run) for s in servers]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not all(s.started for s in servers) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(s.started for s in servers)
+        yield port, servers
+    finally:
+        for s in servers:
+            s.should_exit = True
+        for t in threads:
+            t.join(timeout=10)
+        listening.close()
+
+
+def open_connections(port: int, count: int, stack: ExitStack) -> None:
+    """`count` keep-alive connections, each answered once and left open."""
+    for _ in range(count):
+        conn = stack.enter_context(closing(http.client.HTTPConnection("127.0.0.1", port)))
+        conn.request("GET", "/")
+        response = conn.getresponse()
+        assert (response.status, response.read()) == (200, b"ok")
+
+
+def test_keep_alive_connections_are_split_evenly_over_the_workers() -> None:
+    with workers(2, defer_s=0.05) as (port, servers), ExitStack() as stack:
+        open_connections(port, 16, stack)
+        held = sorted(len(s.server_state.connections) for s in servers)
+        assert held == [8, 8]
+
+
+def test_a_worker_whose_sibling_never_accepts_still_serves() -> None:
+    # The second slot stays at 0, as a worker's that died (or hangs) without accepting.
+    with workers(1, defer_s=0.05, slots=2) as (port, servers), ExitStack() as stack:
+        open_connections(port, 3, stack)
+        assert len(servers[0].server_state.connections) == 3
