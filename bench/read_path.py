@@ -27,12 +27,13 @@ memory of the process serving the reads.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,12 +121,16 @@ class Results:
     rss_mb: list[tuple[int, float]]
 
 
-def sample_requests(users: Sequence[str], samples: int, seed: int) -> list[tuple[str, str, str]]:
-    """(user, active connection, query) triples, the same for the same seed; no two ask the
-    same text, so every request embeds its query as a chat turn does."""
+def sample_requests(
+    users: Sequence[str], samples: int, seed: int, questions: Iterator[str] | None = None
+) -> list[tuple[str, str, str]]:
+    """(user, active connection, query) triples, the same for the same seed. The queries come
+    from `questions` (by default a stream of its own) and no two of a stream are alike, so
+    every request embeds its query as a chat turn does."""
     rng = random.Random(seed)
+    asked = synthetic.chat_turns(random.Random(seed)) if questions is None else questions
     out = []
-    for query in synthetic.chat_turns(rng, samples):
+    for query in itertools.islice(asked, samples):
         user = rng.choice(users)
         out.append((user, rng.choice(synthetic.connection_ids(user)), query))
     return out
@@ -149,11 +154,11 @@ def _assemble(
 
 def measure_tier(
     service: ContextService, users: Sequence[str], facts: int, per_user: int, samples: int,
-    seed: int, out: Results,
+    seed: int, questions: Iterator[str], out: Results,
 ) -> None:  # fmt: skip
     # A set of requests per budget and one for the first reads: a text asked twice would find
     # its vector in the embedder's cache.
-    every = sample_requests(users, samples * (len(Budget) + 1), seed)
+    every = sample_requests(users, samples * (len(Budget) + 1), seed, questions)
     first = list({r[0]: r for r in every[:samples]}.values())
     _, first_laps = _assemble(service, first, Budget.BALANCED)
     out.first_read.append((facts, per_user, Latencies.of(first_laps["dense"])))
@@ -225,6 +230,9 @@ def run(
                 }
             )
             loaded: dict[str, int] = {}
+            # One stream for the whole run: a question asked in one tier would find its vector
+            # in the embedder's cache in the next.
+            questions = synthetic.chat_turns(random.Random(args.seed))
             with wiring.core(settings) as c, wiring.read_path(c) as service:
                 for size in sizes:
                     population = Population.at(size, per_user, args.heavy_users)
@@ -238,7 +246,9 @@ def run(
                     synthetic.analyze(c)
                     out.loads.append((size, pg_s, chroma_s))
                     for n, users in sorted(population.tiers.items()):
-                        measure_tier(service, users, size, n, args.samples, args.seed, out)
+                        measure_tier(
+                            service, users, size, n, args.samples, args.seed, questions, out
+                        )
                     out.rss_mb.append((size, resident_mb()))
                     # Written as each total is measured: a failure later loses nothing.
                     publish(args, out, time.perf_counter() - began)
@@ -310,9 +320,9 @@ def _report(args: argparse.Namespace, r: Results, total_s: float) -> str:
             (
                 f"Tiers {args.facts_per_user} facts per user ({args.heavy_users} users in each"
                 f" larger tier), {args.samples} sequential calls per measure and tier (random"
-                " user of the tier, one of its connections active, a templated question) after"
-                f" one read of each sampled user; {args.distinct_texts:,} distinct texts"
-                " embedded, fact vectors derived from them."
+                " user of the tier, one of its connections active, a chat message no other call"
+                " of the run sends) after one read of each sampled user;"
+                f" {args.distinct_texts:,} distinct texts embedded, fact vectors derived from them."
             ),
             "",
             table,

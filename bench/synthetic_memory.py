@@ -344,13 +344,11 @@ def fill_query(rng: random.Random) -> str:
     return fill(rng.choice(QUERIES), rng)
 
 
-def chat_turns(rng: random.Random, count: int) -> list[str]:
-    """`count` different chat messages: a lead-in and a templated question."""
+def chat_turns(rng: random.Random) -> Iterator[str]:
+    """Chat messages, no two alike: a lead-in and a templated question (millions of them)."""
     seen: set[str] = set()
-    turns: list[str] = []
-    while len(turns) < count:
+    while True:
         turn = f"{fill(rng.choice(LEADS), rng)} {fill_query(rng)}"
         if turn not in seen:
             seen.add(turn)
-            turns.append(turn)
-    return turns
+            yield turn
