@@ -156,13 +156,16 @@ def measure_tier(
     service: ContextService, users: Sequence[str], facts: int, per_user: int, samples: int,
     seed: int, questions: Iterator[str], out: Results,
 ) -> None:  # fmt: skip
-    # A set of requests per budget and one for the first reads: a text asked twice would find
-    # its vector in the embedder's cache.
-    every = sample_requests(users, samples * (len(Budget) + 1), seed, questions)
-    first = list({r[0]: r for r in every[:samples]}.values())
+    # A set of requests per budget (a text asked twice would find its vector in the embedder's
+    # cache), and first a read of every user they name, with questions of its own.
+    every = sample_requests(users, samples * len(Budget), seed, questions)
+    first = [
+        (user, connection, next(questions))
+        for user, connection, _ in {r[0]: r for r in every}.values()
+    ]
     _, first_laps = _assemble(service, first, Budget.BALANCED)
     out.first_read.append((facts, per_user, Latencies.of(first_laps["dense"])))
-    for k, budget in enumerate(Budget, start=1):
+    for k, budget in enumerate(Budget):
         total, laps = _assemble(service, every[k * samples : (k + 1) * samples], budget)
         if budget is Budget.BALANCED:
             injection = Latencies.of(laps["injection"])
