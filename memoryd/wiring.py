@@ -30,7 +30,7 @@ from domain.ports import Clock
 from memoryd.api.cache_sweep import cache_sweeper
 from memoryd.erasure import Eraser
 from memoryd.ops.health import HealthMonitor
-from memoryd.ops.metrics import PriceMetrics
+from memoryd.ops.metrics import PriceMetrics, runtime_registry
 from memoryd.settings import Settings
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable, read_entries
@@ -100,7 +100,7 @@ def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
             return embedded_client(chroma.path)
 
         index = ReconnectingIndex(connect, embedder, chroma.collection)
-        registry = CollectorRegistry()
+        registry = runtime_registry()
         prices = price_table(settings, registry, embedder.model_name)
         subjects = SubjectHasher(settings.erasure.subject_key.get_secret_value().encode())
         try:

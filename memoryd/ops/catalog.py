@@ -12,7 +12,13 @@ from prometheus_client import CollectorRegistry
 
 from consumers.metrics import PipelineMetrics
 from memoryd.api.metrics import HttpMetrics
-from memoryd.ops.metrics import HealthMetrics, MaintenanceMetrics, PriceMetrics, TelemetryMetrics
+from memoryd.ops.metrics import (
+    HealthMetrics,
+    MaintenanceMetrics,
+    PriceMetrics,
+    TelemetryMetrics,
+    runtime_registry,
+)
 from store.read.read_metrics import ReadPathMetrics
 
 Register = Callable[[CollectorRegistry], object]
@@ -33,7 +39,7 @@ COMPONENTS: dict[str, tuple[Register, ...]] = {
 
 
 def component_registry(component: str) -> CollectorRegistry:
-    registry = CollectorRegistry()
+    registry = runtime_registry()
     for register in COMPONENTS[component]:
         register(registry)
     return registry

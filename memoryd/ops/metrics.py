@@ -14,7 +14,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -132,3 +139,13 @@ class PriceMetrics:
             "Costs computed with the configured default price: the model has no price of its own",
             ["model"],
         )
+
+
+def runtime_registry() -> CollectorRegistry:
+    """A process's registry, with prometheus_client's standard families of the process
+    (`process_*`: resident memory, CPU seconds, open files), the interpreter's collector
+    (`python_gc_*`) and `python_info`, which a registry of one's own leaves out."""
+    registry = CollectorRegistry()
+    for collector in (PROCESS_COLLECTOR, GC_COLLECTOR, PLATFORM_COLLECTOR):
+        registry.register(collector)
+    return registry

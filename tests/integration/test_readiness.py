@@ -20,7 +20,15 @@ from memoryd.ops.runtime import dependency_checks, kafka_admin, ops_port
 from store.migrate import migrate
 from store.postgres import make_pool
 from tests.support.deployment import deployment_settings
-from tests.support.ops import get, log_writer_process, processor_process, wait_for, with_ops_ports
+from tests.support.ops import (
+    get,
+    log_writer_process,
+    processor_process,
+    scrape,
+    total,
+    wait_for,
+    with_ops_ports,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +101,11 @@ def test_readyz_follows_postgres_for_every_process(
             except AssertionError as e:
                 raise AssertionError(f"{e}: {seen}") from None
             assert all(get(f"http://127.0.0.1:{p}/healthz")[0] == 200 for p in ports[:2])
+            # Every process exports the standard process and interpreter families too.
+            for port in ports:
+                exported = scrape(port)
+                assert (total(exported, "process_resident_memory_bytes") or 0) > 0, port
+                assert total(exported, "python_gc_collections_total") is not None, port
 
             own_postgres.stop()
 

@@ -24,7 +24,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO_ROOT / "infra" / "grafana" / "dashboards" / "memoryd.json"
 ALERTS = REPO_ROOT / "infra" / "prometheus" / "alerts.yml"
 PROVISIONING = REPO_ROOT / "infra" / "grafana" / "provisioning"
-METRIC = re.compile(r"\bmemoryd_[a-z_]+")
+# memoryd's own families, and the standard process and interpreter ones every registry has.
+METRIC = re.compile(r"\b(?:memoryd|process|python)_[a-z_]+")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
