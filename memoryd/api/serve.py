@@ -3,8 +3,9 @@
 A chat turn's read is CPU work in Python (query embedding, ranking, JSON) and one process
 runs Python on one core at a time, so one process caps the API at one core whatever its
 thread pool. The parent binds the socket and starts `api.workers` processes that each build
-their own core (pool, embedder, caches) and take connections from the shared socket in even shares
-(`memoryd.api.balanced_accept`). Each worker serves its metrics on `metrics.api_port + i`.
+their own core (pool, embedder, caches) and take even shares of the connections on the shared
+socket (`memoryd.api.balanced_accept`). Each worker serves its metrics on
+`metrics.api_port + i`.
 """
 
 from __future__ import annotations

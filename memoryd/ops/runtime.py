@@ -28,10 +28,10 @@ from memoryd.ops.telemetry import ClusterTelemetry
 from memoryd.settings import Settings
 from processors.schema import ConsolidationBackend
 from store.write.cluster_jobs import ClusterJobs
+from store.write.freshness import FreshnessProbe
 
 if TYPE_CHECKING:
     from memoryd.api.balanced_accept import SharedListener
-from store.write.freshness import FreshnessProbe
 
 
 def kafka_admin(settings: Settings) -> KafkaAdmin:
