@@ -40,39 +40,34 @@ async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
             await asyncio.sleep(0.001)
 
 
-def test_queries_that_arrive_while_the_model_runs_go_in_one_call() -> None:
+def calls_for_turns_behind_a_running_one(queued: Sequence[str], max_batch: int) -> list[list[str]]:
+    """The model's calls when turn "a" is being embedded and `queued` arrive meanwhile."""
     embedder = GatedEmbedder()
-    batches = QueryBatches(embedder)
+    batches = QueryBatches(embedder, max_batch=max_batch)
 
     async def turns() -> None:
         first = asyncio.create_task(batches.embed("a"))
         await _until(lambda: len(embedder.calls) == 1)
-        rest = [asyncio.create_task(batches.embed(t)) for t in ("b", "c", "b", "d")]
+        rest = [asyncio.create_task(batches.embed(t)) for t in queued]
         await asyncio.sleep(0.01)
         embedder.gate.set()
         await asyncio.gather(first, *rest)
 
     asyncio.run(turns())
     batches.close()
+    return embedder.calls
+
+
+def test_queries_that_arrive_while_the_model_runs_go_in_one_call() -> None:
     # The same text asked twice is embedded once.
-    assert embedder.calls == [["a"], ["b", "c", "d"]]
+    assert calls_for_turns_behind_a_running_one(["b", "c", "b", "d"], 16) == [
+        ["a"],
+        ["b", "c", "d"],
+    ]
 
 
 def test_a_batch_holds_at_most_max_batch_queries() -> None:
-    embedder = GatedEmbedder()
-    batches = QueryBatches(embedder, max_batch=2)
-
-    async def turns() -> None:
-        first = asyncio.create_task(batches.embed("a"))
-        await _until(lambda: len(embedder.calls) == 1)
-        rest = [asyncio.create_task(batches.embed(t)) for t in ("b", "c", "d")]
-        await asyncio.sleep(0.01)
-        embedder.gate.set()
-        await asyncio.gather(first, *rest)
-
-    asyncio.run(turns())
-    batches.close()
-    assert embedder.calls == [["a"], ["b", "c"], ["d"]]
+    assert calls_for_turns_behind_a_running_one(["b", "c", "d"], 2) == [["a"], ["b", "c"], ["d"]]
 
 
 def test_the_models_error_reaches_every_turn_of_its_batch() -> None:
