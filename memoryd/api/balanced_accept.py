@@ -6,9 +6,12 @@ grows with the connections it serves: with 16 clients split 9/7, bench.api measu
 request on the nine and 61 ms on the seven, and the p99 is the busier worker's.
 
 Each worker publishes how many connections it holds in an array shared by the workers. All of
-them wake when a connection is pending; one holding more than the least loaded defers for
-`defer_s`, for that one to take it, then takes it itself if it is still there: a stuck or dead
-sibling never leaves a connection waiting longer than that.
+them wake when a connection is pending; one holding more than the least loaded defers up to
+`defer_s` for that one to take it, then takes it itself if it is still there: a stuck or dead
+sibling never leaves a connection waiting longer than that. A deferring worker looks again
+every `POLL_S`: once the connection is gone it goes back to waiting, so it never wakes from an
+old deferral and takes a later connection without weighing the loads again (that let one worker
+run two ahead: 9/7 in CI).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 import socket
 from collections.abc import MutableSequence
 from dataclasses import dataclass
@@ -25,6 +29,7 @@ import uvicorn
 log = logging.getLogger(__name__)
 
 DEFER_S = 0.002
+POLL_S = 0.0005
 
 
 @dataclass(frozen=True)
@@ -71,8 +76,8 @@ class BalancedServer(uvicorn.Server):
         sock.setblocking(False)
         while True:
             await _readable(loop, sock)
-            if self._publish() > min(self._listener.loads):
-                await asyncio.sleep(self._defer_s)
+            if not await self._my_turn(loop):
+                continue  # a less loaded sibling took it
             try:
                 conn, _ = sock.accept()
             except (BlockingIOError, InterruptedError):
@@ -83,6 +88,18 @@ class BalancedServer(uvicorn.Server):
             task = loop.create_task(self._connect(conn))
             self._connecting.add(task)
             task.add_done_callback(self._connecting.discard)
+
+    async def _my_turn(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether this worker takes the pending connection: it does when none holds fewer,
+        or when the connection is still pending after `defer_s`."""
+        deadline = loop.time() + self._defer_s
+        while self._publish() > min(self._listener.loads):
+            if loop.time() >= deadline:
+                return True
+            await asyncio.sleep(POLL_S)
+            if not _pending(self._listener.sock):
+                return False
+        return True
 
     async def _connect(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -105,6 +122,12 @@ class BalancedServer(uvicorn.Server):
         load = len(self.server_state.connections) + self._opening
         self._listener.loads[self._listener.index] = load
         return load
+
+
+def _pending(sock: socket.socket) -> bool:
+    poller = select.poll()  # not select.select: a worker's descriptors pass 1024
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
