@@ -7,13 +7,13 @@ and which to keep quiet about unless the user raises them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Protocol, TypeVar
 
 from domain.model import Fact, SurfacePolicy
 from store.read.bundle import ContextBundle
+from store.read.scaffold_json import indented_json
 
 
 class SurfaceGroup(StrEnum):
@@ -87,7 +87,7 @@ def render_prompt_block(bundle: ContextBundle) -> str:
     parts += [
         "",
         "Structured Data:",
-        json.dumps(bundle.scaffold, indent=2, ensure_ascii=False, sort_keys=True),
+        indented_json(bundle.scaffold),
     ]
     learned = list(bundle.learned_info)
     for connection_id, info in sorted(bundle.connection_info.items()):
