@@ -190,8 +190,7 @@ def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     from memoryd.api.serve import serve  # noqa: PLC0415 - the API process only
 
-    serve(settings)
-    return 0
+    return serve(settings)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,6 +17,8 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Sequence
+from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from memoryd import wiring
@@ -28,12 +30,13 @@ from memoryd.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def serve(settings: Settings) -> None:
-    """Serve until SIGINT or SIGTERM; one worker runs in this process itself."""
+def serve(settings: Settings) -> int:
+    """Serve until SIGINT or SIGTERM; one worker runs in this process itself. The exit code:
+    1 when a worker ended while the service was not stopping (see `_supervise`)."""
     workers = settings.api.workers
     if workers == 1:
         _run_worker(settings, None)
-        return
+        return 0
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.api.host, settings.api.port))
@@ -59,16 +62,46 @@ def serve(settings: Settings) -> None:
         child.start()
     log.info("API on %s:%d with %d worker processes", settings.api.host, settings.api.port, workers)
 
+    stopping = threading.Event()
+
     def stop(signum: int, _frame: FrameType | None) -> None:
-        for child in children:
-            if child.pid is not None and child.is_alive():
-                child.terminate()
+        stopping.set()
+        _terminate(children)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    for child in children:
-        child.join()
+    failed = _supervise(children, stopping)
     sock.close()
+    return 1 if failed else 0
+
+
+def _supervise(children: Sequence[BaseProcess], stopping: threading.Event) -> bool:
+    """Wait for every worker to end; whether one ended on its own. A worker that ends while
+    the service is not stopping (it could not start, or it died) stops the others: a service
+    left with fewer workers than configured would go on, slower, with nothing but a traceback
+    in its log to say so; exiting non-zero hands the restart to the supervisor."""
+    running = list(children)
+    failed = False
+    while running:
+        ended = multiprocessing.connection.wait([c.sentinel for c in running])
+        for child in [c for c in running if c.sentinel in ended]:
+            child.join()
+            running.remove(child)
+            if not stopping.is_set() and not failed:
+                failed = True
+                log.error(
+                    "API worker %s ended with exit code %s: stopping the other workers",
+                    child.name,
+                    child.exitcode,
+                )
+                _terminate(running)
+    return failed
+
+
+def _terminate(children: Sequence[BaseProcess]) -> None:
+    for child in children:
+        if child.pid is not None and child.is_alive():
+            child.terminate()
 
 
 def worker_settings(settings: Settings) -> Settings:

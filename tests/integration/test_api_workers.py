@@ -1,9 +1,12 @@
 """`memoryd api` with several worker processes: a parent killed outright takes its workers
-with it, instead of leaving them to accept on the shared port unsupervised."""
+with it, instead of leaving them to accept on the shared port unsupervised; a worker that
+ends on its own takes the service down, instead of leaving it to run short of workers."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.dev import free_port
+from memoryd.settings import Settings
 from tests.support.deployment import Deployment
 from tests.support.faults import fault_settings, process_env
 from tests.support.ops import get, wait_for
@@ -39,12 +43,38 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_workers_stop_when_their_parent_is_killed(deployment: Deployment, tmp_path: Path) -> None:
+def metrics_ports(count: int) -> int:
+    """The first of `count` consecutive ports free a moment ago: worker i serves its metrics
+    on `metrics.api_port + i` (a lone free port's neighbour was taken once, in CI)."""
+    for _ in range(50):
+        base = free_port()
+        with contextlib.ExitStack() as held:
+            try:
+                for offset in range(1, count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", base + offset))
+            except OSError:
+                continue
+        return base
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+def two_workers(deployment: Deployment, metrics_port: int) -> tuple[Settings, int]:
     settings = fault_settings(deployment)
     port = free_port()
-    settings = settings.model_copy(
-        update={"api": settings.api.model_copy(update={"port": port, "workers": 2})}
+    return (
+        settings.model_copy(
+            update={
+                "api": settings.api.model_copy(update={"port": port, "workers": 2}),
+                "metrics": settings.metrics.model_copy(update={"api_port": metrics_port}),
+            }
+        ),
+        port,
     )
+
+
+def test_workers_stop_when_their_parent_is_killed(deployment: Deployment, tmp_path: Path) -> None:
+    settings, port = two_workers(deployment, metrics_ports(2))
     with (tmp_path / "api.log").open("wb") as log:
         parent = subprocess.Popen(
             [sys.executable, "-m", "memoryd.cli", "api"],
@@ -72,6 +102,33 @@ def test_workers_stop_when_their_parent_is_killed(deployment: Deployment, tmp_pa
             if alive(pid):
                 subprocess.run(["kill", "-9", str(pid)], check=False)
         parent.wait(timeout=30)
+
+
+def test_a_worker_that_cannot_start_stops_the_service(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    metrics_port = metrics_ports(2)
+    settings, _ = two_workers(deployment, metrics_port)
+    with socket.socket() as taken, (tmp_path / "api.log").open("wb") as log:
+        taken.bind(("127.0.0.1", metrics_port + 1))  # the second worker's metrics port
+        taken.listen()
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "memoryd.cli", "api"],
+            env=process_env(settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            code = parent.wait(timeout=120)
+        finally:
+            if parent.poll() is None:
+                parent.kill()
+                parent.wait()
+    text = (tmp_path / "api.log").read_text()
+    assert code == 1, text[-3000:]
+    assert "Address already in use" in text
+    # The parent exits only once it has joined every worker: none is left serving.
+    assert "API worker memoryd-api-1 ended with exit code 1" in text
 
 
 def _cmdline(pid: int) -> str:
