@@ -26,18 +26,18 @@ def indented_json(value: Any) -> str:
 
 def _encode(value: Any, depth: int) -> str:
     if isinstance(value, dict):
-        if not value:
-            return "{}"
-        inner = "\n" + INDENT * (depth + 1)
         items = [f"{_key(k)}: {_encode(v, depth + 1)}" for k, v in sorted(value.items())]
-        return "{" + inner + ("," + inner).join(items) + "\n" + INDENT * depth + "}"
+        return _block("{", items, "}", depth)
     if isinstance(value, (list, tuple)):
-        if not value:
-            return "[]"
-        inner = "\n" + INDENT * (depth + 1)
-        items = [_encode(v, depth + 1) for v in value]
-        return "[" + inner + ("," + inner).join(items) + "\n" + INDENT * depth + "]"
+        return _block("[", [_encode(v, depth + 1) for v in value], "]", depth)
     return _LEAF.encode(value)
+
+
+def _block(opening: str, items: list[str], closing: str, depth: int) -> str:
+    if not items:
+        return opening + closing
+    inner = "\n" + INDENT * (depth + 1)
+    return opening + inner + ("," + inner).join(items) + "\n" + INDENT * depth + closing
 
 
 def _key(key: Any) -> str:
