@@ -26,7 +26,7 @@ from domain.reads import Scope
 from store import fact_rows
 from store.candidate_ranking import CONSOLIDATION_STATUSES, fuse, nearest_ids
 from store.errors import VectorIndexUnavailable
-from store.postgres import transaction
+from store.postgres import statement
 from store.read.fact_queries import PostgresReadModel
 
 # Up to this many facts in scope a memory's vectors are fetched and scored exactly; beyond it,
@@ -136,7 +136,7 @@ class HybridFactSearch:
             "SELECT count(*) FROM memory_facts"
             " WHERE organization_id = %s AND user_id = %s AND status = ANY(%s)"
         )
-        with transaction(self._pool, "counting facts") as conn:
+        with statement(self._pool, "counting facts") as conn:
             row = conn.execute(sql, (*_key_params(key), _statuses())).fetchone()
         return int(row[0]) if row else 0
 
@@ -145,7 +145,7 @@ class HybridFactSearch:
             f"SELECT {fact_rows.COLUMNS} FROM memory_facts"
             f" WHERE organization_id = %s AND user_id = %s AND status = ANY(%s){tail}"
         )
-        with transaction(self._pool, "candidate search") as conn:
+        with statement(self._pool, "candidate search") as conn:
             rows = conn.execute(sql, (*_key_params(key), _statuses(), *extra)).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 

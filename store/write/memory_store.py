@@ -32,7 +32,7 @@ from domain.model import (
 from domain.ports import Pricing
 from store import fact_rows
 from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
-from store.postgres import transaction, translated
+from store.postgres import statement, transaction, translated
 from store.write.locks import memory_lock_key
 
 # Memories with a credit line that is spent: the index drain leaves their facts pending when
@@ -61,7 +61,7 @@ class PostgresMemoryStore:
     # -- reads ----------------------------------------------------------------------------
 
     def load_state(self, key: MemoryKey) -> MemoryState:
-        with transaction(self._pool) as conn:
+        with statement(self._pool) as conn:
             row = conn.execute(
                 f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {_MEMORY}",
                 (key.organization_id, key.user_id),
@@ -73,7 +73,7 @@ class PostgresMemoryStore:
     def facts(
         self, key: MemoryKey, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
     ) -> list[Fact]:
-        with transaction(self._pool) as conn:
+        with statement(self._pool) as conn:
             rows = conn.execute(
                 f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE {_MEMORY}"
                 " AND status = ANY(%s) ORDER BY created_at, fact_id",
@@ -84,7 +84,7 @@ class PostgresMemoryStore:
     def facts_by_id(self, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
         if not fact_ids:
             return []
-        with transaction(self._pool) as conn:
+        with statement(self._pool) as conn:
             rows = conn.execute(
                 f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE fact_id = ANY(%s)",
                 (list(fact_ids),),
@@ -95,7 +95,7 @@ class PostgresMemoryStore:
         """The ids among these that no row holds (erased, or never written)."""
         if not fact_ids:
             return []
-        with transaction(self._pool) as conn:
+        with statement(self._pool) as conn:
             rows = conn.execute(
                 "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)", (list(fact_ids),)
             ).fetchall()
@@ -105,7 +105,7 @@ class PostgresMemoryStore:
     def connections(self, key: MemoryKey, connection_ids: Sequence[str]) -> list[ConnectionContext]:
         if not connection_ids:
             return []
-        with transaction(self._pool) as conn:
+        with statement(self._pool) as conn:
             rows = conn.execute(
                 "SELECT connection_id, persistent_learned_info FROM connections"
                 f" WHERE {_MEMORY} AND connection_id = ANY(%s) ORDER BY connection_id",
@@ -119,7 +119,7 @@ class PostgresMemoryStore:
         ids = list(event_ids)
         if not ids:
             return frozenset()
-        with transaction(self._pool) as conn:
+        with statement(self._pool) as conn:
             rows = conn.execute(
                 f"SELECT event_id FROM consolidated_events WHERE {_MEMORY} AND event_id = ANY(%s)",
                 (key.organization_id, key.user_id, ids),
@@ -134,7 +134,7 @@ class PostgresMemoryStore:
         Empty for a memory never erased. Read under the memory lock by a flush, so events
         read from Kafka before an erasure cannot bring the memory back after it.
         """
-        with transaction(self._pool) as conn:
+        with statement(self._pool) as conn:
             rows = conn.execute(
                 "SELECT topic, partition, cutoff FROM memory_cutoffs WHERE subject = %s",
                 (subject,),
@@ -142,7 +142,7 @@ class PostgresMemoryStore:
         return {(r[0], r[1]): r[2] for r in rows}
 
     def memory_erasure_open(self, key: MemoryKey) -> bool:
-        with transaction(self._pool) as conn:
+        with statement(self._pool) as conn:
             row = conn.execute(
                 f"SELECT EXISTS (SELECT 1 FROM erasure_pending WHERE {_MEMORY}"
                 " AND fact_id IS NULL)",
@@ -180,7 +180,15 @@ class PostgresMemoryStore:
         state = update.state
         if strangers := update.strangers():
             raise StoreError(f"run {run.run_id} of {run.key} writes into {strangers}")
-        with transaction(self._pool, f"applying run {run.run_id}") as conn:
+        # Pipelined: the statements go out together, and the transaction waits for Postgres
+        # only where an answer decides what comes next (the version, the consumed events, the
+        # facts written) and at COMMIT: 4 round trips instead of 10.
+        with (
+            translated(f"applying run {run.run_id}"),
+            self._pool.connection() as conn,
+            conn.pipeline(),
+            conn.transaction(),
+        ):
             conn.execute(
                 "INSERT INTO user_memory (organization_id, user_id) VALUES (%s, %s)"
                 " ON CONFLICT (organization_id, user_id) DO NOTHING",
@@ -195,7 +203,6 @@ class PostgresMemoryStore:
                 raise StaleMemoryVersion(
                     f"memory {state.key}: planned on {run.base_version}, now {current}"
                 )
-            self._consume(conn, run)
             self._insert_run(conn, run)
             conn.execute(
                 "UPDATE user_memory SET working_memory = %s, information_scaffold = %s,"
@@ -210,6 +217,8 @@ class PostgresMemoryStore:
                     state.user_id,
                 ),
             )
+            # Last of the three, so its answer brings the run's and the memory's with it.
+            self._consume(conn, run)
             fact_rows.write_changes(conn, run.run_id, update.fact_changes)
             self._append_connections(conn, state, update)
             insert_ledger(conn, update.ledger)
@@ -287,7 +296,7 @@ class PostgresMemoryStore:
 
     def balance(self, key: MemoryKey) -> int | None:
         """Credit minus spend, or None when the memory has no credit line (unlimited)."""
-        with transaction(self._pool) as conn:
+        with statement(self._pool) as conn:
             row = conn.execute(
                 "SELECT c.credit_micro_usd - coalesce((SELECT sum(cost_micro_usd)"
                 " FROM credit_ledger l WHERE l.organization_id = c.organization_id"
