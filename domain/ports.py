@@ -30,7 +30,7 @@ from domain.model import (
     MemoryUpdate,
     RunRecord,
 )
-from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
+from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Recall, Scope
 
 __all__ = [
     "Appended",
@@ -260,6 +260,12 @@ class ReadModel(InjectionReads, Protocol):
 
     def facts_in_scope(self, scope: Scope, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
         """The current rows of these facts that are still in scope (the index may lag)."""
+        ...
+
+    def fact_counters(
+        self, scope: Scope, fact_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, FactCounters]:
+        """The version and recall counters of these facts that are still in scope."""
         ...
 
     def record_recalls(self, recalls: Sequence[Recall]) -> None: ...

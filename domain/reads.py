@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +54,20 @@ class Injection:
     @property
     def stamp(self) -> MemoryStamp:
         return MemoryStamp(self.generation, self.state.version)
+
+
+@dataclass(frozen=True)
+class FactCounters:
+    """A stored fact's version and recall counters: what a turn ranked on a memory entry's
+    rows reads back of the facts it picked (the rest of a row changes only with its version)."""
+
+    version: int
+    recall_count: int
+    last_recalled_at: datetime | None
+
+    def applied_to(self, fact: Fact) -> Fact:
+        """`fact` (a row at this version) with these counters."""
+        return replace(fact, recall_count=self.recall_count, last_recalled_at=self.last_recalled_at)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
-from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
+from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Recall, Scope
 from store.inmemory.database import InMemoryDatabase
 from store.read.fact_queries import BM25_B, BM25_K1
 
@@ -119,6 +119,14 @@ class InMemoryReadModel:
         with self._db.lock:
             found = (self._db.facts.get(i) for i in dict.fromkeys(fact_ids))
             return [f for f in found if f is not None and scope.admits(f)]
+
+    def fact_counters(
+        self, scope: Scope, fact_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, FactCounters]:
+        return {
+            f.fact_id: FactCounters(f.version, f.recall_count, f.last_recalled_at)
+            for f in self.facts_in_scope(scope, fact_ids)
+        }
 
     # -- off the hot path -----------------------------------------------------------------
 

@@ -242,12 +242,14 @@ class ContextService:
         picked = rank(ranked, text, profile, self._clock(), self._index.embeddings)
         watch.lap("rank")
         if cached:
-            # Ranked on the entry's rows: the picked ones must be Postgres's current rows at
-            # the same version (fresh counters come with them). A run committed since the
-            # entry's stamp was read changed one: rank again on the current rows of all.
-            current = {f.fact_id: f for f in self._reads.facts_in_scope(scope, picked.chosen)}
+            # Ranked on the entry's rows: the picked ones must still be in scope at the same
+            # version in Postgres, and are shown with its current recall counters. A run
+            # committed since the entry's stamp was read changed one: rank again on the
+            # current rows of all.
+            current = self._reads.fact_counters(scope, picked.chosen)
             if all(i in current and current[i].version == rows[i].version for i in picked.chosen):
-                ranked = replace(ranked, rows=rows | current)
+                fresh = {i: current[i].applied_to(rows[i]) for i in picked.chosen}
+                ranked = replace(ranked, rows=rows | fresh)
             else:
                 wanted = list(dict.fromkeys([*(f.fact_id for f in keyword), *rows]))
                 rows = {f.fact_id: f for f in self._reads.facts_in_scope(scope, wanted)}

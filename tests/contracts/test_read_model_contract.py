@@ -12,7 +12,7 @@ import pytest
 
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus, LedgerEntry
-from domain.reads import ContextLogRow, Recall, Scope
+from domain.reads import ContextLogRow, FactCounters, Recall, Scope
 from tests.contracts.conftest import Stores
 from tests.support.builders import BASE_TIME, key_of, make_fact, seed
 
@@ -186,6 +186,38 @@ def test_recalls_add_up(stores: Stores) -> None:
     stores.reads.record_recalls([])
     (stored,) = stores.memory.facts_by_id([berlin.fact_id])
     assert (stored.recall_count, stored.last_recalled_at) == (2, later)
+
+
+def test_fact_counters_are_the_stored_versions_and_recalls_of_facts_in_scope(
+    stores: Stores,
+) -> None:
+    berlin = make_fact("ada", "Ada lives in Berlin")
+    tea = make_fact("ada", "Ada likes tea")
+    jira = make_fact("ada", "Ada uses Jira", connection_id="jira")
+    seed(stores.memory, "ada", [berlin, tea, jira])
+    (unrecalled,) = stores.memory.facts_by_id([berlin.fact_id])
+    later = BASE_TIME + timedelta(minutes=5)
+    stores.reads.record_recalls(
+        [Recall((berlin.fact_id,), later), Recall((berlin.fact_id,), later)]
+    )
+    ids = [berlin.fact_id, tea.fact_id, jira.fact_id, uuid.uuid4()]
+    counters = stores.reads.fact_counters(ADA, ids)
+    assert counters == {
+        berlin.fact_id: FactCounters(berlin.version, 2, later),
+        tea.fact_id: FactCounters(tea.version, 0, None),
+    }
+    # The row read before the recalls, with the counters read after: the row as stored now.
+    assert [counters[berlin.fact_id].applied_to(unrecalled)] == stores.memory.facts_by_id(
+        [berlin.fact_id]
+    )
+    assert set(stores.reads.fact_counters(replace(ADA, connection_ids=("jira",)), ids)) == {
+        berlin.fact_id,
+        tea.fact_id,
+        jira.fact_id,
+    }
+    assert stores.reads.fact_counters(Scope(key_of("ada", "org-b")), ids) == {}
+    assert stores.reads.fact_counters(replace(ADA, statuses=(FactStatus.HELD,)), ids) == {}
+    assert stores.reads.fact_counters(ADA, []) == {}
 
 
 def log_row(**changes: object) -> ContextLogRow:

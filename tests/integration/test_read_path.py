@@ -106,9 +106,10 @@ def test_contradicted_facts_never_appear_even_when_chroma_lags(deployment: Deplo
 def test_a_fact_changed_under_a_cached_memory_is_never_shown_and_counters_are_fresh(
     deployment: Deployment,
 ) -> None:
-    """A turn ranks on its memory's cached rows and reads the picked ones back from Postgres:
-    a row changed without a new memory stamp (a run racing the turn) sends the turn back to
-    rank on Postgres's rows, and what is shown carries the current recall counters."""
+    """A turn ranks on its memory's cached rows and reads the picked ones' versions and recall
+    counters back from Postgres: a row changed without a new memory stamp (a run racing the
+    turn) sends the turn back to rank on Postgres's rows, and what is shown carries the
+    current recall counters."""
     old, new = "Ada lives in Lisbon", "Ada lives in Porto"
     question = "Where does Ada live? Lisbon?"
 
