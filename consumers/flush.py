@@ -36,7 +36,7 @@ from consumers.indexer import IndexQueue
 from consumers.observers import FlushObserver
 from consumers.splitting import isolate
 from domain.ids import MemoryKey, run_id_for
-from domain.model import MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage
+from domain.model import FlushReads, MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage
 from domain.ports import Clock, FactSearch, MemoryStore
 from processors.candidates import CandidatePolicy, select_candidates
 from processors.consolidate import Consolidator, failed_run, shown_facts, unapplied_ledger
@@ -140,9 +140,9 @@ class UserFlusher:
         """Raises the backend's and the store's errors; the runtime decides retry or dead letter."""
         started = time.monotonic()
         with self._store.memory_lock(key):
-            kept = self._forgotten.remembered(key, items)
+            reads, kept = self._forgotten.read(key, items)
             if kept:
-                result = self._consolidate(key, [i.event for i in kept], attempt)
+                result = self._consolidate(reads, [i.event for i in kept], attempt)
             else:
                 result = FlushResult(FlushKind.FORGOTTEN, 0)
             result = replace(result, forgotten=len(items) - len(kept))
@@ -174,16 +174,13 @@ class UserFlusher:
     # -- one flush ------------------------------------------------------------------------
 
     def _consolidate(
-        self, key: MemoryKey, events: Sequence[ContextEvent], attempt: int
+        self, reads: FlushReads, events: Sequence[ContextEvent], attempt: int
     ) -> FlushResult:
-        unique = first_by_id(events)
-        done = self._store.already_consolidated(key, (e.event_id for e in unique))
-        fresh = [e for e in unique if e.event_id not in done]
+        fresh = [e for e in first_by_id(events) if e.event_id not in reads.consumed]
         if not fresh:
             return FlushResult(FlushKind.NOTHING_NEW, 0)
-        state = self._store.load_state(key)
+        state, balance = reads.state, reads.balance
         now = self._clock()
-        balance = self._store.balance(key)
         exhausted = balance is not None and balance <= 0
         if exhausted:
             self._observer.budget_applied(self._budget_policy.value)

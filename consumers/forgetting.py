@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 
 from consumers.batching import Batch, BufferedEvent, UserBuffers
 from domain.ids import MemoryKey
+from domain.model import FlushReads
 from domain.ports import MemoryStore
 from producers.contract import ContextEvent, MemoryTombstone
 from store.errors import MemoryBeingErased
@@ -37,19 +38,28 @@ def held_events(buffers: UserBuffers, batches: Mapping[MemoryKey, Batch]) -> lis
 
 
 class ForgottenEvents:
+    """A flush's first step under the memory lock: its reads of the memory, and its events
+    less those an erasure forgot."""
+
     def __init__(self, memory: MemoryStore, subjects: Callable[[MemoryKey], str]) -> None:
         self._memory = memory
         self._subjects = subjects
 
-    def remembered(self, key: MemoryKey, items: Sequence[BufferedEvent]) -> list[BufferedEvent]:
-        """The items an erasure did not forget. Call it holding the memory's lock.
+    def read(
+        self, key: MemoryKey, items: Sequence[BufferedEvent]
+    ) -> tuple[FlushReads, list[BufferedEvent]]:
+        """What the flush needs of the memory, and the items an erasure did not forget. Call
+        it holding the memory's lock.
 
         Raises MemoryBeingErased while an erasure of the memory is under way: what it will
         keep (events after its tombstone) is only known once it is done.
         """
-        if self._memory.memory_erasure_open(key):
+        ids = list(dict.fromkeys(i.event.event_id for i in items))
+        reads = self._memory.flush_reads(key, self._subjects(key), ids)
+        if reads.erasure_open:
             raise MemoryBeingErased(f"memory {key} is being erased")
-        cutoffs = self._memory.forgotten_before(self._subjects(key))
+        cutoffs = reads.cutoffs
         if not cutoffs:
-            return list(items)
-        return [i for i in items if i.offset >= cutoffs.get((i.tp.topic, i.tp.partition), -1)]
+            return reads, list(items)
+        kept = [i for i in items if i.offset >= cutoffs.get((i.tp.topic, i.tp.partition), -1)]
+        return reads, kept

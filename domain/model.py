@@ -198,6 +198,17 @@ class FactChange:
 
 
 @dataclass(frozen=True)
+class FlushReads:
+    """What a flush reads of its memory under the memory lock before it calls the backend."""
+
+    erasure_open: bool  # an erasure of the whole memory is under way: the flush waits
+    cutoffs: Mapping[tuple[str, int], int]  # (topic, partition) -> first offset not forgotten
+    consumed: frozenset[uuid.UUID]  # of the events asked about, those a run consumed already
+    state: MemoryState
+    balance: int | None  # credit minus spend in micro-USD; None: no credit line
+
+
+@dataclass(frozen=True)
 class MemoryUpdate:
     """Everything one consolidation run writes, applied in one Postgres transaction."""
 

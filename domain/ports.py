@@ -22,6 +22,7 @@ from domain.model import (
     ConnectionContext,
     Fact,
     FactStatus,
+    FlushReads,
     KafkaCoordinates,
     LedgerEntry,
     LoggedEvent,
@@ -165,6 +166,13 @@ class MemoryStore(Protocol):
 
     def memory_erasure_open(self, key: MemoryKey) -> bool:
         """Whether an erasure of the whole memory is under way (its flushes wait)."""
+        ...
+
+    def flush_reads(
+        self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID]
+    ) -> FlushReads:
+        """`memory_erasure_open`, `forgotten_before(subject)`, `already_consolidated`,
+        `load_state` and `balance` of one memory, read together."""
         ...
 
     def apply(self, update: MemoryUpdate) -> None: ...

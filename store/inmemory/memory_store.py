@@ -16,6 +16,7 @@ from domain.model import (
     Fact,
     FactChange,
     FactStatus,
+    FlushReads,
     LedgerEntry,
     LoggedRun,
     MemoryState,
@@ -80,6 +81,17 @@ class InMemoryMemoryStore:
     def memory_erasure_open(self, key: MemoryKey) -> bool:
         with self._db.lock:
             return key in self._db.erasing
+
+    def flush_reads(
+        self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID]
+    ) -> FlushReads:
+        return FlushReads(
+            erasure_open=self.memory_erasure_open(key),
+            cutoffs=self.forgotten_before(subject),
+            consumed=self.already_consolidated(key, event_ids),
+            state=self.load_state(key),
+            balance=self.balance(key),
+        )
 
     # -- the memory lock ------------------------------------------------------------------
 

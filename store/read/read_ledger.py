@@ -18,7 +18,7 @@ from psycopg_pool import ConnectionPool
 
 from domain.model import LedgerEntry, TokenUsage
 from store.postgres import transaction
-from store.write.memory_store import insert_ledger
+from store.write.run_rows import insert_ledger
 
 
 @dataclass(frozen=True)

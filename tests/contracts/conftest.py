@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import pytest
 from chromadb.api import ClientAPI
 
+from domain.erasure import ErasureScope
 from domain.ids import MemoryKey, SubjectHasher
 from domain.ports import EventLog, IndexOutbox, MemoryStore, ReadModel, RunLog, VectorIndex
 from producers.contract import ContextEvent
@@ -32,6 +33,7 @@ from store.inmemory import (
 from store.migrate import migrate
 from store.postgres import make_pool
 from store.read.fact_queries import PostgresReadModel
+from store.write.erasure_log import PostgresErasureLog
 from store.write.event_log import PostgresEventLog
 from store.write.memory_store import PostgresMemoryStore
 from store.write.run_log import PostgresRunLog
@@ -52,6 +54,8 @@ class Reads(ReadModel, Protocol):
 SUBJECTS = SubjectHasher(b"contract-subject-key")
 # Record an erasure's cut-off of a memory: (memory, topic, partition, first offset kept).
 Cut = Callable[[MemoryKey, str, int, int], None]
+# Start an erasure of the whole memory and leave it running.
+OpenErasure = Callable[[MemoryKey], None]
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class Stores:
     runs: RunLog
     events: EventLog[ContextEvent]
     cut: Cut  # what an erasure records; the stores must then forget what lies before it
+    open_erasure: OpenErasure
 
 
 @pytest.fixture(params=["memory", pytest.param("postgres", marks=integration)])
@@ -79,6 +84,7 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
             InMemoryRunLog(db),
             InMemoryEventLog(db, SUBJECTS),
             cut_in_memory,
+            db.erasing.add,
         )
         return
     pool = make_pool(request.getfixturevalue("fresh_database"), max_size=4)
@@ -91,6 +97,17 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
                 (SUBJECTS(key), topic, partition, offset),
             )
 
+    def open_erasure_in_postgres(key: MemoryKey) -> None:
+        PostgresErasureLog(pool).start(
+            uuid.uuid4(),
+            subject=SUBJECTS(key),
+            scope=ErasureScope.MEMORY,
+            key=key,
+            fact_id=None,
+            actor="contract test",
+            reason="an erasure under way",
+        )
+
     try:
         migrate(pool)
         yield Stores(
@@ -99,6 +116,7 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
             PostgresRunLog(pool),
             PostgresEventLog(pool, SUBJECTS),
             cut_in_postgres,
+            open_erasure_in_postgres,
         )
     finally:
         pool.close()

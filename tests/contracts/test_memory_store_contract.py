@@ -160,6 +160,26 @@ def test_an_erasures_cut_offs_are_found_by_the_memorys_digest(stores: Stores) ->
     assert stores.memory.memory_erasure_open(ADA) is False
 
 
+def test_a_flushs_reads_together_are_the_reads_one_by_one(stores: Stores) -> None:
+    first = seed(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin")])
+    stores.cut(ADA, "events", 2, 17)
+    stores.memory.set_credit(ADA, 1_000)
+    stores.open_erasure(BOB)
+    consumed, unseen = first.run.input_event_ids[0], uuid.uuid4()
+    for key, subject in ((ADA, SUBJECTS(ADA)), (BOB, SUBJECTS(BOB)), (ADA, SUBJECTS(BOB))):
+        reads = stores.memory.flush_reads(key, subject, [consumed, unseen])
+        assert reads.erasure_open is stores.memory.memory_erasure_open(key)
+        assert reads.cutoffs == stores.memory.forgotten_before(subject)
+        assert reads.consumed == stores.memory.already_consolidated(key, [consumed, unseen])
+        assert reads.state == stores.memory.load_state(key)
+        assert reads.balance == stores.memory.balance(key)
+    reads = stores.memory.flush_reads(ADA, SUBJECTS(ADA), [consumed, unseen])
+    assert (reads.erasure_open, dict(reads.cutoffs)) == (False, {("events", 2): 17})
+    assert (reads.consumed, reads.state.version, reads.balance) == ({consumed}, 1, 1_000)
+    assert stores.memory.flush_reads(BOB, SUBJECTS(BOB), []).erasure_open is True
+    assert stores.memory.flush_reads(key_of("ada", "org-b"), "", []).state.version == 0
+
+
 def test_a_failed_run_is_recorded_and_booked_once(stores: Stores) -> None:
     update = seed_update(stores.memory, "ada", [])
     failed = replace(update.run, status=RunStatus.FAILED, error="unparseable answer")
