@@ -59,7 +59,5 @@ class ForgottenEvents:
         if reads.erasure_open:
             raise MemoryBeingErased(f"memory {key} is being erased")
         cutoffs = reads.cutoffs
-        if not cutoffs:
-            return reads, list(items)
         kept = [i for i in items if i.offset >= cutoffs.get((i.tp.topic, i.tp.partition), -1)]
         return reads, kept

@@ -154,8 +154,9 @@ class PostgresMemoryStore:
     def forgotten_before(self, subject: str) -> dict[tuple[str, int], int]:
         """(topic, partition) -> the first offset not forgotten, for an erased memory's digest.
 
-        Empty for a memory never erased. Read under the memory lock by a flush, so events
-        read from Kafka before an erasure cannot bring the memory back after it.
+        Empty for a memory never erased. A flush reads it under the memory lock (in
+        `flush_reads`), so events read from Kafka before an erasure cannot bring the memory
+        back after it.
         """
         with statement(self._pool) as conn:
             return _cutoffs(conn.execute(_CUTOFFS, (subject,)).fetchall())
