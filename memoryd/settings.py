@@ -34,6 +34,10 @@ class KafkaSettings(BaseModel):
     delivery_timeout_ms: int = 30_000
     session_timeout_ms: int = 30_000
     max_poll_interval_ms: int = 300_000
+    # Records the log writer takes per poll, and so per transaction and offset commit: both
+    # cost the same for 500 records as for 5,000 (BENCHMARKS, Ingest). The processor keeps
+    # kafka-python's 500: its batches are cut per memory anyway.
+    log_writer_max_poll_records: int = Field(default=5_000, ge=1)
     # How long Kafka keeps records (`retention.ms` of both topics, set by `memoryd topics`).
     # An erased memory's events stay on the topics this long, unreachable to every consumer
     # (the erasure's cut-offs) but not deleted: see the README's erasure section.

@@ -182,7 +182,7 @@ def publisher(settings: Settings) -> KafkaEventPublisher:
     )
 
 
-def _consumer(settings: Settings, group: str, client_id: str) -> Any:
+def _consumer(settings: Settings, group: str, client_id: str, max_poll_records: int = 500) -> Any:
     k = settings.kafka
     return make_consumer(
         ConsumerSettings(
@@ -190,6 +190,7 @@ def _consumer(settings: Settings, group: str, client_id: str) -> Any:
             topic=k.topic,
             group_id=group,
             client_id=client_id,
+            max_poll_records=max_poll_records,
             session_timeout_ms=k.session_timeout_ms,
             max_poll_interval_ms=k.max_poll_interval_ms,
             # Kafka's rule of thumb: three heartbeats per session timeout, however short.
@@ -199,12 +200,12 @@ def _consumer(settings: Settings, group: str, client_id: str) -> Any:
 
 
 def log_writer(c: Core) -> LogWriter:
-    s = c.settings
+    s, k = c.settings, c.settings.kafka
     return LogWriter(
-        _consumer(s, s.kafka.log_writer_group, "memoryd-log-writer"),
-        s.kafka.topic,
+        _consumer(s, k.log_writer_group, "memoryd-log-writer", k.log_writer_max_poll_records),
+        k.topic,
         c.events,
-        KafkaDeadLetterSink(s.kafka.bootstrap_servers, s.kafka.dead_letter_topic, "log-writer"),
+        KafkaDeadLetterSink(k.bootstrap_servers, k.dead_letter_topic, "log-writer"),
         c.metrics,
     )
 

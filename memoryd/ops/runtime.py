@@ -92,6 +92,7 @@ def run_log_writer(c: wiring.Core, stop: threading.Event) -> None:
     checks = dependency_checks(c, admin, chroma=False)
     try:
         with ops_port(c, c.settings.metrics.log_writer_port, checks, writer.liveness):
+            heap.settle()
             writer.run(stop)
     finally:
         admin.close()

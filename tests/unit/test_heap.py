@@ -42,3 +42,13 @@ def test_settling_freezes_what_lives_and_later_cycles_are_still_collected() -> N
     del a, b
     gc.collect()
     assert gone() is None
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_settling_without_thresholds_freezes_and_keeps_the_interpreters() -> None:
+    gc.set_threshold(700, 10, 10)
+    survivor = _Node()
+    heap.settle()
+
+    assert gc.get_threshold() == (700, 10, 10)
+    assert not any(o is survivor for o in gc.get_objects())
