@@ -1,11 +1,12 @@
 """Ingest: events from producers through Kafka into the Postgres log, and consolidation.
 
     python -m bench.ingest [--events 100000] [--users 1000] [--producers 4] [--writers 2]
-        [--rate 1000] [--rate-seconds 10] [--consolidate 2000] [--json-out FILE]
-        [services options]
+        [--rate 1000] [--rate-seconds 10] [--consolidate 2000] [--warm-up 20000]
+        [--json-out FILE] [services options]
 
 Four measures, each on a topic of its own (`--events 0`, `--rate 0`, `--consolidate 0` leave
-one out):
+one out), after a warm-up: `--warm-up` events through the throughput measure's path on a
+topic of their own, not reported (a broker just started is slower for its first seconds).
 
 1. throughput: `--events` events over `--users` users published by `--producers` processes
    (one `KafkaEventPublisher` each, batches of 1,000) while `--writers` processes (one
@@ -149,12 +150,12 @@ def _cpu_us(cpu_s: Sequence[float], events: int) -> float:
 
 
 def throughput(
-    settings: Settings, total: int, users: int, producers: int, writers: int
+    settings: Settings, total: int, users: int, producers: int, writers: int, seed: str = "log"
 ) -> dict[str, float]:
     """Producers and writers at once: events/s from the first publish to the last row."""
     wiring.ensure_topics(settings)
     with wiring.core(settings) as c, ingest_workers.writers(settings, writers) as w:
-        sent = ingest_workers.publish(settings, EventMaker(users, "log"), total, producers)
+        sent = ingest_workers.publish(settings, EventMaker(users, seed), total, producers)
         _, _, done = _Progress(c, settings.kafka.topic).wait_all(total, 900)
     started = min(p.started for p in sent)
     return {
@@ -246,6 +247,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--consolidate", type=int, default=2_000, help="0: not measured")
     parser.add_argument("--producers", type=int, default=4, help="producer processes")
     parser.add_argument("--writers", type=int, default=2, help="log-writer processes")
+    parser.add_argument(
+        "--warm-up", type=int, default=20_000, help="events through the pipeline, unmeasured"
+    )
     parser.add_argument("--json-out", type=Path)
     services.add_options(parser, kafka=True)
     args = parser.parse_args(argv)
@@ -253,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results: dict[str, dict[str, float]] = {}
     with services.endpoints(args, base, kafka=True) as ends:
         run = services.run_id()
-        phases = ("log", "drain", "rate", "cons")
+        phases = ("warm", "log", "drain", "rate", "cons")
         topics = [f"bench-ingest-{run}-{p}{s}" for p in phases for s in ("", ".dlq")]
         with (
             services.scratch_database(ends.postgres_dsn, "bench_ingest", keep=args.keep) as dsn,
@@ -263,6 +267,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             ) as collection,
         ):
             workers = (args.events, args.users, args.producers, args.writers)
+            if args.events and args.warm_up:
+                # A broker just started compiles its hot paths in its first seconds of load
+                # (the first measure ran 20 % slower on a fresh broker than on a warm one); a
+                # production broker is warm. Same path, own topic, not reported.
+                warm = _settings(base, ends, dsn, run, "warm")
+                throughput(warm, args.warm_up, *workers[1:], seed="warm")
             if args.events:
                 results["throughput"] = throughput(_settings(base, ends, dsn, run, "log"), *workers)
                 results["drain"] = drain(_settings(base, ends, dsn, run, "drain"), *workers)

@@ -11,12 +11,13 @@ from pydantic import ValidationError
 
 from consumers.batching import TopicPartition
 from consumers.dead_letter import DeadLetter
-from producers.contract import TOMBSTONE_KIND, ContextEvent, MemoryTombstone
+from producers.contract import NUL_CHECKED, TOMBSTONE_KIND, ContextEvent, MemoryTombstone
 
 MAX_REASON_CHARS = 900
 # A reason names what is wrong; it quotes at most this much of any one piece of the input
 # (a field name, a value), so a letter's headers never carry a copy of its payload.
 MAX_EXCERPT_CHARS = 40
+_NUL_ESCAPE = b"\\u0000"
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,11 @@ def decode_event(value: bytes | None) -> ContextEvent | Rejected:
     data = _parse(value)
     if isinstance(data, Rejected):
         return data
+    # JSON spells NUL only as the escape \u0000 (a raw NUL byte does not parse): without that
+    # sequence in the text, no string of the value holds NUL and the contract need not look.
+    checked = None if _NUL_ESCAPE in value else NUL_CHECKED
     try:
-        return ContextEvent.model_validate(data)
+        return ContextEvent.model_validate(data, context=checked)
     except ValidationError as e:
         return Rejected("validate", f"invalid ContextEvent: {_problems(e)}"[:MAX_REASON_CHARS])
 

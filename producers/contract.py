@@ -17,7 +17,14 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, StringConstraints, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    StringConstraints,
+    ValidationInfo,
+    model_validator,
+)
 
 SCHEMA_VERSION: Literal[1] = 1
 MAX_CONTENT_CHARS = 8_000
@@ -80,6 +87,10 @@ class FactRetraction(BaseModel):
     reason: RetractionReason = RetractionReason.DELETED
 
 
+# The validation context of data parsed from JSON text already known to hold no NUL.
+NUL_CHECKED = object()
+
+
 class ContextEvent(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -96,9 +107,11 @@ class ContextEvent(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_nul(cls, data: Any) -> Any:
+    def _no_nul(cls, data: Any, info: ValidationInfo) -> Any:
         # Postgres text cannot hold NUL: such an event would fail every write of its batch.
-        if has_nul(data):
+        # A decoder that found no NUL in the JSON text says so (`NUL_CHECKED`): the walk was
+        # a fifth of the log writer's CPU.
+        if info.context is not NUL_CHECKED and has_nul(data):
             raise ValueError("a string contains a NUL character")
         return data
 

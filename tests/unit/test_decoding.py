@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from consumers.decoding import Rejected, decode_record
 from producers.contract import (
@@ -16,6 +18,7 @@ from producers.contract import (
     MemoryTombstone,
     Source,
     SourceMetadata,
+    has_nul,
 )
 
 EVENT = ContextEvent(
@@ -104,3 +107,26 @@ def test_a_tombstone_decodes_as_one_and_a_malformed_one_is_rejected() -> None:
     assert isinstance(decoded, Rejected)
     assert decoded.stage == "validate"
     assert "erasure_id" in decoded.reason
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(JSON_VALUES, st.booleans())
+def test_json_text_without_the_nul_escape_decodes_to_no_nul(value: Any, ascii_only: bool) -> None:
+    # The decoder skips the contract's NUL walk when the text lacks the escape: this is why.
+    text = json.dumps(value, ensure_ascii=ascii_only).encode()
+    if b"\\u0000" not in text:
+        assert not has_nul(json.loads(text))
+
+
+@pytest.mark.parametrize("field", ["content", "source_metadata__session_id"])
+def test_a_nul_is_refused_in_text_that_keeps_other_characters_unescaped(field: str) -> None:
+    value = json.dumps(event_json(**{field: "Lisboa café\x00"}), ensure_ascii=False).encode()
+    decoded = decode_record(value)
+    assert isinstance(decoded, Rejected)
+    assert "NUL" in decoded.reason
