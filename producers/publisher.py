@@ -16,6 +16,7 @@ from kafka.errors import KafkaError
 
 from producers.contract import SCHEMA_VERSION, ContextEvent, MemoryTombstone
 from producers.errors import PublishError
+from producers.partitioner import RememberingPartitioner
 
 
 class EventPublisher(Protocol):
@@ -57,6 +58,7 @@ class KafkaEventPublisher:
             enable_idempotence=True,
             linger_ms=settings.linger_ms,
             batch_size=settings.batch_size_bytes,
+            partitioner=RememberingPartitioner(),
             request_timeout_ms=settings.request_timeout_ms,
             delivery_timeout_ms=settings.delivery_timeout_ms,
             max_block_ms=settings.delivery_timeout_ms,
