@@ -93,7 +93,9 @@ class Consolidator:
             observations=request.observations,
             gate=self._gate,
         )
-        for proposal in output.all_proposals():
+        proposals = output.all_proposals()
+        self._gate.prepare(proposals, request.active_facts)
+        for proposal in proposals:
             ledger.apply(proposal)
 
         state = MemoryState(

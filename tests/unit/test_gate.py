@@ -171,3 +171,29 @@ def test_a_proposal_is_compared_with_a_bounded_set_of_facts() -> None:
     assert len(embedded) <= MAX_CANDIDATES + 1
     nearby = gate.judge(proposal("The user visited museum number 7 in Paris."), facts)
     assert (nearby.verdict, nearby.duplicate_of) == (Verdict.REINFORCE, facts[7])
+
+
+def test_prepared_proposals_are_embedded_in_one_call_and_judged_the_same() -> None:
+    facts = [stored("The user has two cats."), stored("The user plays the cello.")]
+    proposals = [
+        proposal("The user has two cats and a dog."),
+        proposal("The user plays the cello in an orchestra."),
+        proposal("The user owns two cats and one dog."),  # near the first proposal
+        proposal("Hi"),  # refused before any comparison
+        proposal("The user speaks fluent Portuguese."),  # shares no word with anything
+    ]
+    inner = BagOfWordsEmbedder()
+    gate = WriteGate(CachingEmbedder(inner))
+    gate.prepare(proposals, facts)
+
+    assert len(inner.calls) == 1
+    assert "Hi" not in inner.calls[0]
+    assert "The user speaks fluent Portuguese." not in inner.calls[0]
+    unprepared = WriteGate(BagOfWordsEmbedder())
+    active = list(facts)
+    for p in proposals:
+        decision = gate.judge(p, active)
+        assert decision == unprepared.judge(p, active)
+        if decision.verdict is Verdict.ALLOW:
+            active.append(stored(p.content))
+    assert len(inner.calls) == 1  # every comparison found its vectors ready
