@@ -95,19 +95,47 @@ def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent[ContextEvent]:
     return LoggedEvent(seq=seq, event=event, recorded_at=recorded_at)
 
 
+# The most memories one append transaction locks. Advisory locks take slots of Postgres's
+# shared lock table (max_locks_per_transaction x max_connections: 6,400 by default), and one
+# poll of the log writer (5,000 records) can hold as many memories; several writers at once
+# would run it out ("out of shared memory"). A batch over more memories is appended in
+# several transactions, in its order: a crash between them leaves a prefix logged, and the
+# redelivered batch inserts only the rest (duplicates insert nothing).
+MAX_MEMORIES_PER_TRANSACTION = 500
+
+Located = tuple[ContextEvent, KafkaCoordinates | None]
+
+
 class PostgresEventLog:
-    def __init__(self, pool: ConnectionPool, subjects: SubjectHasher) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        subjects: SubjectHasher,
+        max_memories_per_transaction: int = MAX_MEMORIES_PER_TRANSACTION,
+    ) -> None:
+        if max_memories_per_transaction < 1:
+            raise ValueError("an append transaction must be allowed at least one memory")
         self._pool = pool
         self._subjects = subjects
+        self._max_memories = max_memories_per_transaction
 
-    def append(self, events: Sequence[tuple[ContextEvent, KafkaCoordinates | None]]) -> Appended:
-        """Insert in one transaction the events no erasure forgot; duplicates insert nothing.
+    def append(self, events: Sequence[Located]) -> Appended:
+        """Insert the events no erasure forgot, in their order; duplicates insert nothing.
 
-        An event of a forgotten memory read from Kafka before its tombstone (a lagging writer,
-        a new group reading from offset 0) is left out. The memories' log locks, taken
-        shared, order this insert against an erasure of any of them: either the erasure waits
-        and then deletes what this inserted, or this waits and then sees the cut-offs.
+        One transaction per `MAX_MEMORIES_PER_TRANSACTION` memories of the batch (above). An
+        event of a forgotten memory read from Kafka before its tombstone (a lagging writer, a
+        new group reading from offset 0) is left out. The memories' log locks, taken shared,
+        order this insert against an erasure of any of them: either the erasure waits and then
+        deletes what this inserted, or this waits and then sees the cut-offs.
         """
+        inserted = forgotten = 0
+        for part in memory_bounded_parts(events, self._max_memories):
+            appended = self._append_part(part)
+            inserted += appended.inserted
+            forgotten += appended.forgotten
+        return Appended(inserted, forgotten)
+
+    def _append_part(self, events: Sequence[Located]) -> Appended:
         if not events:
             return Appended(0, 0)
         keys = [MemoryKey(*k) for k in sorted({(e.organization_id, e.user_id) for e, _ in events})]
@@ -176,6 +204,20 @@ class PostgresEventLog:
                 (org, org, user),
             ).fetchall()
         return [r[0] for r in rows]
+
+
+def memory_bounded_parts(events: Sequence[Located], limit: int) -> list[Sequence[Located]]:
+    """`events` cut, in order, into runs of at most `limit` distinct memories each."""
+    parts: list[Sequence[Located]] = []
+    start, seen = 0, set[tuple[str, str]]()
+    for i, (event, _) in enumerate(events):
+        memory = (event.organization_id, event.user_id)
+        if memory not in seen and len(seen) == limit:
+            parts.append(events[start:i])
+            start, seen = i, set()
+        seen.add(memory)
+    parts.append(events[start:])
+    return parts
 
 
 # COPY cannot skip conflicts, so a batch is copied into a per-session staging table (emptied

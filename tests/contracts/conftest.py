@@ -114,7 +114,9 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
             PostgresMemoryStore(pool),
             PostgresReadModel(pool),
             PostgresRunLog(pool),
-            PostgresEventLog(pool, SUBJECTS),
+            # Two memories a transaction: every batch of the contract over more is appended
+            # in parts, and must still read exactly as the in-memory log's.
+            PostgresEventLog(pool, SUBJECTS, max_memories_per_transaction=2),
             cut_in_postgres,
             open_erasure_in_postgres,
         )

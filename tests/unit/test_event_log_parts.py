@@ -1,0 +1,34 @@
+"""A log batch cut into append transactions of a bounded number of memories, in its order."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store.write.event_log import memory_bounded_parts
+from tests.support.builders import make_event
+
+USERS = [f"user-{i}" for i in range(6)]
+EVENTS = {(u, o): make_event(u, f"{u} said something", org=o) for u in USERS for o in ("a", "b")}
+
+
+@given(st.lists(st.sampled_from(sorted(EVENTS)), max_size=40), st.integers(1, 5))
+def test_parts_keep_the_order_and_hold_at_most_the_limit_of_memories(
+    picks: list[tuple[str, str]], limit: int
+) -> None:
+    batch = [(EVENTS[p], None) for p in picks]
+    parts = memory_bounded_parts(batch, limit)
+
+    assert [x for part in parts for x in part] == batch
+    memories = [{(e.organization_id, e.user_id) for e, _ in part} for part in parts]
+    assert all(len(m) <= limit for m in memories)
+    # A part ends only where the next event would be one memory too many.
+    for part, nxt in zip(memories, parts[1:], strict=False):
+        first = nxt[0][0]
+        assert len(part) == limit
+        assert (first.organization_id, first.user_id) not in part
+
+
+def test_the_same_user_id_in_two_organizations_is_two_memories() -> None:
+    batch = [(EVENTS[("user-0", "a")], None), (EVENTS[("user-0", "b")], None)]
+    assert [len(p) for p in memory_bounded_parts(batch, 1)] == [1, 1]
