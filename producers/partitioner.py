@@ -1,10 +1,11 @@
 """The partition of a memory's records: Kafka's default, with each key's hash remembered.
 
-kafka-python computes the Java client's murmur2 of the key in pure Python for every record, a
-tenth of a producer's CPU per event; a memory's key is the same on all its events, so the hash
-of each key is computed once (up to `KEY_HASHES_KEPT` keys, then the oldest half is dropped).
-The partition is exactly the default's: murmur2(key) & 0x7fffffff modulo the topic's partition
-count, so records land where every other Kafka client would put them.
+kafka-python's default partitioner computes the Java client's murmur2 of the key in pure Python
+and sorts the topic's partitions for every record; a memory's key is the same on all its events,
+so the hash of each key is computed once (up to `KEY_HASHES_KEPT` keys, then the oldest half is
+dropped). A producer's CPU per event went from 30 to 24 us (BENCHMARKS, Ingest). The partition
+is exactly the default's: murmur2(key) & 0x7fffffff modulo the partition count, over the
+partitions in order, so records land where every other Kafka client would put them.
 """
 
 from __future__ import annotations
