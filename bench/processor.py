@@ -1,13 +1,18 @@
 """MemoryProcessor overhead and throughput on real Kafka, Postgres and Chroma.
 
     python -m bench.processor [--users 32] [--events 5] [--latency-ms 500]
-        [--concurrency 1,4,16] [--kafka HOST:PORT] [--dsn DSN] [--chroma-url URL] [--keep]
+        [--concurrency 1,4,16] [--history 0] [--kafka HOST:PORT] [--dsn DSN]
+        [--chroma-url URL] [--keep]
 
 A fake LLM backend answers every consolidation after a fixed latency (500 ms by default)
 with a small, valid answer: a working memory, a scaffold and one fact per observation (two
 at most). For each concurrency, `--users` users each publish `--events` observations to a
 fresh topic (batches are exactly one user's events), and a processor with that many
 concurrent consolidations runs until every event is consolidated and every fact indexed.
+With `--history N`, each user first has N batches of other observations consolidated and
+indexed, unmeasured: the measured batch then meets a memory with facts, as a returning user's
+does (its candidate search embeds the observations and scores the stored vectors; the gate
+compares the proposals with stored facts). Without it every measured flush is a first one.
 
 Reported per concurrency:
 - users/s: users / wall time from the first publish to the last fact indexed, with the
@@ -151,19 +156,20 @@ class Row:
         return self.overhead_batch_ms / (self.events / self.users)
 
 
-def make_events(users: Sequence[str], per_user: int) -> list[ContextEvent]:
+def make_events(users: Sequence[str], per_user: int, week: int = 0) -> list[ContextEvent]:
     at = utc_now()
     events = []
     for u, user in enumerate(users):
         for n in range(per_user):
-            subject = SUBJECTS[(u + n) % len(SUBJECTS)]
+            subject = SUBJECTS[(u + n + 3 * week) % len(SUBJECTS)]
             events.append(
                 ContextEvent(
                     event_id=new_event_id(),
                     user_id=user,
                     organization_id="bench",
                     event_type=EventType.PROJECT_DETAILS if n % 2 else EventType.FACT,
-                    content=f"{user} is working on {subject}, step {n + 1} of {per_user}.",
+                    content=f"{user} is working on {subject}, step {n + 1} of {per_user}"
+                    + (f", week {week + 1}." if week else "."),
                     source_metadata=SourceMetadata(source=Source.INTERACTIVE),
                     occurred_at=at,
                 )
@@ -245,6 +251,7 @@ def run_once(
 ) -> Row:
     run = services.run_id()
     users = [f"bench-user-{run}-{i}" for i in range(args.users)]
+    history = [e for w in range(1, args.history + 1) for e in make_events(users, args.events, w)]
     events = make_events(users, args.events)
     backend = FixedLatencyBackend(args.latency_ms / 1000)
     index_writes: list[float] = []
@@ -261,37 +268,50 @@ def run_once(
             try:
                 wait_for(lambda: len(processor.assignment()) == PARTITIONS, 120, "partitions")
                 publisher = wiring.publisher(settings)
-                started = time.perf_counter()
                 try:
+                    if history:
+                        publisher.publish(history)
+                        wait_for(lambda: done(dsn, len(history)), 900, "the history consolidated")
+                    before = flush_totals(c, backend), len(backend.calls), len(index_writes)
+                    started = time.perf_counter()
                     publisher.publish(events)
                 finally:
                     publisher.close()
-                wait_for(lambda: done(dsn, len(events)), 600, "every event consolidated")
+                total = len(history) + len(events)
+                wait_for(lambda: done(dsn, total), 600, "every event consolidated")
                 wall = time.perf_counter() - started
             finally:
                 stop.set()
                 thread.join(timeout=120)
-            labels = {"backend": backend.name}
-            flush_sum = c.registry.get_sample_value("memoryd_flush_seconds_sum", labels) or 0.0
-            flushes = c.registry.get_sample_value("memoryd_flush_seconds_count", labels) or 1.0
+            (flush_sum, flushes), calls, writes = flush_totals(c, backend), *before[1:]
+    measured = backend.calls[calls:]
     return Row(
         concurrency=concurrency,
         users=args.users,
         events=len(events),
         wall_s=wall,
-        flush_mean_ms=1000 * flush_sum / flushes,
-        llm_mean_ms=1000 * statistics.fmean(e - s for s, e in backend.calls),
-        peak_overlap=backend.peak_overlap(),
+        flush_mean_ms=1000 * (flush_sum - before[0][0]) / max(flushes - before[0][1], 1.0),
+        llm_mean_ms=1000 * statistics.fmean(e - s for s, e in measured),
+        peak_overlap=FixedLatencyBackend(backend.latency_s, calls=measured).peak_overlap(),
         latency_s=backend.latency_s,
-        index_writes=len(index_writes),
-        index_mean_ms=1000 * statistics.fmean(index_writes or [0.0]),
+        index_writes=len(index_writes) - writes,
+        index_mean_ms=1000 * statistics.fmean(index_writes[writes:] or [0.0]),
     )
 
 
+def flush_totals(c: wiring.Core, backend: FixedLatencyBackend) -> tuple[float, float]:
+    """The processor's flush time so far, in seconds, and its number of flushes."""
+    labels = {"backend": backend.name}
+    flush_sum = c.registry.get_sample_value("memoryd_flush_seconds_sum", labels) or 0.0
+    return flush_sum, c.registry.get_sample_value("memoryd_flush_seconds_count", labels) or 0.0
+
+
 def report(rows: Sequence[Row], args: argparse.Namespace) -> str:
+    after = f", after {args.history} batches of history" if args.history else ""
     title = (
         f"Processor, fake LLM at {args.latency_ms} ms per call, {args.users} users x"
-        f" {args.events} events (one batch per user), real Kafka + Postgres + Chroma"
+        f" {args.events} events (one measured batch per user{after}),"
+        " real Kafka + Postgres + Chroma"
     )
     lines = [title, "", HEADER, "|---:" * 11 + "|"]
     lines += [
@@ -310,6 +330,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=5, help="events per user (= batch size)")
     parser.add_argument("--latency-ms", type=int, default=500, help="fake LLM latency per call")
     parser.add_argument("--concurrency", default="1,4,16", help="comma-separated")
+    parser.add_argument(
+        "--history", type=int, default=0, help="unmeasured batches per user before the measured"
+    )
     services.add_options(parser, kafka=True)
     args = parser.parse_args(argv)
     base = Settings()
