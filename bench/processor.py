@@ -117,13 +117,15 @@ class FixedLatencyBackend:
             self.calls.append((started, time.perf_counter()))
         return BackendResponse(output, raw, usage, self.model)
 
-    def peak_overlap(self) -> int:
-        edges = sorted([(s, 1) for s, _ in self.calls] + [(e, -1) for _, e in self.calls])
-        running = peak = 0
-        for _, step in edges:
-            running += step
-            peak = max(peak, running)
-        return peak
+
+def peak_overlap(calls: Sequence[tuple[float, float]]) -> int:
+    """The most of these (start, end) calls in flight at once."""
+    edges = sorted([(s, 1) for s, _ in calls] + [(e, -1) for _, e in calls])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
 
 
 @dataclass(frozen=True)
@@ -292,7 +294,7 @@ def run_once(
         wall_s=wall,
         flush_mean_ms=1000 * (flush_sum - before[0][0]) / max(flushes - before[0][1], 1.0),
         llm_mean_ms=1000 * statistics.fmean(e - s for s, e in measured),
-        peak_overlap=FixedLatencyBackend(backend.latency_s, calls=measured).peak_overlap(),
+        peak_overlap=peak_overlap(measured),
         latency_s=backend.latency_s,
         index_writes=len(index_writes) - writes,
         index_mean_ms=1000 * statistics.fmean(index_writes[writes:] or [0.0]),

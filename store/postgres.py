@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from domain.ids import MemoryKey
 from store.errors import DatabaseRefused, DatabaseUnavailable, StoreError
 
 # Insufficient resources (disk full, too many connections) are OperationalErrors already; a
@@ -118,3 +119,8 @@ def statement(pool: ConnectionPool, operation: str = "query") -> Iterator[psycop
             yield conn
         finally:
             conn.autocommit = False
+
+
+def memory_params(key: MemoryKey) -> tuple[str, str]:
+    """A memory's key as the parameters of `organization_id = %s AND user_id = %s`."""
+    return (key.organization_id, key.user_id)

@@ -26,7 +26,7 @@ from domain.reads import Scope
 from store import fact_rows
 from store.candidate_ranking import CONSOLIDATION_STATUSES, fuse, nearest_ids
 from store.errors import VectorIndexUnavailable
-from store.postgres import statement
+from store.postgres import memory_params, statement
 from store.read.fact_queries import PostgresReadModel
 
 # Up to this many facts in scope a memory's vectors are fetched and scored exactly; beyond it,
@@ -137,7 +137,7 @@ class HybridFactSearch:
             " WHERE organization_id = %s AND user_id = %s AND status = ANY(%s)"
         )
         with statement(self._pool, "counting facts") as conn:
-            row = conn.execute(sql, (*_key_params(key), _statuses())).fetchone()
+            row = conn.execute(sql, (*memory_params(key), _statuses())).fetchone()
         return int(row[0]) if row else 0
 
     def _facts(self, tail: str, key: MemoryKey, *extra: Any) -> list[Fact]:
@@ -146,12 +146,8 @@ class HybridFactSearch:
             f" WHERE organization_id = %s AND user_id = %s AND status = ANY(%s){tail}"
         )
         with statement(self._pool, "candidate search") as conn:
-            rows = conn.execute(sql, (*_key_params(key), _statuses(), *extra)).fetchall()
+            rows = conn.execute(sql, (*memory_params(key), _statuses(), *extra)).fetchall()
         return [fact_rows.from_row(r) for r in rows]
-
-
-def _key_params(key: MemoryKey) -> tuple[str, str]:
-    return (key.organization_id, key.user_id)
 
 
 def _statuses() -> list[str]:

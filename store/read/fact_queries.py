@@ -22,7 +22,7 @@ from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Recall, Scope
 from store import fact_rows
-from store.postgres import statement, transaction
+from store.postgres import memory_params, statement, transaction
 
 _SCOPE = (
     " organization_id = %(org)s AND user_id = %(user_id)s"
@@ -92,10 +92,6 @@ def _params(scope: Scope) -> dict[str, Any]:
     }
 
 
-def _key(key: MemoryKey) -> tuple[str, str]:
-    return (key.organization_id, key.user_id)
-
-
 class PostgresReadModel:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
@@ -113,7 +109,7 @@ class PostgresReadModel:
         """The memory's generation and version (a primary-key lookup), None for an unknown one."""
         with self._statement() as conn:
             row = conn.execute(
-                f"SELECT generation, version FROM user_memory WHERE {_MEMORY}", _key(key)
+                f"SELECT generation, version FROM user_memory WHERE {_MEMORY}", memory_params(key)
             ).fetchone()
         return None if row is None else MemoryStamp(row[0], int(row[1]))
 
@@ -130,7 +126,7 @@ class PostgresReadModel:
 
     def injection(self, key: MemoryKey) -> Injection | None:
         with self._statement() as conn:
-            row = conn.execute(_INJECTION, _key(key)).fetchone()
+            row = conn.execute(_INJECTION, memory_params(key)).fetchone()
         if row is None:
             return None
         *state, generation, connections, pinned = row
@@ -213,7 +209,7 @@ class PostgresReadModel:
             row = conn.execute(
                 f"SELECT EXISTS (SELECT 1 FROM user_memory WHERE {_MEMORY})"
                 f" OR EXISTS (SELECT 1 FROM context_events WHERE {_MEMORY})",
-                (*_key(key), *_key(key)),
+                (*memory_params(key), *memory_params(key)),
             ).fetchone()
         return bool(row and row[0])
 
@@ -224,7 +220,7 @@ class PostgresReadModel:
             rows = conn.execute(
                 f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE {_MEMORY}"
                 " AND status = ANY(%s) ORDER BY created_at, fact_id",
-                (*_key(key), [s.value for s in statuses]),
+                (*memory_params(key), [s.value for s in statuses]),
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
@@ -232,7 +228,7 @@ class PostgresReadModel:
         with self._transaction() as conn:
             row = conn.execute(
                 f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE fact_id = %s AND {_MEMORY}",
-                (fact_id, *_key(key)),
+                (fact_id, *memory_params(key)),
             ).fetchone()
         return None if row is None else fact_rows.from_row(row)
 
@@ -243,7 +239,7 @@ class PostgresReadModel:
         ):
             cur.execute(
                 f"SELECT * FROM context_logs WHERE {_MEMORY} ORDER BY created_at DESC LIMIT %s",
-                (*_key(key), limit),
+                (*memory_params(key), limit),
             )
             return list(cur.fetchall())
 

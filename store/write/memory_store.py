@@ -32,7 +32,7 @@ from domain.model import (
 from domain.ports import Pricing
 from store import fact_rows
 from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
-from store.postgres import statement, transaction, translated
+from store.postgres import memory_params, statement, transaction, translated
 from store.write.locks import memory_lock_key
 from store.write.run_rows import append_connections, insert_ledger, insert_run
 
@@ -74,7 +74,7 @@ class PostgresMemoryStore:
 
     def load_state(self, key: MemoryKey) -> MemoryState:
         with statement(self._pool) as conn:
-            row = conn.execute(_STATE, _key(key)).fetchone()
+            row = conn.execute(_STATE, memory_params(key)).fetchone()
         return _state(key, row)
 
     def facts(
@@ -127,7 +127,7 @@ class PostgresMemoryStore:
         if not ids:
             return frozenset()
         with statement(self._pool) as conn:
-            rows = conn.execute(_CONSUMED, (*_key(key), ids)).fetchall()
+            rows = conn.execute(_CONSUMED, (*memory_params(key), ids)).fetchall()
         return frozenset(r[0] for r in rows)
 
     def flush_reads(
@@ -136,11 +136,11 @@ class PostgresMemoryStore:
         """The five reads sent together in one pipeline: a flush waits for one round trip
         instead of five (under the memory lock nothing else changes them in between)."""
         with statement(self._pool, "reading a memory for its flush") as conn, conn.pipeline():
-            erasure = conn.execute(_ERASURE_OPEN, _key(key))
+            erasure = conn.execute(_ERASURE_OPEN, memory_params(key))
             cutoffs = conn.execute(_CUTOFFS, (subject,))
-            consumed = conn.execute(_CONSUMED, (*_key(key), list(event_ids)))
-            state = conn.execute(_STATE, _key(key))
-            balance = conn.execute(_BALANCE, _key(key))
+            consumed = conn.execute(_CONSUMED, (*memory_params(key), list(event_ids)))
+            state = conn.execute(_STATE, memory_params(key))
+            balance = conn.execute(_BALANCE, memory_params(key))
             return FlushReads(
                 erasure_open=_exists(erasure.fetchone()),
                 cutoffs=_cutoffs(cutoffs.fetchall()),
@@ -163,7 +163,7 @@ class PostgresMemoryStore:
 
     def memory_erasure_open(self, key: MemoryKey) -> bool:
         with statement(self._pool) as conn:
-            return _exists(conn.execute(_ERASURE_OPEN, _key(key)).fetchone())
+            return _exists(conn.execute(_ERASURE_OPEN, memory_params(key)).fetchone())
 
     # -- the memory lock ------------------------------------------------------------------
 
@@ -312,7 +312,7 @@ class PostgresMemoryStore:
     def balance(self, key: MemoryKey) -> int | None:
         """Credit minus spend, or None when the memory has no credit line (unlimited)."""
         with statement(self._pool) as conn:
-            return _balance(conn.execute(_BALANCE, _key(key)).fetchone())
+            return _balance(conn.execute(_BALANCE, memory_params(key)).fetchone())
 
     # -- statements -----------------------------------------------------------------------
 
@@ -328,10 +328,6 @@ class PostgresMemoryStore:
         if len(rows) != len(ids):
             taken = frozenset(ids) - {r[0] for r in rows}
             raise EventsAlreadyConsolidated(frozenset(taken))
-
-
-def _key(key: MemoryKey) -> tuple[str, str]:
-    return (key.organization_id, key.user_id)
 
 
 def _state(key: MemoryKey, row: tuple[Any, ...] | None) -> MemoryState:
