@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -231,7 +231,21 @@ class OffsetTracker:
         heap = self._open.get(tp)
         return heap[0] if heap else self._next[tp]
 
-    def committed(self, positions: dict[TopicPartition, int]) -> None:
+    def leading_open(self, tp: TopicPartition, offsets: Collection[int]) -> list[int]:
+        """Those of `offsets` that are the partition's earliest open offsets, in order: once
+        they are done, the partition's position is past all of them."""
+        self.committable()  # drops what is done below the earliest open offset
+        closed = self._closed.get(tp, set())
+        leading: list[int] = []
+        for offset in sorted(self._open.get(tp, ())):
+            if offset in closed:
+                continue
+            if offset not in offsets:
+                break
+            leading.append(offset)
+        return leading
+
+    def committed(self, positions: Mapping[TopicPartition, int]) -> None:
         self._committed.update(positions)
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:

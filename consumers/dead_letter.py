@@ -6,6 +6,7 @@ exactly as it was once the cause is fixed.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,10 +14,13 @@ from typing import Any, Protocol
 
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+from kafka.structs import TopicPartition as KafkaTopicPartition
 
-from consumers.batching import BufferedEvent
+from consumers.batching import BufferedEvent, TopicPartition
 from consumers.errors import DeadLetterError
 
+log = logging.getLogger(__name__)
 HEADER_REASON = "dlq.reason"
 HEADER_STAGE = "dlq.stage"
 HEADER_TOPIC = "dlq.source.topic"
@@ -70,47 +74,97 @@ def event_letters(
 
 
 class DeadLetterSink(Protocol):
-    def send(self, letters: Sequence[DeadLetter]) -> None:
-        """Write every letter durably or raise `DeadLetterError`."""
+    def send(
+        self, letters: Sequence[DeadLetter], consumed: Mapping[TopicPartition, int], group: Any
+    ) -> None:
+        """Write every letter and commit the consumer group's positions `consumed` (partition
+        -> next offset to read) in one Kafka transaction, or raise `DeadLetterError`; then
+        neither is visible. `group` is the consumer's `group_metadata()`."""
 
     def close(self) -> None: ...
 
 
+# A transaction here takes milliseconds. One left open by a killed process holds back every
+# read_committed reader of the dead-letter topic until the broker aborts it, this long after
+# it began (and the broker's next check for timed-out transactions).
+TRANSACTION_TIMEOUT_MS = 10_000
+
+
 class KafkaDeadLetterSink:
+    """Letters and the offsets that move past their records, committed together.
+
+    Sent and then committed separately, a crash in between read the records again and
+    lettered them twice; in one transaction, a crash leaves neither (readers of the topic
+    read committed records only). The transactional id is new for each process: the
+    consumer group's generation (KIP-447) fences a consumer that lost its partitions, and
+    a killed process's open transaction is aborted after `TRANSACTION_TIMEOUT_MS`.
+    """
+
     def __init__(
         self, bootstrap_servers: str, topic: str, consumer_name: str, timeout_s: float = 30.0
     ) -> None:
+        self._bootstrap_servers = bootstrap_servers
         self._topic = topic
         self._consumer_name = consumer_name
         self._timeout_s = timeout_s
-        self._producer: Any = KafkaProducer(
-            bootstrap_servers=bootstrap_servers,
-            client_id=f"{consumer_name}-dlq",
-            acks="all",
-            enable_idempotence=True,
-            max_block_ms=int(timeout_s * 1000),
-            delivery_timeout_ms=int(timeout_s * 1000),
-            request_timeout_ms=min(int(timeout_s * 1000), 10_000),
-        )
+        self._producer: Any = None
 
-    def send(self, letters: Sequence[DeadLetter]) -> None:
+    def send(
+        self, letters: Sequence[DeadLetter], consumed: Mapping[TopicPartition, int], group: Any
+    ) -> None:
         if not letters:
             return
+        producer = self._ready()
         try:
-            futures = [
-                self._producer.send(
+            producer.begin_transaction()
+            for letter in letters:
+                producer.send(
                     self._topic,
                     key=letter.key,
                     value=letter.value,
                     headers=letter.headers(self._consumer_name),
                 )
-                for letter in letters
-            ]
-            self._producer.flush(timeout=self._timeout_s)
-            for future in futures:
-                future.get(timeout=self._timeout_s)
+            if consumed:
+                offsets = {
+                    KafkaTopicPartition(tp.topic, tp.partition): OffsetAndMetadata(pos, "", -1)
+                    for tp, pos in consumed.items()
+                }
+                producer.send_offsets_to_transaction(offsets, group)
+            producer.commit_transaction()
         except KafkaError as e:
-            raise DeadLetterError(f"{len(letters)} dead letter(s) not acknowledged: {e!r}") from e
+            self._abort()
+            raise DeadLetterError(f"{len(letters)} dead letter(s) not committed: {e!r}") from e
+
+    def _ready(self) -> Any:
+        if self._producer is None:
+            producer = KafkaProducer(
+                bootstrap_servers=self._bootstrap_servers,
+                client_id=f"{self._consumer_name}-dlq",
+                transactional_id=f"memoryd-{self._consumer_name}-dlq-{uuid.uuid4().hex}",
+                transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+                acks="all",
+                max_block_ms=int(self._timeout_s * 1000),
+                delivery_timeout_ms=int(self._timeout_s * 1000),
+                request_timeout_ms=min(int(self._timeout_s * 1000), 10_000),
+            )
+            try:
+                producer.init_transactions()
+            except KafkaError as e:
+                producer.close(timeout=0)
+                raise DeadLetterError(f"dead-letter transactions not ready: {e!r}") from e
+            self._producer = producer
+        return self._producer
+
+    def _abort(self) -> None:
+        """Abort the open transaction; a producer that cannot (fenced, or its state unknown)
+        is dropped, and the next send starts a new one."""
+        try:
+            self._producer.abort_transaction()
+        except KafkaError as e:
+            log.warning("dropping the dead-letter producer: %r", e)
+            self._producer.close(timeout=0)
+            self._producer = None
 
     def close(self) -> None:
-        self._producer.close()
+        if self._producer is not None:
+            self._producer.close()

@@ -70,6 +70,8 @@ class EventConsumer(Protocol):
 
     def commit_async(self, offsets: Mapping[Any, Any], callback: Callable[..., None]) -> Any: ...
 
+    def group_metadata(self) -> Any: ...
+
     def close(self) -> None: ...
 
 
@@ -83,6 +85,7 @@ class ConsumerSettings:
     session_timeout_ms: int = 30_000
     max_poll_interval_ms: int = 300_000
     heartbeat_interval_ms: int = 3_000
+    read_committed: bool = False  # the dead-letter topic's readers: it is written in transactions
 
 
 def make_consumer(settings: ConsumerSettings) -> EventConsumer:
@@ -97,6 +100,7 @@ def make_consumer(settings: ConsumerSettings) -> EventConsumer:
         session_timeout_ms=settings.session_timeout_ms,
         max_poll_interval_ms=settings.max_poll_interval_ms,
         heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        isolation_level="read_committed" if settings.read_committed else "read_uncommitted",
     )
     return consumer
 

@@ -1,12 +1,12 @@
 """The log writer: every event on the topic into Postgres `context_events`, exactly once.
 
 A polled batch is decoded, good records are inserted in one transaction (`ON CONFLICT DO
-NOTHING` on the memory and event id), then the bad ones go to the dead-letter topic, and only
-then are offsets committed. A crash between insert and commit replays the batch, and the
-replay inserts nothing. The letters go after the insert so that a failed insert, which rewinds
-the batch, has sent nothing that the retry would send again; a letter already sent for a
-record read again (a failed commit, a retry after the dead-letter topic failed half-way) is
-not sent twice by this process.
+NOTHING` on the memory and event id), and only then are offsets committed. A crash between
+insert and commit replays the batch, and the replay inserts nothing. The bad records' letters
+go to the dead-letter topic in one Kafka transaction with the batch's offsets, after the
+insert: a failed insert, which rewinds the batch, has sent nothing, and a crash or a failure
+before that transaction commits leaves neither letters nor offsets, so the replay letters
+each record once.
 
 Every outage (Postgres away or refusing writes, the broker away, the dead-letter topic
 unwritable, a commit failed in a rebalance) is retried with bounded backoff for as long as it
@@ -45,7 +45,6 @@ from producers.contract import ContextEvent, MemoryTombstone
 
 log = logging.getLogger(__name__)
 CONSUMER_NAME = "log-writer"
-Source = tuple[str, int, int]  # topic, partition, offset of a record
 
 
 class LogWriter:
@@ -68,8 +67,6 @@ class LogWriter:
         self._poll_timeout_ms = poll_timeout_ms
         self._liveness = liveness or ConsumerLiveness()
         self.outage = Outage(CONSUMER_NAME, metrics, backoff)
-        # Letters sent for records not committed yet: read again, they are not sent again.
-        self._sent: set[Source] = set()
 
     @property
     def liveness(self) -> ConsumerLiveness:
@@ -132,7 +129,8 @@ class LogWriter:
         self._metrics.records.labels(CONSUMER_NAME).inc(count)
         try:
             appended = self._log.append(good)
-            self._send_letters(bad)
+            # With letters, their transaction commits the offsets.
+            self._send_letters(bad, positions)
         except Exception:
             # Nothing of this batch is committed: rewind so the next poll reads it again.
             for ktp, offset in first.items():
@@ -143,6 +141,8 @@ class LogWriter:
         self._metrics.events_duplicate.labels(CONSUMER_NAME).inc(
             len(good) - appended.inserted - appended.forgotten
         )
+        if bad:
+            return count
         try:
             commit(self._consumer, positions)
         except KafkaError as e:
@@ -150,17 +150,13 @@ class LogWriter:
             # owns the partition next reads these records again, which inserts nothing.
             self._metrics.commit_failures.labels(CONSUMER_NAME).inc()
             log.warning("offset commit failed, the records will be read again: %r", e)
-        else:
-            self._sent = {
-                s for s in self._sent if s[2] >= positions.get(TopicPartition(s[0], s[1]), 0)
-            }
         return count
 
-    def _send_letters(self, letters: list[DeadLetter]) -> None:
-        new = [x for x in letters if (x.topic, x.partition, x.offset) not in self._sent]
-        self._dead_letters.send(new)
-        for letter in new:
-            self._sent.add((letter.topic, letter.partition, letter.offset))
+    def _send_letters(
+        self, letters: list[DeadLetter], positions: dict[TopicPartition, int]
+    ) -> None:
+        self._dead_letters.send(letters, positions, self._consumer.group_metadata())
+        for letter in letters:
             self._metrics.dead_letters.labels(CONSUMER_NAME, letter.stage).inc()
             log.warning(
                 "dead-lettered a record: %s",

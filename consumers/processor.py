@@ -27,7 +27,6 @@ from consumers.batching import (
 )
 from consumers.dead_letter import DeadLetter, DeadLetterSink, event_letters
 from consumers.decoding import Rejected, decode_record
-from consumers.errors import DeadLetterError
 from consumers.flush import FlushKind, FlushResult, UserFlusher
 from consumers.forgetting import drop_held, held_events
 from consumers.kafka_client import (
@@ -89,7 +88,9 @@ class MemoryProcessor:
         self._paused = False
         self.outage = Outage(CONSUMER_NAME, metrics, settings.backoff)
         # Undecodable records whose letters the dead-letter topic did not take yet.
-        self._letters = HeldLetters(dead_letters, CONSUMER_NAME, metrics, self.outage, monotonic)
+        self._letters = HeldLetters(
+            dead_letters, CONSUMER_NAME, metrics, self.outage, monotonic, consumer.group_metadata
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -134,7 +135,7 @@ class MemoryProcessor:
         while (len(self._buffers) or self._batches) and self._monotonic() < deadline:
             self._launch(force=True)
             self._collect(wait_s=0.2)
-        self._letters.send_due(self._offsets.position, self._offsets.done)
+        self._letters.send_due(self._offsets)
         self._commit()
         self._pool.shutdown(wait=True)
         self._flusher.close()
@@ -148,7 +149,7 @@ class MemoryProcessor:
         self.liveness.polled(paused=self._paused)
         self._collect(wait_s=0.0)
         self._launch(force=False)
-        self._letters.send_due(self._offsets.position, self._offsets.done)
+        self._letters.send_due(self._offsets)
         self._commit()
         self._backpressure()
         self._metrics.buffered.set(len(self._buffers))
@@ -184,8 +185,8 @@ class MemoryProcessor:
                 if batch.rejection is None:
                     self._submit(batch)
                 else:
-                    # Given up already: only the dead letter (or its run record) is retried,
-                    # never the backend call.
+                    # Given up already: only recording its failed run is retried, never the
+                    # backend call.
                     self._deliver(batch)
         busy = set(self._batches) | set(self._orphans)
         for key in self._buffers.ready(now, force=force, exclude=busy):
@@ -286,7 +287,8 @@ class MemoryProcessor:
         self._deliver(batch)
 
     def _deliver(self, batch: Batch) -> None:
-        """Record the failed run, then dead-letter the events; either step may be retried."""
+        """Record the failed run, then hand the events' letters to `HeldLetters`, which sends
+        each with the commit that passes its record; recording may be retried."""
         rejection = batch.rejection
         assert rejection is not None
         if not rejection.recorded:
@@ -298,19 +300,15 @@ class MemoryProcessor:
                 return
             rejection.recorded = True
         letters = event_letters(batch.items, rejection.stage, rejection.reason, rejection.reasons)
-        try:
-            self._dead_letters.send(letters)
-        except DeadLetterError as e:
-            self._wait_out(batch, e, "dead letters")
-            return
-        self._metrics.dead_letters.labels(CONSUMER_NAME, rejection.stage).inc(len(letters))
+        self._letters.wait(letters)
         fields = {**batch_fields(batch), "stage": rejection.stage}
-        log.error("dead-lettered %d event(s): %s", len(letters), rejection.reason, extra=fields)
-        self._finish(batch, f"dead_lettered_{rejection.stage}")
+        log.error("giving up on %d event(s): %s", len(letters), rejection.reason, extra=fields)
+        self._finish(batch, f"dead_lettered_{rejection.stage}", done=False)
 
-    def _finish(self, batch: Batch, outcome: str) -> None:
-        for item in batch.items:
-            self._offsets.done(item.tp, item.offset)
+    def _finish(self, batch: Batch, outcome: str, done: bool = True) -> None:
+        if done:  # else their letters' transaction marks them done
+            for item in batch.items:
+                self._offsets.done(item.tp, item.offset)
         del self._batches[batch.key]
         self._metrics.flushes.labels(outcome).inc()
         self.outage.recovered()

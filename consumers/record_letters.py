@@ -1,20 +1,22 @@
-"""Letters for records no consumer can use, held until the dead-letter topic takes them.
+"""Letters for records a consumer gives up on, each sent with the commit that passes it.
 
-The processor dead-letters the records that do not decode once their partition is done up to
-them, just before the commit that moves past them. Sent as they were read, a letter waited for
-that commit until every record before it was consolidated, and a crash in between read the
-record again and lettered it twice. While the topic is away the letters wait here (and their
+The processor gives up on records that do not decode and on events whose consolidation failed
+for good. A letter waits until every record before its own in the partition is done (or is
+itself waiting as a letter); then the due letters go to the dead-letter topic in one Kafka
+transaction with the offset past them (`DeadLetterSink`). A crash before that transaction
+commits leaves neither the letters nor the offset, and the records are read and lettered again
+once; a crash after it leaves both. While the topic is away the letters wait (and their
 records' offsets stay open, so nothing past them is committed); each later step tries again
-after the outage's backoff. The process keeps running and consolidating everything else
-meanwhile.
+after the outage's backoff. The process keeps consolidating everything else meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
-from consumers.batching import TopicPartition
+from consumers.batching import OffsetTracker, TopicPartition
 from consumers.dead_letter import DeadLetter, DeadLetterSink
 from consumers.errors import DeadLetterError
 from consumers.log_fields import letter_fields
@@ -32,63 +34,60 @@ class HeldLetters:
         metrics: PipelineMetrics,
         outage: Outage,
         monotonic: Callable[[], float],
+        group: Callable[[], Any],
     ) -> None:
         self._sink = sink
         self._consumer = consumer
         self._metrics = metrics
         self._outage = outage
         self._monotonic = monotonic
-        self._held: list[DeadLetter] = []
-        self._waiting: list[DeadLetter] = []  # not due: records before them are still open
+        self._group = group  # the consumer's group metadata, read when a transaction starts
+        self._waiting: list[DeadLetter] = []
         self._not_before = 0.0
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._waiting)
 
     def wait(self, letters: Sequence[DeadLetter]) -> None:
         self._waiting.extend(letters)
 
     def drop(self, partitions: Collection[TopicPartition]) -> None:
-        """Forget the waiting letters of partitions no longer ours: their next owner reads
-        those records again."""
+        """Forget the letters of partitions no longer ours: their next owner reads those
+        records again."""
         self._waiting = [x for x in self._waiting if _partition(x) not in partitions]
 
-    def send_due(
-        self,
-        position: Callable[[TopicPartition], int | None],
-        done: Callable[[TopicPartition, int], None],
-    ) -> None:
-        """Send the waiting letters whose record is the earliest open one of its partition
-        (`position`), and the held ones; each sent letter's record is then `done`, which may
-        make the next letter of its partition due."""
-        while True:
-            due: list[DeadLetter] = []
-            waiting: list[DeadLetter] = []
-            for x in self._waiting:
-                (due if position(_partition(x)) == x.offset else waiting).append(x)
-            self._waiting = waiting
-            sent = self.send(due)
-            for x in sent:
-                done(_partition(x), x.offset)
-            if not sent:
-                return
-
-    def send(self, letters: Sequence[DeadLetter] = ()) -> list[DeadLetter]:
-        """Hold `letters` too, then try to send what is held; returns what was sent."""
-        self._held.extend(letters)
-        if not self._held or self._monotonic() < self._not_before:
+    def send_due(self, offsets: OffsetTracker) -> list[DeadLetter]:
+        """Send the letters whose records lead their partition's open offsets, with the
+        offsets past them, and mark those records done; returns what was sent."""
+        if not self._waiting or self._monotonic() < self._not_before:
+            return []
+        mine: dict[TopicPartition, dict[int, DeadLetter]] = {}
+        for x in self._waiting:
+            mine.setdefault(_partition(x), {})[x.offset] = x
+        due: list[DeadLetter] = []
+        consumed: dict[TopicPartition, int] = {}
+        for tp, letters in mine.items():
+            leading = offsets.leading_open(tp, letters.keys())
+            if leading:
+                due.extend(letters[o] for o in leading)
+                consumed[tp] = leading[-1] + 1
+        if not due:
             return []
         try:
-            self._sink.send(self._held)
+            self._sink.send(due, consumed, self._group())
         except DeadLetterError as e:
             self._not_before = self._monotonic() + self._outage.failed(e, "dead letters")
             return []
-        sent, self._held = self._held, []
-        for x in sent:
+        # By record, not by letter: a record read twice (a fetch repeated) waits twice.
+        sent = {(_partition(x), x.offset) for x in due}
+        self._waiting = [x for x in self._waiting if (_partition(x), x.offset) not in sent]
+        for x in due:
+            offsets.done(_partition(x), x.offset)
             self._metrics.dead_letters.labels(self._consumer, x.stage).inc()
             log.warning("dead-lettered a record: %s", x.reason, extra=letter_fields(x))
+        offsets.committed(consumed)
         self._outage.recovered()
-        return sent
+        return due
 
 
 def _partition(letter: DeadLetter) -> TopicPartition:

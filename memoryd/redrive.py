@@ -107,6 +107,7 @@ def _redrive_stage(
             k.dead_letter_topic,
             redrive_group(settings, stage),
             f"memoryd-redrive-{stage}",
+            read_committed=True,
         )
     )
     pub = wiring.publisher(settings)

@@ -2,7 +2,9 @@
 
 Read by partition assignment (no consumer group), from the first offset to the end offset
 the broker reports when the read starts: nothing is committed, and any number of readers
-can look at the same topic without moving anyone's progress.
+can look at the same topic without moving anyone's progress. Letters are written in
+transactions (`consumers.dead_letter`): only committed ones are read, and the end is the
+last stable offset.
 """
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ def _event(value: bytes | None) -> ContextEvent | None:
 
 def read_dead_letters(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[SeenLetter]:
     """Every record on `topic` up to its current end."""
-    consumer: Any = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer: Any = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
+    )
     try:
         parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
         if not parts:

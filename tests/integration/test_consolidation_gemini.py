@@ -22,7 +22,7 @@ from tests.support.deployment import (
     dead_letters,
     gemini_backend,
     headers_of,
-    topic_size,
+    letter_count,
     tuned,
 )
 from tests.support.fake_gemini import FakeGemini, FakeReply
@@ -96,7 +96,7 @@ def consumed(deployment: Deployment) -> list[Any]:
 
 def dlq_size(deployment: Deployment) -> int:
     k = deployment.settings.kafka
-    return topic_size(k.bootstrap_servers, k.dead_letter_topic)
+    return letter_count(k.bootstrap_servers, k.dead_letter_topic)
 
 
 def assert_both_dead_lettered(deployment: Deployment, *in_reason: str) -> None:

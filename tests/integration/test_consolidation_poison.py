@@ -8,10 +8,12 @@ consolidated or dead-lettered.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 
+from consumers.batching import TopicPartition
 from consumers.dead_letter import DeadLetter, KafkaDeadLetterSink
 from consumers.errors import DeadLetterError
 from consumers.kafka_client import ConsumerSettings, make_consumer
@@ -24,7 +26,7 @@ from processors.gate import WriteGate
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import EventType
 from tests.support.builders import make_event
-from tests.support.deployment import Deployment, dead_letters, headers_of, topic_size
+from tests.support.deployment import Deployment, dead_letters, headers_of, letter_count
 from tests.support.fakes import FlakyBackend
 
 pytestmark = pytest.mark.integration
@@ -94,7 +96,7 @@ def test_a_poison_batch_is_dead_lettered_and_its_offsets_pass(deployment: Deploy
     again = ChokesOn("ada")
     deployment.run_processor(again)
     assert again.users() == []
-    assert topic_size(k.bootstrap_servers, k.dead_letter_topic) == 2
+    assert letter_count(k.bootstrap_servers, k.dead_letter_topic) == 2
 
 
 class RefusesAtFirst:
@@ -105,11 +107,13 @@ class RefusesAtFirst:
         self._failures = failures
         self.attempts = 0
 
-    def send(self, letters: Sequence[DeadLetter]) -> None:
+    def send(
+        self, letters: Sequence[DeadLetter], consumed: Mapping[TopicPartition, int], group: Any
+    ) -> None:
         self.attempts += 1
         if self.attempts <= self._failures:
             raise DeadLetterError("dead-letter topic unavailable")
-        self._inner.send(letters)
+        self._inner.send(letters, consumed, group)
 
     def close(self) -> None:
         self._inner.close()
@@ -154,7 +158,7 @@ def test_a_failing_dead_letter_topic_retries_the_letter_not_the_llm(
     sink = deployment.with_core(run)
     assert backend.calls == 1
     assert sink.attempts == 3
-    assert topic_size(k.bootstrap_servers, k.dead_letter_topic) == 1
+    assert letter_count(k.bootstrap_servers, k.dead_letter_topic) == 1
     runs = deployment.query("SELECT status, raw_response FROM consolidation_runs")
     assert runs == [("failed", '{"updated_working_mem')]
     assert consumed(deployment) == set()

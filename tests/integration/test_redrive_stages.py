@@ -29,7 +29,9 @@ def test_each_stage_keeps_its_own_redrive_progress(deployment: Deployment) -> No
                 for i, (e, stage) in enumerate(
                     [(e, "budget") for e in budget] + [(e, "consolidate") for e in consolidate]
                 )
-            ]
+            ],
+            {},  # no consumer's offsets move with them
+            None,
         )
     finally:
         sink.close()

@@ -22,6 +22,7 @@ from consumers.processor import MemoryProcessor
 from consumers.settings import ProcessorSettings
 from domain.model import Fact, MemoryUpdate
 from memoryd import wiring
+from memoryd.analyst.dead_letters import read_dead_letters
 from memoryd.settings import (
     ChromaSettings,
     KafkaSettings,
@@ -122,6 +123,7 @@ def dead_letters(bootstrap: str, topic: str, expected: int, timeout_s: float = 3
         bootstrap_servers=bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        isolation_level="read_committed",  # letters are written in transactions
         group_id=f"dlq-reader-{uuid.uuid4().hex[:8]}",
     )
     records: list[Any] = []
@@ -150,6 +152,12 @@ def topic_size(bootstrap: str, topic: str) -> int:
         return sum(consumer.end_offsets(partitions).values())
     finally:
         consumer.close()
+
+
+def letter_count(bootstrap: str, topic: str) -> int:
+    """How many committed letters a dead-letter topic holds (its end offsets would count the
+    markers of the transactions that wrote them too)."""
+    return len(read_dead_letters(bootstrap, topic))
 
 
 def headers_of(record: Any) -> dict[str, str]:

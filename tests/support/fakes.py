@@ -14,8 +14,10 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+from kafka.structs import OffsetAndMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
+from consumers.batching import TopicPartition
 from consumers.dead_letter import DeadLetter
 from consumers.errors import DeadLetterError
 from domain.model import RunRecord
@@ -282,6 +284,9 @@ class FakeConsumer:
         self.commit(offsets)
         callback(offsets, None)
 
+    def group_metadata(self) -> FakeGroup:
+        return FakeGroup(self)
+
     def close(self) -> None:
         self.closed = True
 
@@ -306,19 +311,37 @@ class FakeConsumer:
                 self._listener.on_partitions_assigned([self.tp(p) for p in sorted(assign)])
 
 
+@dataclass(frozen=True)
+class FakeGroup:
+    """`FakeConsumer.group_metadata()`: what a transaction commits the offsets of."""
+
+    consumer: FakeConsumer
+
+
 class ListDeadLetters:
-    """A `DeadLetterSink` that keeps the letters; `refuse` makes the next sends fail."""
+    """A `DeadLetterSink` that keeps the letters and commits their offsets on the
+    `FakeConsumer` whose group they come with; `refuse` makes the next sends fail (then
+    neither happens, as with an aborted transaction)."""
 
     def __init__(self) -> None:
         self.letters: list[DeadLetter] = []
+        self.consumed: list[dict[TopicPartition, int]] = []
         self.refuse = 0
         self.closed = False
 
-    def send(self, letters: Sequence[DeadLetter]) -> None:
-        if self.refuse and letters:
+    def send(
+        self, letters: Sequence[DeadLetter], consumed: Mapping[TopicPartition, int], group: Any
+    ) -> None:
+        if not letters:
+            return
+        if self.refuse:
             self.refuse -= 1
             raise DeadLetterError("the dead-letter topic is unavailable")
         self.letters.extend(letters)
+        self.consumed.append(dict(consumed))
+        if isinstance(group, FakeGroup):
+            c = group.consumer
+            c.commit({c.tp(t.partition): OffsetAndMetadata(o, "", -1) for t, o in consumed.items()})
 
     def close(self) -> None:
         self.closed = True

@@ -58,6 +58,26 @@ def test_commit_position_is_the_earliest_open_offset(done: list[int], expected: 
     assert t.open_count() == 5 - expected  # what is done below the position is dropped
 
 
+@pytest.mark.parametrize(
+    ("done", "letters", "leading"),
+    [
+        ([], {0, 1}, [0, 1]),
+        ([], {1, 2}, []),  # 0 is open and no letter: nothing passes it
+        ([0], {1, 3}, [1]),  # 2 is open
+        ([0, 2], {1, 3}, [1, 3]),  # done records between letters do not stop the run
+        ([0, 1, 2, 3, 4], {4}, []),  # a record already done is no letter to send
+    ],
+)
+def test_letters_lead_when_only_letters_and_done_records_are_before_them(
+    done: list[int], letters: set[int], leading: list[int]
+) -> None:
+    t = tracker(0, 1, 2, 3, 4)
+    for offset in done:
+        t.done(P0, offset)
+    assert t.leading_open(P0, letters) == leading
+    assert t.leading_open(P1, letters) == []  # nothing received there
+
+
 def test_a_position_is_committed_once_and_never_backwards() -> None:
     t = tracker(10, 11, 12)
     t.done(P0, 10)

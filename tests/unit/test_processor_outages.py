@@ -145,3 +145,51 @@ def test_a_bad_record_is_lettered_only_once_the_records_before_it_are_done() -> 
     step_until(processor, lambda: consumer.committed.get(0) == 2)
     processor.shutdown()
     assert [(x.stage, x.offset) for x in letters.letters] == [("decode", 1)]
+
+
+class AdaHeldBobFails(HeldBackend):
+    """Ada's run waits for `release`; Bob's fails for good."""
+
+    def before(self, request: Any) -> None:
+        if request.user_id == "bob":
+            raise BackendError("unparseable")
+        super().before(request)
+
+
+def test_a_given_up_batch_is_lettered_with_the_commit_that_passes_it() -> None:
+    # Sent when the batch was given up, its letters waited for a commit held back by the run
+    # in flight before them: a crash in between read the events again and lettered them
+    # twice. They go once every record before them is done, with the offset past them.
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    ada, bob = make_event("ada", "I live in Lisbon"), make_event("bob", "I like tea")
+    for e in (ada, bob):
+        consumer.produce(0, e.to_bytes(), e.kafka_key)
+    backend = AdaHeldBobFails()
+    processor = m.processor(consumer, backend, letters)
+    processor.start()
+    step_until(processor, lambda: backend.calls == 2)
+    for _ in range(50):
+        processor.step()
+    assert letters.letters == []  # Ada's run, before Bob's record, is still in flight
+    assert [r.run.status.value for r in m.runs.runs(key_of("bob"))] == ["failed"]
+    backend.release.set()
+    step_until(processor, lambda: consumer.committed.get(0) == 2)
+    processor.shutdown()
+    assert [(x.stage, x.offset) for x in letters.letters] == [("consolidate", 1)]
+    assert letters.consumed == [{TopicPartition(TOPIC, 0): 2}]
+
+
+def test_letters_refused_leave_their_offsets_open_and_go_once() -> None:
+    # An aborted transaction: neither the letters nor the offset past them.
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    letters.refuse = 2
+    consumer.produce(0, b"not json")
+    consumer.produce(0, b"nor this")
+    processor = m.processor(consumer, FlakyBackend(), letters)
+    processor.start()
+    step_until(processor, lambda: processor.outage.failures == 2)
+    assert consumer.committed.get(0, 0) == 0
+    step_until(processor, lambda: consumer.committed.get(0) == 2)
+    processor.shutdown()
+    assert [x.offset for x in letters.letters] == [0, 1]
+    assert letters.consumed == [{TopicPartition(TOPIC, 0): 2}]  # both in one transaction
