@@ -114,12 +114,14 @@ class MemoryProcessor:
             self.shutdown()
 
     def run_until_idle(self, idle_s: float = 3.0, deadline_s: float = 300.0) -> None:
-        """Consume until nothing is buffered, in flight or arriving (demo and tests)."""
+        """Consume until nothing is buffered, in flight, waiting to be dead-lettered or
+        arriving (demo and tests)."""
         self.start()
         start = quiet_since = self._monotonic()
         try:
             while self._monotonic() - start < deadline_s:
-                if self.step() or self._batches or self._orphans or len(self._buffers):
+                polled = self.step()
+                if polled or self._batches or self._orphans or self._buffers or self._letters:
                     quiet_since = self._monotonic()
                 elif not self._consumer.assignment():
                     # Quiet counts from the assignment: a slow join or first fetch is not idle.

@@ -16,7 +16,7 @@ from processors.errors import BackendError
 from store.errors import DatabaseUnavailable, StoreError
 from tests.support.builders import key_of, make_event
 from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
-from tests.support.inmemory import TOPIC, InMemoryMemoryd, step_until
+from tests.support.inmemory import FAST, TOPIC, InMemoryMemoryd, step_until
 
 
 def degraded(processor: MemoryProcessor) -> float:
@@ -193,3 +193,14 @@ def test_letters_refused_leave_their_offsets_open_and_go_once() -> None:
     processor.shutdown()
     assert [x.offset for x in letters.letters] == [0, 1]
     assert letters.consumed == [{TopicPartition(TOPIC, 0): 2}]  # both in one transaction
+
+
+def test_run_until_idle_waits_for_letters_the_topic_refused() -> None:
+    # Nothing buffered or in flight, but a letter not sent yet: not idle.
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    letters.refuse = 3
+    consumer.produce(0, b"not json")
+    slow = FAST.model_copy(update={"backoff_base_s": 0.2, "backoff_max_s": 0.2})
+    m.processor(consumer, FlakyBackend(), letters, slow).run_until_idle(idle_s=0.05)
+    assert [x.offset for x in letters.letters] == [0]
+    assert consumer.committed == {0: 1}
