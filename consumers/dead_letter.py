@@ -107,15 +107,16 @@ class KafkaDeadLetterSink:
         self._topic = topic
         self._consumer_name = consumer_name
         self._timeout_s = timeout_s
-        self._producer: Any = None
+        self._producer: Any = self._new_producer()
+        self._initialised = False
 
     def send(
         self, letters: Sequence[DeadLetter], consumed: Mapping[TopicPartition, int], group: Any
     ) -> None:
         if not letters:
             return
-        producer = self._ready()
         try:
+            producer = self._ready()
             producer.begin_transaction()
             for letter in letters:
                 producer.send(
@@ -135,35 +136,41 @@ class KafkaDeadLetterSink:
             self._abort()
             raise DeadLetterError(f"{len(letters)} dead letter(s) not committed: {e!r}") from e
 
+    def _new_producer(self) -> Any:
+        return KafkaProducer(
+            bootstrap_servers=self._bootstrap_servers,
+            client_id=f"{self._consumer_name}-dlq",
+            transactional_id=f"memoryd-{self._consumer_name}-dlq-{uuid.uuid4().hex}",
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+            acks="all",
+            max_block_ms=int(self._timeout_s * 1000),
+            delivery_timeout_ms=int(self._timeout_s * 1000),
+            request_timeout_ms=min(int(self._timeout_s * 1000), 10_000),
+        )
+
     def _ready(self) -> Any:
+        """The producer, its transactions initialised (on the first letter, not at start)."""
         if self._producer is None:
-            producer = KafkaProducer(
-                bootstrap_servers=self._bootstrap_servers,
-                client_id=f"{self._consumer_name}-dlq",
-                transactional_id=f"memoryd-{self._consumer_name}-dlq-{uuid.uuid4().hex}",
-                transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
-                acks="all",
-                max_block_ms=int(self._timeout_s * 1000),
-                delivery_timeout_ms=int(self._timeout_s * 1000),
-                request_timeout_ms=min(int(self._timeout_s * 1000), 10_000),
-            )
-            try:
-                producer.init_transactions()
-            except KafkaError as e:
-                producer.close(timeout=0)
-                raise DeadLetterError(f"dead-letter transactions not ready: {e!r}") from e
-            self._producer = producer
+            self._producer = self._new_producer()
+        if not self._initialised:
+            self._producer.init_transactions()
+            self._initialised = True
         return self._producer
 
     def _abort(self) -> None:
         """Abort the open transaction; a producer that cannot (fenced, or its state unknown)
-        is dropped, and the next send starts a new one."""
+        is dropped, and the next send starts a new one. Before a transaction began (no
+        producer, or its `init_transactions` timed out) there is nothing to abort: the next
+        send tries again."""
+        if self._producer is None or not self._initialised:
+            return
         try:
             self._producer.abort_transaction()
         except KafkaError as e:
             log.warning("dropping the dead-letter producer: %r", e)
             self._producer.close(timeout=0)
             self._producer = None
+            self._initialised = False
 
     def close(self) -> None:
         if self._producer is not None:
