@@ -129,8 +129,8 @@ class LogWriter:
         self._metrics.records.labels(CONSUMER_NAME).inc(count)
         try:
             appended = self._log.append(good)
-            # With letters, their transaction commits the offsets.
-            self._send_letters(bad, positions)
+            if bad:  # their transaction commits the offsets
+                self._send_letters(bad, positions)
         except Exception:
             # Nothing of this batch is committed: rewind so the next poll reads it again.
             for ktp, offset in first.items():

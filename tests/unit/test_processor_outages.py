@@ -126,6 +126,23 @@ class HeldBackend(FlakyBackend):
         self.release.wait(20)
 
 
+def step_while_held(processor: MemoryProcessor, backend: HeldBackend, calls: int) -> None:
+    """Start, wait for `calls` backend calls, then step on while the held run is in flight."""
+    processor.start()
+    step_until(processor, lambda: backend.calls == calls)
+    for _ in range(50):
+        processor.step()
+
+
+def release_and_settle(
+    processor: MemoryProcessor, backend: HeldBackend, consumer: FakeConsumer, position: int
+) -> None:
+    """Let the held run finish; step until partition 0 is committed up to `position`."""
+    backend.release.set()
+    step_until(processor, lambda: consumer.committed.get(0) == position)
+    processor.shutdown()
+
+
 def test_a_bad_record_is_lettered_only_once_the_records_before_it_are_done() -> None:
     # Sent as it was read, the letter waited for a commit held back by the run in flight
     # before it: a crash in between read the record again and lettered it twice.
@@ -135,15 +152,10 @@ def test_a_bad_record_is_lettered_only_once_the_records_before_it_are_done() -> 
     consumer.produce(0, b"not json")
     backend = HeldBackend()
     processor = m.processor(consumer, backend, letters)
-    processor.start()
-    step_until(processor, lambda: backend.calls == 1)
-    for _ in range(50):
-        processor.step()
+    step_while_held(processor, backend, calls=1)
     assert letters.letters == []  # the run before it is still in flight
     assert consumer.committed.get(0, 0) == 0
-    backend.release.set()
-    step_until(processor, lambda: consumer.committed.get(0) == 2)
-    processor.shutdown()
+    release_and_settle(processor, backend, consumer, position=2)
     assert [(x.stage, x.offset) for x in letters.letters] == [("decode", 1)]
 
 
@@ -166,15 +178,10 @@ def test_a_given_up_batch_is_lettered_with_the_commit_that_passes_it() -> None:
         consumer.produce(0, e.to_bytes(), e.kafka_key)
     backend = AdaHeldBobFails()
     processor = m.processor(consumer, backend, letters)
-    processor.start()
-    step_until(processor, lambda: backend.calls == 2)
-    for _ in range(50):
-        processor.step()
+    step_while_held(processor, backend, calls=2)
     assert letters.letters == []  # Ada's run, before Bob's record, is still in flight
     assert [r.run.status.value for r in m.runs.runs(key_of("bob"))] == ["failed"]
-    backend.release.set()
-    step_until(processor, lambda: consumer.committed.get(0) == 2)
-    processor.shutdown()
+    release_and_settle(processor, backend, consumer, position=2)
     assert [(x.stage, x.offset) for x in letters.letters] == [("consolidate", 1)]
     assert letters.consumed == [{TopicPartition(TOPIC, 0): 2}]
 
