@@ -6,6 +6,9 @@ synchronous, and FastAPI runs such endpoints in its thread pool. Every route but
 check needs a bearer token, and a token's organization is the only one it can touch: a
 `user_id` in a path or body names that organization's user, so another organization's user
 of the same id is simply another memory, out of reach.
+A chat turn's `POST /v1/context` that FastAPI would accept is answered by
+`memoryd.api.turn_lane` without the router, through the same `serve_turn`; every other request
+to it, and every other route, is FastAPI's.
 Corrections and events go to Kafka as events, never to Postgres directly: the API answers
 202 once Kafka has them, and memory changes when the pipeline has run. Erasures (a user, a
 fact) are done before the answer, which carries their receipt.
@@ -24,6 +27,7 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 from pydantic import AfterValidator
@@ -48,6 +52,7 @@ from memoryd.api.models import (
     Problem,
 )
 from memoryd.api.query_batches import QueryBatches
+from memoryd.api.turn_lane import TurnLane
 from memoryd.erasure import Eraser, ErasureRequest
 from memoryd.ops.health import HealthMonitor
 from producers.contract import ID_PATTERN, MAX_ID_CHARS, ContextEvent, reject_nul
@@ -169,8 +174,6 @@ def create_app(
         "to an organization and acts only on that organization's users.",
     )
     app.state.deps = deps
-    if registry is not None:
-        app.add_middleware(RequestLatencyMiddleware, metrics=HttpMetrics(registry))
 
     @app.exception_handler(RequestValidationError)
     def _invalid(_request: Request, e: RequestValidationError) -> JSONResponse:
@@ -179,7 +182,7 @@ def create_app(
 
     @app.exception_handler(DatabaseUnavailable)
     def _database_down(_request: Request, e: DatabaseUnavailable) -> JSONResponse:
-        return JSONResponse({"detail": f"database unavailable: {e}"}, status_code=503)
+        return _database_unavailable(e)
 
     @app.exception_handler(PublishError)
     def _kafka_down(_request: Request, e: PublishError) -> JSONResponse:
@@ -193,12 +196,25 @@ def create_app(
     # in arrival order on the event loop, holding no thread.
     turns = CapacityLimiter(turn_threads)
 
-    @app.post("/v1/context", tags=["read"], responses=_UNAUTHORIZED)
-    async def read_context(body: ContextRequest, deps: Deps, org: Organization) -> ContextResponse:
-        """The context of one chat turn: the rendered prompt block and what went into it."""
+    async def serve_turn(org: str, body: ContextRequest) -> ContextResponse:
+        assert deps is not None  # no route runs in the app made only for its OpenAPI document
         if deps.queries is not None:
             await deps.queries.embed(body.query)
         return await to_thread.run_sync(partial(_turn, deps, org, body), limiter=turns)
+
+    @app.post("/v1/context", tags=["read"], responses=_UNAUTHORIZED)
+    async def read_context(body: ContextRequest, org: Organization) -> ContextResponse:
+        """The context of one chat turn: the rendered prompt block and what went into it."""
+        return await serve_turn(org, body)
+
+    if deps is not None:
+        app.add_middleware(
+            TurnLane,
+            serve=serve_turn,
+            tokens=deps.tokens,
+            route=_route(app, "/v1/context"),
+            database_down=_database_unavailable,
+        )
 
     @app.get(
         "/v1/users/{user_id}/memory",
@@ -306,7 +322,19 @@ def create_app(
         deps.publisher.publish(body.events)
         return Accepted(event_ids=[e.event_id for e in body.events])
 
+    # Added last, so it is the outermost of the application's middleware: it times the turns
+    # the lane answers too.
+    if registry is not None:
+        app.add_middleware(RequestLatencyMiddleware, metrics=HttpMetrics(registry))
     return app
+
+
+def _database_unavailable(e: DatabaseUnavailable) -> JSONResponse:
+    return JSONResponse({"detail": f"database unavailable: {e}"}, status_code=503)
+
+
+def _route(app: FastAPI, path: str) -> APIRoute:
+    return next(r for r in app.routes if isinstance(r, APIRoute) and r.path == path)
 
 
 def _own_fact(deps: ApiDependencies, key: MemoryKey, fact_id: uuid.UUID) -> Fact:

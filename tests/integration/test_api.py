@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -110,6 +112,52 @@ def test_context_and_memory_for_the_right_token(deployment: Deployment) -> None:
         metrics = generate_latest(c.registry).decode()
         assert 'route="/v1/users/{user_id}/memory"' in metrics
         assert "/v1/users/ada/memory" not in metrics
+        turns = 'memoryd_http_request_seconds_count{method="POST",route="/v1/context",status='
+        assert f'{turns}"2xx"}} 1.0' in metrics
+        assert f'{turns}"4xx"}} 1.0' in metrics
+
+
+def test_the_turn_lane_and_the_framework_answer_a_turn_alike(deployment: Deployment) -> None:
+    """`application/json` takes the lane (`memoryd.api.turn_lane`); FastAPI answers the same
+    request sent as another JSON type itself."""
+    with api(deployment) as (client, c):
+        seed_core(
+            c,
+            "ada",
+            [
+                make_fact("ada", "Ada is allergic to peanuts", pinned=True),
+                make_fact("ada", "The Acme review is on Friday", connection_id="gmail"),
+                make_fact("ada", "Ada reviews designs with Bo on Fridays"),
+            ],
+            working_memory="Ada designs billing screens.",
+        )
+        body = json.dumps(
+            {
+                "user_id": "ada",
+                "query": "When is the Acme review?",
+                "active_connection_ids": ["gmail"],
+                "turn_id": "turn-7",
+            }
+        )
+        answers = []
+        for content_type in ("application/json", "application/vnd.memoryd+json"):
+            headers = {**A, "Content-Type": content_type}
+            response = client.post("/v1/context", content=body, headers=headers)
+            assert response.status_code == 200, response.text
+            assert response.headers["content-type"] == "application/json"
+            answers.append(_comparable(response.json()))
+        assert answers[0] == answers[1]
+        assert len(answers[0]["facts"]) == 3
+
+
+def _comparable(answer: dict[str, Any]) -> dict[str, Any]:
+    """The answer without what differs between two asks of one turn: the time it took, the
+    recall counters the first ask raised, and scores decayed by a few more milliseconds."""
+    del answer["latency_ms"]
+    for retrieved in answer["facts"]:
+        del retrieved["fact"]["recall_count"], retrieved["fact"]["last_recalled_at"]
+        retrieved["score"] = round(retrieved["score"], 9)
+    return answer
 
 
 def test_a_deleted_fact_is_gone_and_a_corrected_one_leaves_retrieval(
