@@ -123,41 +123,48 @@ def test_the_turn_lane_and_the_framework_answer_a_turn_alike(deployment: Deploym
     with api(deployment) as (client, c):
         seed_core(
             c,
-            "ada",
+            "cy",
             [
-                make_fact("ada", "Ada is allergic to peanuts", pinned=True),
-                make_fact("ada", "The Acme review is on Friday", connection_id="gmail"),
-                make_fact("ada", "Ada reviews designs with Bo on Fridays"),
+                make_fact("cy", "Cy is allergic to peanuts", pinned=True),
+                make_fact("cy", "The Acme review is on Friday", connection_id="gmail"),
+                make_fact("cy", "Cy reviews designs with Bo on Fridays"),
             ],
-            working_memory="Ada designs billing screens.",
+            working_memory="Cy designs billing screens.",
         )
         body = json.dumps(
             {
-                "user_id": "ada",
+                "user_id": "cy",
                 "query": "When is the Acme review?",
                 "active_connection_ids": ["gmail"],
                 "turn_id": "turn-7",
             }
         )
-        answers = []
+        answers, scores = [], []
         for content_type in ("application/json", "application/vnd.memoryd+json"):
             headers = {**A, "Content-Type": content_type}
             response = client.post("/v1/context", content=body, headers=headers)
             assert response.status_code == 200, response.text
             assert response.headers["content-type"] == "application/json"
-            answers.append(_comparable(response.json()))
+            answer, score = _comparable(response.json())
+            answers.append(answer)
+            scores.append(score)
         assert answers[0] == answers[1]
-        assert len(answers[0]["facts"]) == 3
+        assert scores[0] == pytest.approx(scores[1], rel=1e-6)
+        groups = {f["fact"]["content"]: f["group"] for f in answers[0]["facts"]}
+        assert groups["Cy is allergic to peanuts"] == "always known"
+        assert groups["The Acme review is on Friday"] == "relevant for this turn"
 
 
-def _comparable(answer: dict[str, Any]) -> dict[str, Any]:
+def _comparable(answer: dict[str, Any]) -> tuple[dict[str, Any], list[float]]:
     """The answer without what differs between two asks of one turn: the time it took, the
-    recall counters the first ask raised, and scores decayed by a few more milliseconds."""
+    recall counters the first ask raised; and apart, the scores, which a few milliseconds
+    more of recency decay move in their last digits."""
     del answer["latency_ms"]
+    scores = []
     for retrieved in answer["facts"]:
         del retrieved["fact"]["recall_count"], retrieved["fact"]["last_recalled_at"]
-        retrieved["score"] = round(retrieved["score"], 9)
-    return answer
+        scores.append(retrieved.pop("score"))
+    return answer, scores
 
 
 def test_a_deleted_fact_is_gone_and_a_corrected_one_leaves_retrieval(
