@@ -1,9 +1,9 @@
 """`POST /v1/context` answered without FastAPI's routing, for the requests it would accept.
 
 Every turn went through the router, the dependency solver, body validation through a field
-and the response model's validation and serialization: under load that was about as much of a
-worker's time as the turn's own Python (BENCHMARKS.md, API under load). The lane answers a
-request the framework would accept, the same way and with the same bytes: the body read once,
+and the response model's validation again: under load about a sixth of a worker's busy time,
+against a quarter for the turn's own Python (BENCHMARKS.md, API under load). The lane answers
+a request the framework would accept, with the same answer: the body read once,
 the bearer token looked up as `HTTPBearer` parses it, the JSON validated as `ContextRequest`
 in the mode FastAPI uses, the turn run by the endpoint's own `serve`, the model written as
 JSON. Anything else (no or unknown token, a body that does not validate, a content type
