@@ -21,7 +21,9 @@ import email.message
 import json
 from collections.abc import Awaitable, Callable
 
+from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import ValidationError
+from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -70,31 +72,20 @@ class TurnLane:
             await self._database_down(e)(scope, receive, send)
             return
         payload = answer.__pydantic_serializer__.to_json(answer)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-length", str(len(payload)).encode("latin-1")),
-                    (b"content-type", b"application/json"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+        await Response(payload, media_type="application/json")(scope, receive, send)
 
     def _accepted(self, scope: Scope, body: bytes) -> tuple[str, ContextRequest] | None:
         """(organization, request) when the framework would run the endpoint with them."""
-        content_type = _first_header(scope, b"content-type")
-        authorization = _first_header(scope, b"authorization")
+        headers = Headers(scope=scope)
+        content_type = headers.get("content-type")
+        authorization = headers.get("authorization")
         if not body or content_type is None or not authorization:
             return None
         parsed = email.message.Message()
         parsed["content-type"] = content_type
         if parsed.get_content_type() != "application/json":
             return None
-        # As `HTTPBearer`: the scheme before the first space, the rest stripped.
-        scheme, _, credentials = authorization.partition(" ")
-        credentials = credentials.strip()
+        scheme, credentials = get_authorization_scheme_param(authorization)  # as `HTTPBearer`
         if not scheme or not credentials or scheme.lower() != "bearer":
             return None
         org = self._tokens.organization(credentials)
@@ -106,13 +97,6 @@ class TurnLane:
         except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError too
             return None
         return org, request
-
-
-def _first_header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key.lower() == name:
-            return bytes(value).decode("latin-1")
-    return None
 
 
 async def _whole_body(receive: Receive) -> bytes | None:
