@@ -20,6 +20,7 @@ from pydantic_settings import (
 from consumers.settings import ProcessorSettings
 from memoryd.ops.config import MaintenanceSettings, OpsSettings
 from processors.cost import ModelPrice
+from store.embedding_models import FLOAT_PRODUCTS_MODEL, INTEGER_PRODUCTS_MODEL, ModelName
 from store.read.background import WriterSettings
 
 
@@ -129,7 +130,8 @@ def default_prices() -> dict[str, ModelPrice]:
         "gemini-2.5-flash-lite": ModelPrice(input_usd_per_mtok=0.10, output_usd_per_mtok=0.40),
         "gemini-2.5-pro": ModelPrice(input_usd_per_mtok=1.25, output_usd_per_mtok=10.0),
         "offline-deterministic-v2": ModelPrice(),
-        "all-MiniLM-L6-v2-onnx-int8": ModelPrice(usd_per_1k_embeddings=0.0),
+        INTEGER_PRODUCTS_MODEL: ModelPrice(usd_per_1k_embeddings=0.0),
+        FLOAT_PRODUCTS_MODEL: ModelPrice(usd_per_1k_embeddings=0.0),
     }
 
 
@@ -154,6 +156,10 @@ class Settings(BaseSettings):
     default_price: ModelPrice | None = None
     ops: OpsSettings = OpsSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
+    # Which graph of the shipped model embeds (store.embeddings): a Chroma collection keeps the
+    # one it was filled with, so a deployment whose collection has float-product vectors sets
+    # "all-MiniLM-L6-v2-onnx-int8" (or indexes into a new collection).
+    embedding_model: ModelName = INTEGER_PRODUCTS_MODEL
     # Threads of the embedding model (onnxruntime intra-op) in each process; 0: one per core.
     embedding_threads: int = Field(default=0, ge=0)
     log_level: str = "INFO"

@@ -91,7 +91,8 @@ def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
     pool_size = max(settings.postgres.pool_max_size, 2 * settings.processor.concurrency + 4)
     pool = make_pool(settings.postgres.dsn, max_size=pool_size)
     try:
-        embedder = CachingEmbedder(MiniLmEmbedder(intra_op_threads=settings.embedding_threads))
+        model, threads = settings.embedding_model, settings.embedding_threads
+        embedder = CachingEmbedder(MiniLmEmbedder(model_name=model, intra_op_threads=threads))
         chroma = settings.chroma
 
         def connect() -> ClientAPI:
@@ -158,11 +159,10 @@ def ensure_topics(settings: Settings) -> None:
     try:
         existing = set(admin.list_topics())
         names = [k.topic, k.dead_letter_topic]
-        missing = [
-            NewTopic(name, k.partitions, k.replication_factor, topic_configs=configs)
-            for name in names
-            if name not in existing
+        new = [
+            NewTopic(n, k.partitions, k.replication_factor, topic_configs=configs) for n in names
         ]
+        missing = [topic for topic in new if topic.name not in existing]
         if missing:
             try:
                 admin.create_topics(missing)

@@ -26,15 +26,20 @@ from chromadb.utils.embedding_functions import register_embedding_function
 from tokenizers import Tokenizer
 
 from domain.ports import Embedder, Vector
+from store.embedding_models import INTEGER_PRODUCTS_MODEL, MODEL_NAMES, ModelName
 from store.errors import EmbeddingModelError
+from store.integer_products import with_integer_products
 
-MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
+# The default graph.
+MODEL_NAME: ModelName = INTEGER_PRODUCTS_MODEL
 # Pinned here rather than read from the model package: a package update must not be able to
 # swap the model (and silently change every vector) without a change to this file.
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 DIMENSION = 384
 # sentence-transformers' max_seq_length for this model; the shipped tokenizer.json says 128.
 MAX_TOKENS = 256
+# The graph's weight products (attention's four and the feed-forward's two, in six layers).
+WEIGHT_PRODUCTS = 36
 DEFAULT_BATCH_SIZE = 32
 # How much longer than a chunk's shortest text its longest may be (see `padded_chunks`).
 PAD_RATIO = 1.25
@@ -73,15 +78,19 @@ class _Model:
 
 
 class MiniLmEmbedder:
-    """`Embedder` over the int8 ONNX all-MiniLM-L6-v2; loads lazily, safe to share by threads."""
+    """`Embedder` over the int8 ONNX all-MiniLM-L6-v2; loads lazily, safe to share by threads.
 
-    # One model, so the same for every instance; instance attributes of the `Embedder` port.
-    model_name: str = MODEL_NAME
+    `model_name` says which graph runs: `INTEGER_PRODUCTS_MODEL` (the default) or the wheel's
+    own `FLOAT_PRODUCTS_MODEL`. Their vectors are close, not equal, so a Chroma collection keeps
+    the one it was filled with (`store.chroma.vector_index`).
+    """
+
     dimension: int = DIMENSION
 
     def __init__(
         self,
         *,
+        model_name: ModelName = MODEL_NAME,
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
@@ -91,9 +100,16 @@ class MiniLmEmbedder:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if intra_op_threads < 0:
             raise ValueError(f"intra_op_threads must be >= 0, got {intra_op_threads}")
+        if model_name not in MODEL_NAMES:
+            raise ValueError(f"model_name must be one of {MODEL_NAMES}, got {model_name!r}")
+        self.model_name: str = model_name
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
-        self._batch_size = batch_size
+        # The integer graph quantizes a call's activations with one scale for the whole call,
+        # so a text run with others (or padded to a longer one) would get a vector that depends
+        # on its neighbours. One text a call keeps every text's vector its own, and alone it
+        # still costs less than the float graph in calls of 16 (BENCHMARKS.md, "Integer products").
+        self._batch_size = 1 if model_name == INTEGER_PRODUCTS_MODEL else batch_size
         self._intra_op_threads = intra_op_threads
         self._model: _Model | None = None
         self._load_lock = threading.Lock()
@@ -151,6 +167,9 @@ class MiniLmEmbedder:
             raise EmbeddingModelError(
                 f"embedding model {model_path} has sha256 {digest}, expected {MODEL_SHA256}"
             )
+        if self.model_name == INTEGER_PRODUCTS_MODEL:
+            # The bytes passed the hash check, so the graph is the one the rewrite was made for.
+            model_bytes = with_integer_products(model_bytes, expected_products=WEIGHT_PRODUCTS)
         try:
             tokenizer = Tokenizer.from_file(str(tokenizer_path))
         except Exception as e:  # tokenizers raises a bare Exception for missing or bad files
@@ -235,8 +254,9 @@ class ChromaEmbeddingFunction(EmbeddingFunction[Documents]):
         Building the MiniLM one costs nothing, as the embedder loads on first use.
         """
         ChromaEmbeddingFunction.validate_config(config)
-        if config["model_name"] == MODEL_NAME and config["dimension"] == DIMENSION:
-            return ChromaEmbeddingFunction(MiniLmEmbedder())
+        name = config["model_name"]
+        if name in MODEL_NAMES and config["dimension"] == DIMENSION:
+            return ChromaEmbeddingFunction(MiniLmEmbedder(model_name=name))
         return ChromaEmbeddingFunction(
             _AbsentEmbedder(str(config["model_name"]), int(config["dimension"]))
         )

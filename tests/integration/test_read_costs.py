@@ -9,6 +9,7 @@ import pytest
 from domain.ids import MemoryKey
 from domain.model import TokenUsage
 from memoryd import wiring
+from store.embeddings import MODEL_NAME
 from store.read.background import BatchWriter
 from store.read.context_service import ContextService
 from store.read.injection import InjectionCache
@@ -59,5 +60,5 @@ def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deploy
     embeddings = [r for r in rows if r[0] == "embedding"]
     rewrites = [r for r in rows if r[0] == "llm"]
     assert len(embeddings) == 2  # two turns, the retried one booked once
-    assert {r[1] for r in embeddings} == {"all-MiniLM-L6-v2-onnx-int8"}
+    assert {r[1] for r in embeddings} == {MODEL_NAME}
     assert rewrites == [("llm", "gemini-2.5-flash-lite", 48, "org-a")] * 2

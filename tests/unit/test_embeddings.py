@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from domain.ports import Embedder, Vector
+from store.embedding_models import FLOAT_PRODUCTS_MODEL
 from store.embeddings import (
     DIMENSION,
     MODEL_NAME,
@@ -22,6 +23,7 @@ from store.embeddings import (
     padded_chunks,
 )
 from store.errors import EmbeddingModelError
+from store.integer_products import with_integer_products
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,13 +51,20 @@ def embedder() -> MiniLmEmbedder:
     return e
 
 
+@pytest.fixture(scope="module")
+def float_graph() -> MiniLmEmbedder:
+    e = MiniLmEmbedder(model_name=FLOAT_PRODUCTS_MODEL)
+    e.load()
+    return e
+
+
 def cosine(a: Vector, b: Vector) -> float:
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 def test_satisfies_the_embedder_protocol(embedder: MiniLmEmbedder) -> None:
     as_protocol: Embedder = embedder
-    assert as_protocol.model_name == MODEL_NAME == "all-MiniLM-L6-v2-onnx-int8"
+    assert as_protocol.model_name == MODEL_NAME == "all-MiniLM-L6-v2-onnx-int8-integer-products"
     assert as_protocol.dimension == DIMENSION == 384
 
 
@@ -91,16 +100,58 @@ def test_order_is_preserved_across_length_sorting(embedder: MiniLmEmbedder) -> N
         assert cosine(vector, alone) > 0.9999, text
 
 
-def test_chunking_does_not_change_vectors(embedder: MiniLmEmbedder) -> None:
-    small_chunks = MiniLmEmbedder(batch_size=2)
-    for a, b in zip(small_chunks.embed(FACTS), embedder.embed(FACTS), strict=True):
+def test_the_float_graph_chunking_does_not_change_vectors(float_graph: MiniLmEmbedder) -> None:
+    small_chunks = MiniLmEmbedder(model_name=FLOAT_PRODUCTS_MODEL, batch_size=2)
+    for a, b in zip(small_chunks.embed(FACTS), float_graph.embed(FACTS), strict=True):
         assert cosine(a, b) > 0.9999
 
 
-def test_padding_does_not_change_a_vector(embedder: MiniLmEmbedder) -> None:
-    (alone,) = embedder.embed(["lives in Berlin"])
-    padded, _ = embedder.embed(["lives in Berlin", LONG_TEXT])
+def test_the_float_graph_padding_does_not_change_a_vector(float_graph: MiniLmEmbedder) -> None:
+    (alone,) = float_graph.embed(["lives in Berlin"])
+    padded, _ = float_graph.embed(["lives in Berlin", LONG_TEXT])
     assert cosine(alone, padded) > 0.9999
+
+
+def test_an_integer_graph_vector_is_the_same_whatever_it_is_embedded_with(
+    embedder: MiniLmEmbedder,
+) -> None:
+    # Activations are quantized with one scale per call: a text sharing a call with a longer
+    # one would get another vector.
+    (alone,) = embedder.embed(["lives in Berlin"])
+    with_others = embedder.embed([LONG_TEXT, "lives in Berlin", *FACTS])
+    assert np.array_equal(alone, with_others[1])
+    assert np.array_equal(with_others[2], alone)  # FACTS[0] is the same text
+
+
+def test_the_integer_graph_is_close_to_the_float_graph_but_another_model(
+    embedder: MiniLmEmbedder, float_graph: MiniLmEmbedder
+) -> None:
+    assert float_graph.model_name == FLOAT_PRODUCTS_MODEL != embedder.model_name
+    texts = [t for t in FACTS if t] + [LONG_TEXT]
+    for a, b in zip(embedder.embed(texts), float_graph.embed(texts), strict=True):
+        assert 0.97 < cosine(a, b) < 0.9999  # close, and not the same graph
+    # The ranking a retrieval sees agrees: each fact is nearest its own float vector.
+    ours = np.array(embedder.embed(texts))
+    theirs = np.array(float_graph.embed(texts))
+    assert list((ours @ theirs.T).argmax(axis=1)) == list(range(len(texts)))
+
+
+def test_the_rewrite_gives_the_same_graph_every_time() -> None:
+    model_bytes = default_model_path().read_bytes()
+    first = with_integer_products(model_bytes, expected_products=36)
+    assert with_integer_products(model_bytes, expected_products=36) == first
+    assert first != model_bytes
+
+
+def test_a_rewrite_that_finds_another_number_of_products_is_refused() -> None:
+    model_bytes = default_model_path().read_bytes()
+    with pytest.raises(EmbeddingModelError, match="expected 35 int8 weight products"):
+        with_integer_products(model_bytes, expected_products=35)
+
+
+def test_an_unknown_model_name_is_refused() -> None:
+    with pytest.raises(ValueError, match="model_name"):
+        MiniLmEmbedder(model_name="all-MiniLM-L6-v2")  # type: ignore[arg-type]
 
 
 def test_texts_longer_than_the_window_are_truncated_not_rejected(
@@ -157,6 +208,9 @@ def test_a_file_onnxruntime_cannot_load_is_an_embedding_model_error(
         "store.embeddings.MODEL_SHA256", hashlib.sha256(b"not an onnx model").hexdigest()
     )
     with pytest.raises(EmbeddingModelError, match="onnxruntime cannot load"):
+        MiniLmEmbedder(model_name=FLOAT_PRODUCTS_MODEL, model_path=garbage).load()
+    # The integer graph reads the graph first, to rewrite it.
+    with pytest.raises(EmbeddingModelError, match="cannot read the embedding model's graph"):
         MiniLmEmbedder(model_path=garbage).load()
 
 
@@ -201,6 +255,17 @@ def test_chroma_embedding_function_is_a_known_non_legacy_function(
     assert rebuilt.get_config() == config
     vectors = ef(["lives in Berlin"])
     assert np.allclose(vectors[0], embedder.embed(["lives in Berlin"])[0])
+
+
+def test_a_collection_of_either_graph_reads_back_with_its_own_graph(
+    float_graph: MiniLmEmbedder,
+) -> None:
+    config = {"model_name": FLOAT_PRODUCTS_MODEL, "dimension": 384}
+    rebuilt = ChromaEmbeddingFunction.build_from_config(config)
+    assert rebuilt.get_config() == config
+    assert np.array_equal(
+        rebuilt(["lives in Berlin"])[0], float_graph.embed(["lives in Berlin"])[0]
+    )
 
 
 def test_a_collection_of_another_model_reads_back_but_refuses_to_embed() -> None:
