@@ -15,6 +15,12 @@ class VectorIndexUnavailable(StoreError):
     """Chroma is unreachable or failed the request; the facts stay pending in Postgres."""
 
 
+class EmbeddingModelMismatch(VectorIndexUnavailable):
+    """The collection holds another embedding model's vectors than this process makes: the
+    index is unusable to it, as in an outage (reads go without it, facts stay pending), until
+    the setting is put right. Processes refuse to start on it when Chroma answers."""
+
+
 class EmbeddingModelError(StoreError):
     """The embedding model or its tokenizer is missing, or the model file's hash is wrong."""
 

@@ -7,6 +7,7 @@ with a signal-driven stop event; tests run them in threads with their own.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,11 +28,29 @@ from memoryd.ops.scheduler import add_cluster_jobs
 from memoryd.ops.telemetry import ClusterTelemetry
 from memoryd.settings import Settings
 from processors.schema import ConsolidationBackend
+from store.errors import EmbeddingModelMismatch, VectorIndexUnavailable
 from store.write.cluster_jobs import ClusterJobs
 from store.write.freshness import FreshnessProbe
 
 if TYPE_CHECKING:
     from memoryd.api.balanced_accept import SharedListener
+
+
+log = logging.getLogger(__name__)
+
+
+def refuse_another_models_index(c: wiring.Core) -> None:
+    """Stops a processor or an API at start-up on a collection of another embedding model, so
+    a roll-out with the wrong `EMBEDDING_MODEL` fails before it serves. A Chroma that does not
+    answer is left to the health checks: a process may start during an outage."""
+    try:
+        c.index.check_model()
+    except EmbeddingModelMismatch:
+        raise
+    except VectorIndexUnavailable as e:
+        log.warning(
+            "chroma did not answer at start-up; the embedding model is checked later: %s", e
+        )
 
 
 def kafka_admin(settings: Settings) -> KafkaAdmin:
@@ -111,6 +130,7 @@ def run_processor(
     c: wiring.Core, stop: threading.Event, backend: ConsolidationBackend | None = None
 ) -> None:
     s = c.settings
+    refuse_another_models_index(c)
     admin = kafka_admin(s)
     processor = wiring.processor(c, backend)
     jobs = ClusterJobs(c.pool, c.clock)
@@ -147,6 +167,7 @@ def run_api(c: wiring.Core, *, listener: SharedListener | None = None) -> None:
     from memoryd.api.balanced_accept import BalancedServer  # noqa: PLC0415
 
     s = c.settings
+    refuse_another_models_index(c)
     admin = kafka_admin(s)
     checks = dependency_checks(c, admin, chroma=True)
     index = 0 if listener is None else listener.index

@@ -53,6 +53,11 @@ class ReconnectingIndex:
         if client is not None:
             close_client(client)
 
+    def check_model(self) -> None:
+        """Raises `EmbeddingModelMismatch` when the collection holds another model's vectors,
+        `VectorIndexUnavailable` when Chroma does not answer."""
+        self._call(lambda i: i.check_model())
+
     def upsert(self, facts: Sequence[Fact]) -> int:
         return self._call(lambda i: i.upsert(facts))
 

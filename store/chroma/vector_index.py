@@ -26,6 +26,7 @@ from domain.reads import Scope
 from store.chroma._translate import translated
 from store.chroma.filters import build_where, memory_where
 from store.embeddings import ChromaEmbeddingFunction
+from store.errors import EmbeddingModelMismatch
 from store.exact_search import nearest
 
 DEFAULT_COLLECTION = "memory_facts"
@@ -210,13 +211,18 @@ class ChromaVectorIndex:
                 return collection.count()
             return len(collection.get(where=memory_where(key), include=[])["ids"])
 
+    def check_model(self) -> None:
+        """Raises `EmbeddingModelMismatch` if the collection holds another model's vectors."""
+        with translated("get_collection"):
+            self._get_collection()
+
     def _get_collection(self) -> Collection:
         collection = self._collection
         if collection is not None:
             return collection
         with self._lock:
             if self._collection is None:
-                self._collection = self._client.get_or_create_collection(
+                collection = self._client.get_or_create_collection(
                     self._collection_name,
                     configuration={"hnsw": {"space": "cosine"}},
                     # chromadb types the parameter over Documents | Images while every
@@ -225,6 +231,8 @@ class ChromaVectorIndex:
                         "EmbeddingFunction[Embeddable]", self._embedding_function
                     ),
                 )
+                _check_model(collection, self._embedder.model_name)
+                self._collection = collection
             return self._collection
 
     def _max_batch_size(self) -> int:
@@ -232,6 +240,20 @@ class ChromaVectorIndex:
             # A network call on the HTTP client, so asked once.
             self._batch_size = self._client.get_max_batch_size()
         return self._batch_size
+
+
+def _check_model(collection: Collection, model_name: str) -> None:
+    """Refuses a collection filled by another embedding graph: chromadb hands an existing
+    collection back whatever function it is asked with, and a query embedded by one graph
+    against vectors of another would rank by close, not equal, vectors without a word."""
+    recorded = (collection.configuration_json or {}).get("embedding_function") or {}
+    stored = (recorded.get("config") or {}).get("model_name")
+    if stored is not None and stored != model_name:
+        raise EmbeddingModelMismatch(
+            f"Chroma collection {collection.name} holds vectors of {stored}, this process "
+            f"embeds with {model_name}: set MEMORYD_EMBEDDING_MODEL={stored}, or index into "
+            f"a new collection"
+        )
 
 
 def _plain_metadata(metadata: Mapping[str, object] | None) -> dict[str, MetadataValue]:

@@ -6,11 +6,14 @@ outage tests need a server they may stop or freeze, so they start their own.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import httpx
 import pytest
@@ -19,12 +22,21 @@ from chromadb.errors import ChromaError
 
 from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import FactStatus
-from domain.ports import VectorHit
+from domain.ports import Embedder, VectorHit
 from domain.reads import Scope
-from store.chroma import ChromaVectorIndex, close_client, embedded_client, http_client
+from memoryd import wiring
+from memoryd.ops.runtime import refuse_another_models_index
+from store.chroma import (
+    ChromaVectorIndex,
+    ReconnectingIndex,
+    close_client,
+    embedded_client,
+    http_client,
+)
 from store.chroma.filters import build_where
-from store.embeddings import MiniLmEmbedder
-from store.errors import VectorIndexUnavailable
+from store.embedding_models import FLOAT_PRODUCTS_MODEL
+from store.embeddings import MODEL_NAME, MiniLmEmbedder
+from store.errors import EmbeddingModelMismatch, VectorIndexUnavailable
 from tests.support.builders import key_of, make_fact, nearest
 from tests.support.chroma import DisposableChroma, free_port
 from tests.support.fakes import LetterCountEmbedder
@@ -136,9 +148,6 @@ def collection_name(client: ClientAPI) -> Iterator[str]:
 
 
 @integration
-@integration
-@integration
-@integration
 def test_upsert_respects_the_batch_size(
     client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
 ) -> None:
@@ -152,15 +161,6 @@ def test_upsert_respects_the_batch_size(
     assert index.count() == 0
 
 
-@integration
-@integration
-@integration
-@integration
-@integration
-@integration
-@integration
-@integration
-@integration
 @integration
 def test_a_second_index_reads_the_same_collection(
     client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
@@ -193,6 +193,51 @@ def test_any_embedder_can_back_the_index(client: ClientAPI, collection_name: str
     (best, _) = nearest(index, key_of("u1"), "aaab")
     assert best.content == "aaaa"
     assert ChromaVectorIndex(client, LetterCountEmbedder(), collection_name).count() == 2
+
+
+@integration
+def test_a_collection_of_the_other_graph_is_refused_not_mixed(
+    client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
+) -> None:
+    ChromaVectorIndex(client, embedder, collection_name).upsert(
+        [make_fact("u1", "lives in Berlin")]
+    )
+    float_graph = MiniLmEmbedder(model_name=FLOAT_PRODUCTS_MODEL)
+    other = ChromaVectorIndex(client, float_graph, collection_name)
+    with pytest.raises(EmbeddingModelMismatch, match=f"MEMORYD_EMBEDDING_MODEL={MODEL_NAME}"):
+        nearest(other, key_of("u1"), "Berlin")
+    with pytest.raises(EmbeddingModelMismatch):
+        other.upsert([make_fact("u1", "likes green tea")])
+    assert ChromaVectorIndex(client, embedder, collection_name).count() == 1
+
+
+@integration
+def test_a_process_refuses_to_start_on_the_other_graphs_collection(
+    chroma_url: str, embedder: MiniLmEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    collection_name = f"facts-{uuid.uuid4().hex[:12]}"
+
+    def connect() -> ClientAPI:
+        return http_client(chroma_url)  # a client per index: a failing index closes its own
+
+    def starting(model: Embedder, connect: Callable[[], ClientAPI] = connect) -> None:
+        index = ReconnectingIndex(connect, model, collection_name)
+        try:
+            refuse_another_models_index(cast("wiring.Core", SimpleNamespace(index=index)))
+        finally:
+            index.close()
+
+    filled = ReconnectingIndex(connect, embedder, collection_name)
+    filled.upsert([make_fact("u1", "lives in Berlin")])
+    filled.close()
+
+    starting(embedder)
+    with pytest.raises(EmbeddingModelMismatch, match=collection_name):
+        starting(MiniLmEmbedder(model_name=FLOAT_PRODUCTS_MODEL))
+    # Chroma not answering is an outage the process may start in, not a reason to stop.
+    with caplog.at_level(logging.WARNING, logger="memoryd.ops.runtime"):
+        starting(embedder, lambda: http_client(f"http://127.0.0.1:{free_port()}"))
+    assert "the embedding model is checked later" in caplog.text
 
 
 # --- outages: a server of our own that the test may stop or freeze --------------------------------
