@@ -239,7 +239,8 @@ def run(args: argparse.Namespace) -> tuple[list[Level], str]:
     base = Settings()
     per_user = sorted(int(s) for s in args.facts_per_user.split(","))
     population = Population.at(args.facts, per_user, args.heavy_users)
-    pool = synthetic.TextPool.embedded(args.distinct_texts, MiniLmEmbedder(), args.seed)
+    embedder = MiniLmEmbedder(model_name=base.embedding_model)
+    pool = synthetic.TextPool.embedded(args.distinct_texts, embedder, args.seed)
     token = secrets.token_urlsafe(24)
     levels: list[Level] = []
     with services.endpoints(args, base, kafka=True) as ends:

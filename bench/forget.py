@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     began = time.perf_counter()
     base = Settings()
-    embedder = CachingEmbedder(MiniLmEmbedder())
+    embedder = CachingEmbedder(MiniLmEmbedder(model_name=base.embedding_model))
     pool = TextPool.embedded(DISTINCT_TEXTS, embedder, args.seed)
     forgotten = [f"forget-{i}" for i in range(args.repeats)]
     background = [f"stay-{i}" for i in range(args.background_users)]

@@ -213,7 +213,8 @@ def run(
     args: argparse.Namespace, sizes: Sequence[int], per_user: Sequence[int], began: float
 ) -> Results:
     base = Settings()
-    pool = synthetic.TextPool.embedded(args.distinct_texts, MiniLmEmbedder(), args.seed)
+    embedder = MiniLmEmbedder(model_name=base.embedding_model)
+    pool = synthetic.TextPool.embedded(args.distinct_texts, embedder, args.seed)
     out = Results([], [], [], [], [])
     with services.endpoints(args, base, kafka=False) as ends:
         run_id = services.run_id()

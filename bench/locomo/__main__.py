@@ -36,6 +36,7 @@ from bench.locomo.metrics import (
     summarize,
 )
 from memoryd.settings import ChromaSettings, KafkaSettings, MetricsSettings, Settings
+from store.embedding_models import ModelName
 from store.embeddings import MiniLmEmbedder
 
 MEMORYD = "memoryd (deep)"
@@ -69,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             settings = _settings(base, ends, dsn, collection, run)
             report = ingest(settings, conversations, args.timeout)
             retrievals = ask(settings, questions, max(KS))
-    baselines = _baselines(conversations, questions)
+    baselines = _baselines(conversations, questions, base.embedding_model)
     print(_report(args.path, settings, conversations, questions, report, retrievals, baselines))
     if args.json_out is not None:
         document = json_summary(report, retrievals)
@@ -109,9 +110,10 @@ def _settings(
 
 
 def _baselines(
-    conversations: Sequence[Conversation], questions: Sequence[Question]
+    conversations: Sequence[Conversation], questions: Sequence[Question], model: ModelName
 ) -> list[Answer]:
-    embedder = MiniLmEmbedder()
+    # The dense baseline embeds with the graph memoryd indexes with.
+    embedder = MiniLmEmbedder(model_name=model)
     answers = []
     for conv in conversations:
         asked = [q for q in questions if q.sample_id == conv.sample_id]
