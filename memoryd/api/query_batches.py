@@ -1,8 +1,10 @@
 """Embedding the queries of concurrent chat turns together.
 
-The model costs less per text in a call of several (int8 MiniLM on one thread: 3.6 ms for one
-query, 2.4 ms each in fours, 2.1 ms in eights; BENCHMARKS.md), and a worker under load has
-several turns in flight. Each turn's query is queued on the event loop; one model thread
+A worker under load has several turns in flight. The float graph of the model costs less per
+text in a call of several (one thread: 3.6 ms for one query, 2.4 ms each in fours, 2.1 ms in
+eights); the integer graph, the default, runs a call's texts one by one (1.3 ms each), and
+batching still pays there: one hand-off to the model thread for several turns (BENCHMARKS.md,
+"The model's integer products"). Each turn's query is queued on the event loop; one model thread
 embeds whatever is queued, in one call, while the next turns queue behind it. A turn alone
 waits for no one: with nothing running, its query goes to the model at once.
 
