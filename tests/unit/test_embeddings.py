@@ -282,6 +282,15 @@ def test_a_malformed_config_is_refused() -> None:
         ChromaEmbeddingFunction.build_from_config({"dimension": 384})
 
 
+def test_the_integer_graph_runs_on_one_thread_unless_told(float_graph: MiniLmEmbedder) -> None:
+    def threads(e: MiniLmEmbedder) -> int:
+        return int(e._loaded().session.get_session_options().intra_op_num_threads)
+
+    assert threads(MiniLmEmbedder()) == 1
+    assert threads(MiniLmEmbedder(intra_op_threads=2)) == 2
+    assert threads(float_graph) == 0  # onnxruntime's default: one per core
+
+
 def test_idle_intra_op_threads_do_not_spin() -> None:
     embedder = MiniLmEmbedder()
     session = embedder._loaded().session
