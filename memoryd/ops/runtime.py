@@ -41,8 +41,8 @@ log = logging.getLogger(__name__)
 
 def refuse_another_models_index(c: wiring.Core) -> None:
     """Stops a processor or an API at start-up on a collection of another embedding model, so
-    a roll-out with the wrong `EMBEDDING_MODEL` fails before it serves. A Chroma that does not
-    answer is left to the health checks: a process may start during an outage."""
+    a roll-out with the wrong `MEMORYD_EMBEDDING_MODEL` fails before it serves. A Chroma that
+    does not answer is left to the health checks: a process may start during an outage."""
     try:
         c.index.check_model()
     except EmbeddingModelMismatch:
