@@ -110,8 +110,9 @@ class MiniLmEmbedder:
         # on its neighbours. One text a call keeps every text's vector its own, and alone it
         # still costs less than the float graph in calls of 16 (BENCHMARKS.md, "Integer products").
         self._batch_size = 1 if model_name == INTEGER_PRODUCTS_MODEL else batch_size
-        # One short text a call is too little work to split over threads: the integer graph took
-        # 1.3 ms a text on one thread and 2.0 ms on two here (BENCHMARKS.md, "Integer products").
+        # One short text a call is too little work to split over threads: here a short sentence
+        # took 1.3 ms on one thread and 2.0 on two, a 20-word text 2.2 ms either way but 3.0 ms
+        # of CPU on two against 2.2 on one (BENCHMARKS.md, "Integer products").
         if intra_op_threads == 0 and model_name == INTEGER_PRODUCTS_MODEL:
             intra_op_threads = 1
         self._intra_op_threads = intra_op_threads
