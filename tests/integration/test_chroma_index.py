@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
+from typing import TypeVar, cast
 
 import httpx
 import pytest
@@ -44,6 +44,7 @@ from tests.support.fakes import LetterCountEmbedder
 integration = pytest.mark.integration
 
 OUTAGE_BOUND_S = 5.0
+_Index = TypeVar("_Index", ChromaVectorIndex, ReconnectingIndex)
 
 
 def contents(hits: Sequence[VectorHit]) -> set[str]:
@@ -161,13 +162,17 @@ def test_upsert_respects_the_batch_size(
     assert index.count() == 0
 
 
+def _with_berlin(index: _Index) -> _Index:
+    """`index` holding one fact of u1, "lives in Berlin"."""
+    index.upsert([make_fact("u1", "lives in Berlin")])
+    return index
+
+
 @integration
 def test_a_second_index_reads_the_same_collection(
     client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
 ) -> None:
-    ChromaVectorIndex(client, embedder, collection_name).upsert(
-        [make_fact("u1", "lives in Berlin")]
-    )
+    _with_berlin(ChromaVectorIndex(client, embedder, collection_name))
     # A new index object reads the stored collection config back (our function, by name).
     again = ChromaVectorIndex(client, embedder, collection_name)
     assert again.count() == 1
@@ -199,9 +204,7 @@ def test_any_embedder_can_back_the_index(client: ClientAPI, collection_name: str
 def test_a_collection_of_the_other_graph_is_refused_not_mixed(
     client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
 ) -> None:
-    ChromaVectorIndex(client, embedder, collection_name).upsert(
-        [make_fact("u1", "lives in Berlin")]
-    )
+    _with_berlin(ChromaVectorIndex(client, embedder, collection_name))
     float_graph = MiniLmEmbedder(model_name=FLOAT_PRODUCTS_MODEL)
     other = ChromaVectorIndex(client, float_graph, collection_name)
     with pytest.raises(EmbeddingModelMismatch, match=f"MEMORYD_EMBEDDING_MODEL={MODEL_NAME}"):
@@ -227,9 +230,7 @@ def test_a_process_refuses_to_start_on_the_other_graphs_collection(
         finally:
             index.close()
 
-    filled = ReconnectingIndex(connect, embedder, collection_name)
-    filled.upsert([make_fact("u1", "lives in Berlin")])
-    filled.close()
+    _with_berlin(ReconnectingIndex(connect, embedder, collection_name)).close()
 
     starting(embedder)
     with pytest.raises(EmbeddingModelMismatch, match=collection_name):
@@ -256,7 +257,7 @@ def _berlin_on(server: DisposableChroma, embedder: MiniLmEmbedder) -> Iterator[C
     """A client of server (1 s timeout) whose default index holds "lives in Berlin"."""
     client = http_client(server.url, timeout_s=1.0)
     try:
-        ChromaVectorIndex(client, embedder).upsert([make_fact("u1", "lives in Berlin")])
+        _with_berlin(ChromaVectorIndex(client, embedder))
         yield client
     finally:
         close_client(client)
