@@ -70,7 +70,7 @@ def measure_load(model: ModelName, threads: int, repeats: int = 3) -> float:
     """Median seconds for hash check + tokenizer + ONNX session, on a fresh embedder."""
     times = []
     for _ in range(repeats):
-        embedder = MiniLmEmbedder(model_name=model, intra_op_threads=threads)
+        embedder = MiniLmEmbedder(model_name=model, threads=threads)
         started = time.perf_counter()
         embedder.load()
         times.append(time.perf_counter() - started)

@@ -160,8 +160,9 @@ class Settings(BaseSettings):
     # one it was filled with, so a deployment whose collection has float-product vectors sets
     # "all-MiniLM-L6-v2-onnx-int8" (or indexes into a new collection).
     embedding_model: ModelName = INTEGER_PRODUCTS_MODEL
-    # Threads of the embedding model (onnxruntime intra-op) in each process; 0: one per core for
-    # the float graph, one for the integer graph (its calls are one short text each).
+    # Cores one call of the embedding model may use (store.embeddings.MiniLmEmbedder); 0: one
+    # per core. The float graph splits each model run over them, the integer graph runs that
+    # many of a call's texts side by side.
     embedding_threads: int = Field(default=0, ge=0)
     log_level: str = "INFO"
     # json: one JSON object a line, ids as fields (production); text: for a terminal.

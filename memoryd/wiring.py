@@ -92,7 +92,7 @@ def core(settings: Settings, clock: Clock = utc_clock) -> Iterator[Core]:
     pool = make_pool(settings.postgres.dsn, max_size=pool_size)
     try:
         model, threads = settings.embedding_model, settings.embedding_threads
-        embedder = CachingEmbedder(MiniLmEmbedder(model_name=model, intra_op_threads=threads))
+        embedder = CachingEmbedder(MiniLmEmbedder(model_name=model, threads=threads))
         chroma = settings.chroma
 
         def connect() -> ClientAPI:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,28 +96,33 @@ class MiniLmEmbedder:
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        intra_op_threads: int = 0,
+        threads: int = 0,
     ) -> None:
+        """`threads`: the cores one call may use; 0 is one per core. The float graph gives them
+        to onnxruntime (intra-op threads of each model run); the integer graph runs that many
+        of a call's texts at once, each on one thread."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if intra_op_threads < 0:
-            raise ValueError(f"intra_op_threads must be >= 0, got {intra_op_threads}")
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0, got {threads}")
         if model_name not in MODEL_NAMES:
             raise ValueError(f"model_name must be one of {MODEL_NAMES}, got {model_name!r}")
         self.model_name: str = model_name
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
+        integer = model_name == INTEGER_PRODUCTS_MODEL
         # The integer graph quantizes a call's activations with one scale for the whole call,
         # so a text run with others (or padded to a longer one) would get a vector that depends
         # on its neighbours. One text a call keeps every text's vector its own, and alone it
         # still costs less than the float graph in calls of 16 (BENCHMARKS.md, "Integer products").
-        self._batch_size = 1 if model_name == INTEGER_PRODUCTS_MODEL else batch_size
-        # One short text a call is too little work to split over threads: here a short sentence
-        # took 1.3 ms on one thread and 2.0 on two, a 20-word text 2.2 ms either way but 3.0 ms
-        # of CPU on two against 2.2 on one (BENCHMARKS.md, "Integer products").
-        if intra_op_threads == 0 and model_name == INTEGER_PRODUCTS_MODEL:
-            intra_op_threads = 1
-        self._intra_op_threads = intra_op_threads
+        self._batch_size = 1 if integer else batch_size
+        # One short text is too little work to split over threads (a short sentence took 1.3 ms
+        # on one thread and 2.0 on two; a 20-word text 2.2 ms either way but 3.0 ms of CPU on
+        # two against 2.2 on one), but a call's texts are independent runs: five on two threads
+        # took 4.3 ms instead of 6.7 (BENCHMARKS.md, "Integer products", "Texts side by side").
+        self._intra_op_threads = 1 if integer else threads
+        self._side_by_side = (threads or os.cpu_count() or 1) if integer else 1
+        self._runner: ThreadPoolExecutor | None = None
         self._model: _Model | None = None
         self._load_lock = threading.Lock()
 
@@ -132,8 +139,14 @@ class MiniLmEmbedder:
         encodings = model.tokenizer.encode_batch(list(texts))
         lengths = [len(e.ids) for e in encodings]
         out: list[Vector] = [np.empty(0, dtype=np.float32)] * len(texts)
-        for chunk in padded_chunks(lengths, self._batch_size):
-            vectors = self._run(model, [encodings[i].ids for i in chunk])
+        chunks = padded_chunks(lengths, self._batch_size)
+
+        def run(chunk: list[int]) -> npt.NDArray[np.float32]:
+            return self._run(model, [encodings[i].ids for i in chunk])
+
+        runner = self._runner if len(chunks) > 1 else None
+        results = runner.map(run, chunks) if runner is not None else map(run, chunks)
+        for chunk, vectors in zip(chunks, results, strict=True):
             for row, index in enumerate(chunk):
                 out[index] = vectors[row]
         return out
@@ -157,6 +170,9 @@ class MiniLmEmbedder:
             return model
         with self._load_lock:
             if self._model is None:
+                if self._side_by_side > 1:
+                    # onnxruntime lets one session run from several threads at once.
+                    self._runner = ThreadPoolExecutor(self._side_by_side, "embedding")
                 self._model = self._load()
             return self._model
 

@@ -282,13 +282,22 @@ def test_a_malformed_config_is_refused() -> None:
         ChromaEmbeddingFunction.build_from_config({"dimension": 384})
 
 
-def test_the_integer_graph_runs_on_one_thread_unless_told(float_graph: MiniLmEmbedder) -> None:
-    def threads(e: MiniLmEmbedder) -> int:
+def test_threads_split_a_float_run_but_run_integer_texts_side_by_side(
+    float_graph: MiniLmEmbedder,
+) -> None:
+    def intra_op(e: MiniLmEmbedder) -> int:
         return int(e._loaded().session.get_session_options().intra_op_num_threads)
 
-    assert threads(MiniLmEmbedder()) == 1
-    assert threads(MiniLmEmbedder(intra_op_threads=2)) == 2
-    assert threads(float_graph) == 0  # onnxruntime's default: one per core
+    assert intra_op(MiniLmEmbedder(threads=3)) == 1  # the integer graph: one thread a run
+    assert intra_op(MiniLmEmbedder(model_name=FLOAT_PRODUCTS_MODEL, threads=3)) == 3
+    assert intra_op(float_graph) == 0  # onnxruntime's default: one per core
+
+
+def test_texts_side_by_side_get_the_vectors_they_get_one_by_one() -> None:
+    one_by_one = MiniLmEmbedder(threads=1).embed(FACTS)
+    side_by_side = MiniLmEmbedder(threads=3).embed(FACTS)
+    for text, a, b in zip(FACTS, one_by_one, side_by_side, strict=True):
+        assert np.array_equal(a, b), text
 
 
 def test_idle_intra_op_threads_do_not_spin() -> None:
