@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from psycopg_pool import ConnectionPool
 
 from domain.ids import MemoryKey
 from domain.model import Fact
-from domain.ports import Embedder, FactQuery, RelatedFacts, VectorIndex
+from domain.ports import Embedder, FactQuery, RelatedFacts, Vector, VectorIndex
 from domain.reads import Scope
 from store import fact_rows
 from store.candidate_ranking import CONSOLIDATION_STATUSES, fuse, nearest_ids
@@ -59,14 +60,26 @@ class HybridFactSearch:
         if not queries or limit <= 0:
             return RelatedFacts(tuple(() for _ in queries))
         scopes = {q.connection_id: _scope(key, q.connection_id) for q in queries}
-        degraded = None
-        try:
-            dense = self._dense(scopes, queries, limit)
-        except VectorIndexUnavailable as e:
-            dense, degraded = [[] for _ in queries], f"vector index unavailable: {e}"
-        keyword = self._reads.keyword_searches(
-            [(scopes[q.connection_id], q.text) for q in queries], limit
-        )
+        indexed = {
+            c: self._reads.indexed_ids(s, EXACT_SEARCH_MAX_FACTS + 1) for c, s in scopes.items()
+        }
+        exact = {c for c, ids in indexed.items() if 0 < len(ids) <= EXACT_SEARCH_MAX_FACTS}
+        members = [i for i, q in enumerate(queries) if q.connection_id in exact]
+        texts = [queries[i].text for i in members]
+        # The queries are embedded on a thread of their own while this one waits for Postgres
+        # and Chroma: in a flush of five observations the model took 10-15 ms, the keyword
+        # search and Chroma's vectors 5-6 ms (bench.processor --history 1). Leaving the block
+        # waits for that thread; where the vectors are used, `result()` raises what it raised.
+        with ThreadPoolExecutor(1, "candidate-queries") as side:
+            vectors = side.submit(self._embedder.embed, texts) if texts else None
+            keyword = self._reads.keyword_searches(
+                [(scopes[q.connection_id], q.text) for q in queries], limit
+            )
+            degraded = None
+            try:
+                dense = self._dense(scopes, indexed, queries, limit, members, vectors)
+            except VectorIndexUnavailable as e:
+                dense, degraded = [[] for _ in queries], f"vector index unavailable: {e}"
         truth = self._current(scopes, queries, dense, keyword)
         ranked = []
         for query, dense_ids, keyword_facts in zip(queries, dense, keyword, strict=True):
@@ -80,26 +93,29 @@ class HybridFactSearch:
     def _dense(
         self,
         scopes: Mapping[str | None, Scope],
+        indexed: Mapping[str | None, Sequence[uuid.UUID]],
         queries: Sequence[FactQuery],
         limit: int,
+        members: Sequence[int],
+        vectors: Future[list[Vector]] | None,
     ) -> list[list[uuid.UUID]]:
-        """Per query, its nearest facts: all queries of a scope scored in one matrix product
-        while the scope holds few facts, else one filtered ANN query each."""
+        """Per query, its nearest facts: in a scope of few facts its vector (`members`' are
+        being computed in `vectors`) scored against the scope's stored ones, else one filtered
+        ANN query each."""
         out: list[list[uuid.UUID]] = [[] for _ in queries]
-        for connection, scope in scopes.items():
-            members = [i for i, q in enumerate(queries) if q.connection_id == connection]
-            ids = self._reads.indexed_ids(scope, EXACT_SEARCH_MAX_FACTS + 1)
+        stored: dict[str | None, Mapping[uuid.UUID, Vector]] = {}
+        for connection, ids in indexed.items():
             if len(ids) > EXACT_SEARCH_MAX_FACTS:
-                for i in members:
-                    hits = self._index.query(scope, queries[i].text, limit)
-                    out[i] = [h.fact_id for h in hits]
-                continue
-            stored = self._index.embeddings(ids) if ids else {}
-            if not stored:
-                continue
-            vectors = self._embedder.embed([queries[i].text for i in members])
-            for i, vector in zip(members, vectors, strict=True):
-                out[i] = nearest_ids(stored, vector, limit)
+                for i, query in enumerate(queries):
+                    if query.connection_id == connection:
+                        hits = self._index.query(scopes[connection], query.text, limit)
+                        out[i] = [h.fact_id for h in hits]
+            elif ids:
+                stored[connection] = self._index.embeddings(ids)
+        if vectors is not None and any(stored.values()):
+            for i, vector in zip(members, vectors.result(), strict=True):
+                if vectors_of_scope := stored.get(queries[i].connection_id):
+                    out[i] = nearest_ids(vectors_of_scope, vector, limit)
         return out
 
     def _current(

@@ -14,7 +14,7 @@ from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.ports import FactQuery, FactSearch, Vector, VectorHit
 from memoryd import wiring
-from store.errors import VectorIndexUnavailable
+from store.errors import EmbeddingModelError, VectorIndexUnavailable
 from store.inmemory import InMemoryFactSearch
 from store.read import candidate_search
 from store.read.candidate_search import HybridFactSearch
@@ -131,6 +131,26 @@ def test_with_chroma_down_the_keyword_side_still_answers(deployment: Deployment)
         assert found.degraded is not None
         assert "chroma is down" in found.degraded
         assert found.ranked[0][0].fact_id == DENTIST.fact_id
+
+    deployment.with_core(check)
+
+
+class BrokenModel:
+    model_name = "broken"
+    dimension = 384
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        raise EmbeddingModelError("cannot read the model file")
+
+
+def test_a_model_failure_while_postgres_answers_is_raised(deployment: Deployment) -> None:
+    # The queries are embedded on a thread of their own: its error must not be lost there.
+    def check(c: wiring.Core) -> None:
+        c.memory.insert_facts(FACTS)
+        wiring.indexer(c).drain_pending()
+        search = HybridFactSearch(c.pool, PostgresReadModel(c.pool), c.index, BrokenModel())
+        with pytest.raises(EmbeddingModelError, match="cannot read the model file"):
+            search.related(KEY, [FactQuery("my dentist Dr. Alvarez")], limit=3)
 
     deployment.with_core(check)
 
