@@ -106,12 +106,12 @@ def query_latencies_ms(embedder: MiniLmEmbedder, queries: Sequence[str]) -> list
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=MODEL_NAMES, default=MODEL_NAME, help="the graph")
-    parser.add_argument("--threads", type=int, default=0, help="ORT intra-op threads, 0 = auto")
+    parser.add_argument("--threads", type=int, default=0, help="cores a call may use (MEMORYD_EMBEDDING_THREADS), 0 = one per core")
     parser.add_argument("--queries", type=int, default=200)
     args = parser.parse_args(argv)
 
     load_s = measure_load(args.model, args.threads)
-    embedder = MiniLmEmbedder(model_name=args.model, intra_op_threads=args.threads)
+    embedder = MiniLmEmbedder(model_name=args.model, threads=args.threads)
     embedder.load()
     texts = fact_texts(1024)
     embedder.embed(texts[:64])  # warm-up: first runs allocate ORT's arenas
