@@ -106,7 +106,12 @@ def query_latencies_ms(embedder: MiniLmEmbedder, queries: Sequence[str]) -> list
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=MODEL_NAMES, default=MODEL_NAME, help="the graph")
-    parser.add_argument("--threads", type=int, default=0, help="cores a call may use (MEMORYD_EMBEDDING_THREADS), 0 = one per core")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="cores a call may use (MEMORYD_EMBEDDING_THREADS), 0 = one per core",
+    )
     parser.add_argument("--queries", type=int, default=200)
     args = parser.parse_args(argv)
 
