@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     words = [len(t.split()) for t in texts]
     load_1m, _, _ = os.getloadavg()
     print(
-        f"Embedder {embedder.model_name}, intra-op threads {args.threads or 'auto'}, "
+        f"Embedder {embedder.model_name}, threads {args.threads or 'one per core'}, "
         f"{os.cpu_count()} CPUs ({platform.machine()}), load average {load_1m:.1f} at the end; "
         f"texts of {min(words)}-{max(words)} words (mean {statistics.mean(words):.0f})\n"
     )
