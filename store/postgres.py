@@ -34,7 +34,6 @@ def make_pool(
     dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "memoryd"
 ) -> ConnectionPool:
     """Open a pool and wait until it has a working connection, or raise DatabaseUnavailable."""
-    reuse = ReuseCheck()
     pool = ConnectionPool(
         dsn,
         min_size=min_size,
@@ -43,8 +42,7 @@ def make_pool(
         open=False,
         kwargs={"autocommit": False},
         # A pooled connection that died with the server is replaced, not handed out.
-        check=reuse.check,
-        reset=reuse.returned,
+        check=ReuseCheck().check,
     )
     try:
         pool.open(wait=True, timeout=15)
@@ -58,27 +56,31 @@ class ReuseCheck:
     """The pool's check at checkout: a round trip only for a connection that sat idle.
 
     A consolidation takes a connection some 30 times; checking each with a round trip
-    lengthened every flush by as many (bench.processor). One given back less than
-    `fresh_s` ago worked then; if the server went away since, its first statement fails with
-    `OperationalError` (`DatabaseUnavailable`, retried) and the pool discards it.
+    lengthened every flush by as many (bench.processor). One last checked out less than
+    `fresh_s` ago has run statements since, so it worked less than `fresh_s` ago; if the server
+    went away since, its first statement fails with `OperationalError` (`DatabaseUnavailable`,
+    retried) and the pool discards it.
+
+    Timed from the checkout, not the return: with a callback at return (`reset`) psycopg_pool
+    hands every returned connection to its worker threads, and the connection is not back in
+    the pool until one of them gets the GIL from a busy process (BENCHMARKS.md, "Connections
+    given back at once").
     """
 
     def __init__(self, fresh_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._fresh_s = fresh_s
         self._clock = clock
-        self._returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        self._checked_out: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
-    def returned(self, conn: psycopg.Connection[Any]) -> None:
-        with self._lock:
-            self._returned[conn] = self._clock()
-
     def check(self, conn: psycopg.Connection[Any]) -> None:
+        now = self._clock()
         with self._lock:
-            at = self._returned.pop(conn, None)
+            last = self._checked_out.get(conn)
+            self._checked_out[conn] = now
         if conn.closed or conn.broken:
             raise psycopg.OperationalError("the pooled connection is closed")
-        if at is None or self._clock() - at >= self._fresh_s:
+        if last is None or now - last >= self._fresh_s:
             ConnectionPool.check_connection(conn)
 
 

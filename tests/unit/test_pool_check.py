@@ -28,37 +28,47 @@ class Clock:
 
 
 @pytest.mark.parametrize(
-    ("returned_ago", "round_trips"),
-    [(None, 1), (0.0, 0), (0.9, 0), (1.0, 1), (60.0, 1)],
+    ("checked_out_ago", "round_trips"),
+    [(0.0, 0), (0.9, 0), (1.0, 1), (60.0, 1)],
 )
 def test_only_a_connection_idle_for_a_while_is_checked_with_a_round_trip(
-    returned_ago: float | None, round_trips: int
+    checked_out_ago: float, round_trips: int
 ) -> None:
     clock = Clock()
     reuse = ReuseCheck(fresh_s=1.0, clock=clock)
     conn: Any = FakeConnection()
-    if returned_ago is not None:
-        reuse.returned(conn)
-        clock.now += returned_ago
+    reuse.check(conn)
+    clock.now += checked_out_ago
+    conn.statements.clear()
     reuse.check(conn)
     assert len(conn.statements) == round_trips
     assert conn.autocommit is False  # left as the pool hands it out
 
 
-def test_a_second_checkout_after_no_return_is_checked_again() -> None:
-    reuse = ReuseCheck(fresh_s=1.0, clock=Clock())
+def test_a_connection_never_checked_out_is_checked_with_a_round_trip() -> None:
     conn: Any = FakeConnection()
-    reuse.returned(conn)
-    reuse.check(conn)
-    reuse.check(conn)
+    ReuseCheck(fresh_s=1.0, clock=Clock()).check(conn)
+    assert len(conn.statements) == 1
+
+
+def test_each_checkout_restarts_the_clock() -> None:
+    clock = Clock()
+    reuse = ReuseCheck(fresh_s=1.0, clock=clock)
+    conn: Any = FakeConnection()
+    for _ in range(5):
+        reuse.check(conn)
+        clock.now += 0.6  # never 1 s from the previous checkout, 3 s from the first
     assert len(conn.statements) == 1
 
 
 @pytest.mark.parametrize("state", [{"closed": True}, {"broken": True}])
 def test_a_closed_or_broken_connection_is_refused_even_when_fresh(state: dict[str, bool]) -> None:
     reuse = ReuseCheck(fresh_s=1.0, clock=Clock())
-    conn: Any = FakeConnection(**state)
-    reuse.returned(conn)
+    conn: Any = FakeConnection()
+    reuse.check(conn)
+    for name, value in state.items():
+        setattr(conn, name, value)
+    conn.statements.clear()
     with pytest.raises(psycopg.OperationalError):
         reuse.check(conn)
     assert conn.statements == []
