@@ -46,6 +46,7 @@ from domain.model import Fact
 from domain.ports import Embedder
 from memoryd import wiring
 from memoryd.erasure import ErasureRequest
+from memoryd.ops.topics import ensure_topics
 from memoryd.settings import ChromaSettings, KafkaSettings, MetricsSettings, Settings
 from store.embeddings import CachingEmbedder, MiniLmEmbedder
 
@@ -198,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "metrics": MetricsSettings(enabled=False),
                 }
             )
-            wiring.ensure_topics(settings)
+            ensure_topics(settings)
             with wiring.core(settings) as c:
                 started = time.perf_counter()
                 load(

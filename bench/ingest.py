@@ -40,6 +40,7 @@ import numpy as np
 from bench import ingest_workers, services
 from bench.locomo.metrics import markdown_table
 from memoryd import wiring
+from memoryd.ops.topics import ensure_topics
 from memoryd.settings import ChromaSettings, Settings
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
 
@@ -153,7 +154,7 @@ def throughput(
     settings: Settings, total: int, users: int, producers: int, writers: int, seed: str = "log"
 ) -> dict[str, float]:
     """Producers and writers at once: events/s from the first publish to the last row."""
-    wiring.ensure_topics(settings)
+    ensure_topics(settings)
     with wiring.core(settings) as c, ingest_workers.writers(settings, writers) as w:
         sent = ingest_workers.publish(settings, EventMaker(users, seed), total, producers)
         _, _, done = _Progress(c, settings.kafka.topic).wait_all(total, 900)
@@ -173,7 +174,7 @@ def drain(
     settings: Settings, total: int, users: int, producers: int, writers: int
 ) -> dict[str, float]:
     """Kafka -> Postgres alone: the events wait on the topic, then the writers start."""
-    wiring.ensure_topics(settings)
+    ensure_topics(settings)
     ingest_workers.publish(settings, EventMaker(users, "drain"), total, producers)
     with wiring.core(settings) as c, ingest_workers.writers(settings, writers) as w:
         first, before, done = _Progress(c, settings.kafka.topic).wait_all(total, 900)
@@ -186,7 +187,7 @@ def drain(
 
 
 def latency(settings: Settings, rate: int, seconds: float) -> dict[str, float]:
-    wiring.ensure_topics(settings)
+    ensure_topics(settings)
     per_tick = max(1, round(rate * TICK_S))
     ticks = int(seconds / TICK_S)
     sent = 0
@@ -218,7 +219,7 @@ def latency(settings: Settings, rate: int, seconds: float) -> dict[str, float]:
 
 
 def consolidation(settings: Settings, events: Sequence[ContextEvent]) -> dict[str, float]:
-    wiring.ensure_topics(settings)
+    ensure_topics(settings)
     publisher = wiring.publisher(settings)
     try:
         publisher.publish(events)

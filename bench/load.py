@@ -36,6 +36,7 @@ from bench.locomo.metrics import markdown_table
 from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.analyst.invariants import InvariantReport, check_deployment
+from memoryd.ops.topics import ensure_topics
 from memoryd.settings import ChromaSettings, Settings
 from producers.contract import ContextEvent
 from store.postgres import make_pool
@@ -136,7 +137,7 @@ def run_load(
 ) -> LoadResult:
     """Publish `events`, run both processes until all is consolidated and indexed, stop them,
     check the invariants. The topics must be new and the database migrated and empty."""
-    wiring.ensure_topics(settings)
+    ensure_topics(settings)
     result = LoadResult(len(events), users)
     env = process_env(settings)
     children: dict[str, subprocess.Popen[bytes]] = {}

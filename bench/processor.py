@@ -47,6 +47,7 @@ from consumers.indexer import FactIndexer
 from consumers.settings import ProcessorSettings
 from domain.model import FactType, TokenUsage
 from memoryd import wiring
+from memoryd.ops.topics import ensure_topics
 from memoryd.settings import (
     ChromaSettings,
     KafkaSettings,
@@ -261,7 +262,7 @@ def run_once(
     stores = services.scratch_stores(ends, "processor", run, topics, keep=args.keep)
     with stores as (dsn, collection):
         settings = settings_for(base, ends, run, dsn, collection, concurrency, args.events)
-        wiring.ensure_topics(settings)
+        ensure_topics(settings)
         with wiring.core(settings) as c, timed_index_writes(index_writes):
             processor = wiring.processor(c, backend)
             stop = threading.Event()

@@ -42,6 +42,7 @@ from bench.synthetic_memory import ORGANIZATION, TEMPLATES, TextPool, fill, load
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from memoryd import wiring
+from memoryd.ops.topics import ensure_topics
 from memoryd.settings import Settings
 from processors.llm.gemini import GeminiBackend, make_gemini_client
 from processors.prompt import build_prompt
@@ -186,7 +187,7 @@ def run(args: argparse.Namespace, ends: services.Endpoints, base: Settings) -> l
         # Batches are cut at --batch events, never by age: every run is a full batch.
         tuning = settings.processor.model_copy(update={"max_wait_s": 5.0})
         settings = settings.model_copy(update={"processor": tuning})
-        wiring.ensure_topics(settings)
+        ensure_topics(settings)
         with wiring.core(settings) as c:
             by_size = load(c, sizes, args.users, args.seed)
             events = {

@@ -134,7 +134,7 @@ def scratch_database(server_dsn: str, prefix: str, *, keep: bool = False) -> Ite
 
 @contextmanager
 def scratch_topics(bootstrap: str, names: list[str], *, keep: bool = False) -> Iterator[None]:
-    """Deletes the run's topics at the end (they are created by `wiring.ensure_topics`)."""
+    """Deletes the run's topics at the end (`memoryd.ops.topics.ensure_topics` creates them)."""
     try:
         yield
     finally:

@@ -16,6 +16,7 @@ from memoryd.analyst.commands import add_commands as add_analyst_commands
 from memoryd.analyst.commands import add_memory_arguments, memory_key
 from memoryd.ops import commands as ops_commands
 from memoryd.ops.logs import configure_logging
+from memoryd.ops.topics import ensure_topics
 from memoryd.settings import Settings, load_settings
 
 log = logging.getLogger("memoryd")
@@ -49,7 +50,7 @@ def cmd_migrate(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def cmd_topics(settings: Settings, _args: argparse.Namespace) -> int:
-    wiring.ensure_topics(settings)
+    ensure_topics(settings)
     print(f"topics ready: {settings.kafka.topic}, {settings.kafka.dead_letter_topic}")
     return 0
 

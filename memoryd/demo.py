@@ -12,6 +12,7 @@ from pathlib import Path
 from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.dev.stack import DevPorts, DevStack
+from memoryd.ops.topics import ensure_topics
 from memoryd.sample_stream import read_jsonl
 from memoryd.settings import Settings
 from producers.contract import ContextEvent
@@ -56,7 +57,7 @@ def run_demo(settings: Settings, keep_services: bool = False) -> int:
             migrate(pool)
         finally:
             pool.close()
-        wiring.ensure_topics(settings)
+        ensure_topics(settings)
         events = [ContextEvent.from_bytes(raw) for _, raw in read_jsonl(sample_file())]
         with closing(wiring.publisher(settings)) as pub:
             pub.publish(events)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -11,8 +10,6 @@ from typing import Any
 
 from chromadb.api import ClientAPI
 from fastapi import FastAPI
-from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
 from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 
@@ -56,8 +53,6 @@ from store.read.read_metrics import ReadPathMetrics
 from store.write.erasure_log import PostgresErasureLog
 from store.write.event_log import PostgresEventLog
 from store.write.memory_store import PostgresMemoryStore
-
-log = logging.getLogger(__name__)
 
 
 def utc_clock() -> datetime:
@@ -144,35 +139,6 @@ def price_table(
     )
     table.require(models_in_use(settings, embedding_model))
     return table
-
-
-def ensure_topics(settings: Settings) -> None:
-    """Create the event and dead-letter topics if missing (broker auto-creation is off), and
-    give both the configured `retention.ms`, also when they exist already.
-
-    Retention is set explicitly, never left to the broker's default: it is how long an erased
-    memory's records stay on Kafka (unreachable, see the README's erasure section).
-    """
-    k = settings.kafka
-    configs = {"retention.ms": str(k.retention_ms)}
-    admin = KafkaAdminClient(bootstrap_servers=k.bootstrap_servers, client_id="memoryd-admin")
-    try:
-        existing = set(admin.list_topics())
-        names = [k.topic, k.dead_letter_topic]
-        new = [
-            NewTopic(n, k.partitions, k.replication_factor, topic_configs=configs) for n in names
-        ]
-        missing = [topic for topic in new if topic.name not in existing]
-        if missing:
-            try:
-                admin.create_topics(missing)
-            except TopicAlreadyExistsError:
-                log.info("topics were created concurrently")
-        admin.alter_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, name, configs=configs) for name in names]
-        )
-    finally:
-        admin.close()
 
 
 def publisher(settings: Settings) -> KafkaEventPublisher:

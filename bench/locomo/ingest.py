@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from bench.locomo.dataset import Conversation, Question, Turn
 from domain.ids import MemoryKey
 from memoryd import wiring
+from memoryd.ops.topics import ensure_topics
 from memoryd.settings import Settings
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata, new_event_id
 from store.read.ranking import Budget
@@ -61,7 +62,7 @@ def ingest(
     settings: Settings, conversations: Sequence[Conversation], timeout_s: float
 ) -> IngestReport:
     events = [turn_event(c.sample_id, t) for c in conversations for t in c.turns]
-    wiring.ensure_topics(settings)
+    ensure_topics(settings)
     started = time.perf_counter()
     publisher = wiring.publisher(settings)
     try:
