@@ -92,8 +92,8 @@ class WriteGate:
         told beforehand: each proposal passing the cheap checks that shares words with an
         active fact or another proposal, and those it shares them with. The float graph costs
         less per text in a call of several (3.6 ms for one, 2.4 ms each in fours: BENCHMARKS,
-        "Query batches"); the integer one runs a call's texts one by one, so there one call
-        saves only its own overhead. The caching embedder keeps the vectors for `find_duplicate`.
+        "Query batches"); the integer one runs a call's texts side by side on the cores it may
+        use. The caching embedder keeps the vectors for `find_duplicate`.
         """
         if self._embedder is None:
             return

@@ -31,7 +31,7 @@ class TopicConfigError(Exception):
     """The broker did not take a topic's configuration."""
 
 
-def ensure_topics(settings: Settings, sleep: Callable[[float], None] = time.sleep) -> None:
+def ensure_topics(settings: Settings) -> None:
     """Create the event and dead-letter topics if missing (broker auto-creation is off), and
     give both the configured `retention.ms`, also when they exist already."""
     k = settings.kafka
@@ -54,7 +54,7 @@ def ensure_topics(settings: Settings, sleep: Callable[[float], None] = time.slee
                 log.info("topics were created concurrently")
                 to_alter = names
         if to_alter:
-            _alter(admin, to_alter, configs, sleep)
+            _alter(admin, to_alter, configs, time.sleep)
     finally:
         admin.close()
 
