@@ -38,6 +38,7 @@ class ScriptedSearch:
     pins: list[Fact] = field(default_factory=list)
     stored: list[Fact] = field(default_factory=list)
     degraded: str | None = None
+    known: int = 5_000
     asked: list[FactQuery] = field(default_factory=list)
 
     def related(self, key: MemoryKey, queries: Sequence[FactQuery], limit: int) -> RelatedFacts:
@@ -52,7 +53,7 @@ class ScriptedSearch:
         return [f for f in self.stored if f.fact_id in set(fact_ids)]
 
     def count(self, key: MemoryKey) -> int:
-        return 5_000
+        return self.known
 
 
 def events(*texts: str, connection: str | None = None) -> list[ContextEvent]:
@@ -160,6 +161,18 @@ def test_in_memory_search_scopes_by_tenant_connection_and_status() -> None:
     assert set(in_mail) == {mine, scoped}
     assert search.count(KEY) == 2
     assert search.count(MemoryKey("org-b", USER)) == 1
+
+
+def test_an_empty_memory_is_not_searched() -> None:
+    # Counted as empty, so a retraction's target cannot be among its facts either.
+    retraction = make_event(
+        USER, FactRetraction(fact_id=A[0].fact_id).model_dump_json(), EventType.FACT_RETRACTION
+    )
+    search = ScriptedSearch(ranked={"apples": [A[0]]}, pins=[B[0]], stored=[A[0]], known=0)
+    chosen = select_candidates(KEY, [*events("apples"), retraction], search)
+    assert chosen.facts == ()
+    assert chosen.known == 0
+    assert search.asked == []
 
 
 def test_selection_is_deterministic() -> None:
