@@ -31,6 +31,10 @@ COLUMNS = (
     " observed_at, event_date, subject"
 )
 
+# Where fact rows are read from: `memory_facts` with each fact's recalls added up (the chat
+# turns count them in `fact_recalls`, migration 0009). Writes go to `memory_facts`.
+READ_FROM = "memory_fact_rows"
+
 # On conflict the row takes what a run overwrites (domain.upsert, the fold's rule too) and
 # keeps the rest, such as when and by which run it was first created.
 _UPSERT = (

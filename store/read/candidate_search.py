@@ -158,7 +158,7 @@ class HybridFactSearch:
 
     def _facts(self, tail: str, key: MemoryKey, *extra: Any) -> list[Fact]:
         sql = (
-            f"SELECT {fact_rows.COLUMNS} FROM memory_facts"
+            f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM}"
             f" WHERE organization_id = %s AND user_id = %s AND status = ANY(%s){tail}"
         )
         with statement(self._pool, "candidate search") as conn:

@@ -49,7 +49,7 @@ from store.read.ranking import top_n
 __all__ = ["DenseReads", "DenseSearch", "IndexedRow"]
 
 _DETAILS = (
-    f"SELECT {fact_rows.COLUMNS}, t.lexemes, t.counts FROM memory_facts f, LATERAL (SELECT"
+    f"SELECT {fact_rows.COLUMNS}, t.lexemes, t.counts FROM {fact_rows.READ_FROM} f, LATERAL (SELECT"
     " array_agg(u.lexeme) AS lexemes,"
     " array_agg(coalesce(array_length(u.positions, 1), 1)) AS counts"
     " FROM unnest(f.content_tsv) AS u) t"

@@ -64,7 +64,7 @@ _BM25_SEARCH = (
     " scores AS (SELECT h.fact_id, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))"
     " * h.tf * (%(k1)s + 1) / (h.tf + %(k1)s * (1 - %(b)s + %(b)s * h.dl / st.avgdl)))"
     " AS score FROM hits h JOIN df USING (lexeme) CROSS JOIN stats st GROUP BY h.fact_id)"
-    f" SELECT {fact_rows.COLUMNS} FROM memory_facts JOIN scores USING (fact_id)"
+    f" SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} JOIN scores USING (fact_id)"
     " ORDER BY scores.score DESC, fact_id LIMIT %(limit)s"
 )
 
@@ -76,7 +76,7 @@ _INJECTION = (
     "   FROM connections c WHERE c.organization_id = m.organization_id"
     "   AND c.user_id = m.user_id), '{}'::jsonb),"
     " coalesce((SELECT jsonb_agg(to_jsonb(f) - 'content_tsv' ORDER BY f.created_at, f.fact_id)"
-    "   FROM memory_facts f WHERE f.organization_id = m.organization_id"
+    f"   FROM {fact_rows.READ_FROM} f WHERE f.organization_id = m.organization_id"
     "   AND f.user_id = m.user_id AND f.pinned AND f.status = 'active'), '[]'::jsonb)"
     " FROM user_memory m WHERE m.organization_id = %s AND m.user_id = %s"
 )
@@ -179,7 +179,7 @@ class PostgresReadModel:
         if not fact_ids or not scope.statuses:
             return []
         sql = (
-            f"SELECT {fact_rows.COLUMNS} FROM memory_facts"
+            f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM}"
             f" WHERE fact_id = ANY(%(ids)s) AND {_SCOPE}"
         )
         with self._statement() as conn:
@@ -194,7 +194,7 @@ class PostgresReadModel:
         if not fact_ids or not scope.statuses:
             return {}
         sql = (
-            "SELECT fact_id, version, recall_count, last_recalled_at FROM memory_facts"
+            f"SELECT fact_id, version, recall_count, last_recalled_at FROM {fact_rows.READ_FROM}"
             f" WHERE fact_id = ANY(%(ids)s) AND {_SCOPE}"
         )
         with self._statement() as conn:
@@ -218,7 +218,7 @@ class PostgresReadModel:
     ) -> list[Fact]:
         with self._transaction() as conn:
             rows = conn.execute(
-                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE {_MEMORY}"
+                f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} WHERE {_MEMORY}"
                 " AND status = ANY(%s) ORDER BY created_at, fact_id",
                 (*memory_params(key), [s.value for s in statuses]),
             ).fetchall()
@@ -227,7 +227,8 @@ class PostgresReadModel:
     def user_fact(self, key: MemoryKey, fact_id: uuid.UUID) -> Fact | None:
         with self._transaction() as conn:
             row = conn.execute(
-                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE fact_id = %s AND {_MEMORY}",
+                f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM}"
+                f" WHERE fact_id = %s AND {_MEMORY}",
                 (fact_id, *memory_params(key)),
             ).fetchone()
         return None if row is None else fact_rows.from_row(row)
@@ -246,7 +247,12 @@ class PostgresReadModel:
     # -- off the hot path -----------------------------------------------------------------
 
     def record_recalls(self, recalls: Sequence[Recall]) -> None:
-        """Add each fact's recalls in one statement; a fact gone since is skipped."""
+        """Add each fact's recalls in one statement; a fact gone since is skipped.
+
+        Counted in `fact_recalls`, not in the fact's own wide row (migration 0009). A fact
+        erased between the check and the insert fails the batch on its foreign key; the
+        writer retries it, and then the check skips the fact.
+        """
         counts: dict[uuid.UUID, tuple[int, datetime]] = {}
         for r in recalls:
             for fact_id in r.fact_ids:
@@ -258,10 +264,13 @@ class PostgresReadModel:
         ids = sorted(counts)
         with self._transaction() as conn:
             conn.execute(
-                "UPDATE memory_facts AS f SET recall_count = f.recall_count + r.n,"
-                " last_recalled_at = greatest(f.last_recalled_at, r.at)"
+                "INSERT INTO fact_recalls AS c (fact_id, recall_count, last_recalled_at)"
+                " SELECT r.fact_id, r.n, r.at"
                 " FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[]) AS r(fact_id, n, at)"
-                " WHERE f.fact_id = r.fact_id",
+                " WHERE EXISTS (SELECT 1 FROM memory_facts f WHERE f.fact_id = r.fact_id)"
+                " ORDER BY r.fact_id ON CONFLICT (fact_id) DO UPDATE SET"
+                " recall_count = c.recall_count + EXCLUDED.recall_count,"
+                " last_recalled_at = greatest(c.last_recalled_at, EXCLUDED.last_recalled_at)",
                 (ids, [counts[i][0] for i in ids], [counts[i][1] for i in ids]),
             )
 

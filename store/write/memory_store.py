@@ -36,11 +36,11 @@ from store.postgres import memory_params, statement, transaction, translated
 from store.write.locks import memory_lock_key
 from store.write.run_rows import append_connections, insert_ledger, insert_run
 
-# Memories with a credit line that is spent: the index drain leaves their facts pending when
-# the budget policy says so (see consumers.flush.BudgetPolicy.SKIP_EMBEDDINGS).
+# Memories with a credit line that is spent: the index drain leaves their facts (rows `f`)
+# pending when the budget policy says so (see consumers.flush.BudgetPolicy.SKIP_EMBEDDINGS).
 _OUT_OF_CREDIT = (
-    "EXISTS (SELECT 1 FROM user_credits c WHERE c.organization_id = memory_facts.organization_id"
-    " AND c.user_id = memory_facts.user_id"
+    "EXISTS (SELECT 1 FROM user_credits c WHERE c.organization_id = f.organization_id"
+    " AND c.user_id = f.user_id"
     " AND c.credit_micro_usd <= coalesce((SELECT sum(l.cost_micro_usd) FROM credit_ledger l"
     " WHERE l.organization_id = c.organization_id AND l.user_id = c.user_id), 0))"
 )
@@ -82,7 +82,7 @@ class PostgresMemoryStore:
     ) -> list[Fact]:
         with statement(self._pool) as conn:
             rows = conn.execute(
-                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE {_MEMORY}"
+                f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} WHERE {_MEMORY}"
                 " AND status = ANY(%s) ORDER BY created_at, fact_id",
                 (key.organization_id, key.user_id, [s.value for s in statuses]),
             ).fetchall()
@@ -93,7 +93,7 @@ class PostgresMemoryStore:
             return []
         with statement(self._pool) as conn:
             rows = conn.execute(
-                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE fact_id = ANY(%s)",
+                f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} WHERE fact_id = ANY(%s)",
                 (list(fact_ids),),
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
@@ -260,7 +260,8 @@ class PostgresMemoryStore:
         hold = f" AND NOT {_OUT_OF_CREDIT}" if skip_out_of_credit else ""
         with transaction(self._pool) as conn:
             rows = conn.execute(
-                f"SELECT {fact_rows.COLUMNS} FROM memory_facts WHERE indexed_at IS NULL{hold}"
+                f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} f"
+                f" WHERE indexed_at IS NULL{hold}"
                 " ORDER BY updated_at, fact_id LIMIT %s",
                 (limit,),
             ).fetchall()

@@ -249,12 +249,12 @@ def test_audit_rows_and_recall_counters_are_written_off_the_hot_path(
     assert injected["pinned_fact_ids"]
     assert injected["prompt_sha256"]
     recalls = dict(
-        deployment.query("SELECT content, recall_count FROM memory_facts WHERE user_id = 'ada'")
+        deployment.query("SELECT content, recall_count FROM memory_fact_rows WHERE user_id = 'ada'")
     )
     assert recalls == {"Ada lives in Porto": 3, "Ada's bike is a green Brompton": 3}
-    assert deployment.query("SELECT count(*) FROM memory_facts WHERE last_recalled_at IS NULL") == [
-        (0,)
-    ]
+    assert deployment.query(
+        "SELECT count(*) FROM memory_fact_rows WHERE last_recalled_at IS NULL"
+    ) == [(0,)]
 
 
 def test_injection_is_cached_per_memory_version(deployment: Deployment) -> None:

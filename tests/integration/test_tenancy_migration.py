@@ -88,6 +88,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "fact_time_and_subject",
             "operations",
             "memory_changes",
+            "fact_recalls",
         ]
     finally:
         pool.close()
