@@ -1,8 +1,8 @@
 -- A chat turn counts the facts it showed (recall_count, last_recalled_at). Counted in
--- memory_facts, every turn rewrote a dozen of its wide rows: about 3,000 row versions a second
--- at 16 clients, each one WAL-logged in full, and autovacuum ran VACUUM ANALYZE on the whole
--- table once a minute (its 2 s held up the turns, BENCHMARKS.md). Counted here, a turn writes
--- a narrow row, and memory_facts changes only when a run or an erasure changes a fact.
+-- memory_facts, every turn wrote new versions of a dozen of its wide rows (about 3,000 a second
+-- at 16 clients), and autovacuum ran VACUUM ANALYZE on the whole table once a minute for it
+-- (BENCHMARKS.md, "Where the slow seconds fall"). Counted here, a turn writes narrow rows, and
+-- memory_facts changes only when a run, the indexer or an erasure changes a fact.
 --
 -- memory_facts.recall_count and last_recalled_at keep what a fact was stored with (an import,
 -- the counts before this migration); a fact's recalls are the two together, as the view
