@@ -258,13 +258,23 @@ def consolidated_count(deployment: Deployment) -> int:
 
 
 def settled(
-    settings: Settings, expected: Expected, timeout_s: float = 300.0, *, pipeline: Pipeline
+    settings: Settings,
+    expected: Expected,
+    timeout_s: float = 300.0,
+    *,
+    pipeline: Pipeline,
+    dead_letters: int = 0,
 ) -> InvariantReport:
-    """Wait until every expected event is logged and consolidated or dead-lettered, then count
-    the invariants once more on the quiet pipeline."""
+    """Wait until every expected event is logged and consolidated or dead-lettered, and at
+    least `dead_letters` letters are readable, then count the invariants once more on the
+    quiet pipeline.
+
+    The letters are waited for on their own: a record with no event in it (garbage) is not
+    among the expected events, and a letter committed behind a killed process's open
+    transaction is invisible to read_committed readers until the broker aborts that one."""
     deadline = time.monotonic() + timeout_s
     report = check_deployment(settings, expected)
-    while report.missing_from_log or report.unaccounted:
+    while report.missing_from_log or report.unaccounted or report.dead_lettered < dead_letters:
         if time.monotonic() > deadline:
             raise AssertionError(
                 f"not settled after {timeout_s:.0f}s: {report.summary()}\n{pipeline.logs()}"
