@@ -139,8 +139,7 @@ class UserFlusher:
     def flush(self, key: MemoryKey, items: Sequence[BufferedEvent], attempt: int) -> FlushResult:
         """Raises the backend's and the store's errors; the runtime decides retry or dead letter."""
         started = time.monotonic()
-        with self._store.memory_lock(key):
-            reads, kept = self._forgotten.read(key, items)
+        with self._forgotten.locked(key, items) as (reads, kept):
             if kept:
                 result = self._consolidate(reads, [i.event for i in kept], attempt)
             else:

@@ -9,7 +9,8 @@ still running, so nothing it writes can bring the erased memory back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager
 
 from consumers.batching import Batch, BufferedEvent, UserBuffers
 from domain.ids import MemoryKey
@@ -45,19 +46,20 @@ class ForgottenEvents:
         self._memory = memory
         self._subjects = subjects
 
-    def read(
+    @contextmanager
+    def locked(
         self, key: MemoryKey, items: Sequence[BufferedEvent]
-    ) -> tuple[FlushReads, list[BufferedEvent]]:
-        """What the flush needs of the memory, and the items an erasure did not forget. Call
-        it holding the memory's lock.
+    ) -> Iterator[tuple[FlushReads, list[BufferedEvent]]]:
+        """Hold the memory's lock; give what the flush needs of the memory, and the items an
+        erasure did not forget.
 
         Raises MemoryBeingErased while an erasure of the memory is under way: what it will
         keep (events after its tombstone) is only known once it is done.
         """
         ids = list(dict.fromkeys(i.event.event_id for i in items))
-        reads = self._memory.flush_reads(key, self._subjects(key), ids)
-        if reads.erasure_open:
-            raise MemoryBeingErased(f"memory {key} is being erased")
-        cutoffs = reads.cutoffs
-        kept = [i for i in items if i.offset >= cutoffs.get((i.tp.topic, i.tp.partition), -1)]
-        return reads, kept
+        with self._memory.locked_reads(key, self._subjects(key), ids) as reads:
+            if reads.erasure_open:
+                raise MemoryBeingErased(f"memory {key} is being erased")
+            cutoffs = reads.cutoffs
+            kept = [i for i in items if i.offset >= cutoffs.get((i.tp.topic, i.tp.partition), -1)]
+            yield reads, kept

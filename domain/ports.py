@@ -168,11 +168,11 @@ class MemoryStore(Protocol):
         """Whether an erasure of the whole memory is under way (its flushes wait)."""
         ...
 
-    def flush_reads(
+    def locked_reads(
         self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID]
-    ) -> FlushReads:
-        """`memory_erasure_open`, `forgotten_before(subject)`, `already_consolidated`,
-        `load_state` and `balance` of one memory, read together."""
+    ) -> AbstractContextManager[FlushReads]:
+        """`memory_lock`, and under it `memory_erasure_open`, `forgotten_before(subject)`,
+        `already_consolidated`, `load_state` and `balance` of the memory, read together."""
         ...
 
     def apply(self, update: MemoryUpdate) -> None: ...

@@ -82,16 +82,18 @@ class InMemoryMemoryStore:
         with self._db.lock:
             return key in self._db.erasing
 
-    def flush_reads(
+    @contextmanager
+    def locked_reads(
         self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID]
-    ) -> FlushReads:
-        return FlushReads(
-            erasure_open=self.memory_erasure_open(key),
-            cutoffs=self.forgotten_before(subject),
-            consumed=self.already_consolidated(key, event_ids),
-            state=self.load_state(key),
-            balance=self.balance(key),
-        )
+    ) -> Iterator[FlushReads]:
+        with self.memory_lock(key):
+            yield FlushReads(
+                erasure_open=self.memory_erasure_open(key),
+                cutoffs=self.forgotten_before(subject),
+                consumed=self.already_consolidated(key, event_ids),
+                state=self.load_state(key),
+                balance=self.balance(key),
+            )
 
     # -- the memory lock ------------------------------------------------------------------
 

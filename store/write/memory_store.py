@@ -45,7 +45,9 @@ _OUT_OF_CREDIT = (
     " WHERE l.organization_id = c.organization_id AND l.user_id = c.user_id), 0))"
 )
 _MEMORY = "organization_id = %s AND user_id = %s"
-# What a flush reads under the memory lock (`flush_reads`), each also read on its own.
+_LOCK = "SELECT pg_advisory_lock(%s::bigint)"
+_UNLOCK = "SELECT pg_advisory_unlock(%s::bigint)"
+# What a flush reads under the memory lock (`locked_reads`), each also read on its own.
 _STATE = f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {_MEMORY}"
 _CONSUMED = f"SELECT event_id FROM consolidated_events WHERE {_MEMORY} AND event_id = ANY(%s)"
 _CUTOFFS = "SELECT topic, partition, cutoff FROM memory_cutoffs WHERE subject = %s"
@@ -130,24 +132,37 @@ class PostgresMemoryStore:
             rows = conn.execute(_CONSUMED, (*memory_params(key), ids)).fetchall()
         return frozenset(r[0] for r in rows)
 
-    def flush_reads(
+    @contextmanager
+    def locked_reads(
         self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID]
-    ) -> FlushReads:
-        """The five reads sent together in one pipeline: a flush waits for one round trip
-        instead of five (under the memory lock nothing else changes them in between)."""
-        with statement(self._pool, "reading a memory for its flush") as conn, conn.pipeline():
-            erasure = conn.execute(_ERASURE_OPEN, memory_params(key))
-            cutoffs = conn.execute(_CUTOFFS, (subject,))
-            consumed = conn.execute(_CONSUMED, (*memory_params(key), list(event_ids)))
-            state = conn.execute(_STATE, memory_params(key))
-            balance = conn.execute(_BALANCE, memory_params(key))
-            return FlushReads(
-                erasure_open=_exists(erasure.fetchone()),
-                cutoffs=_cutoffs(cutoffs.fetchall()),
-                consumed=frozenset(r[0] for r in consumed.fetchall()),
-                state=_state(key, state.fetchone()),
-                balance=_balance(balance.fetchone()),
-            )
+    ) -> Iterator[FlushReads]:
+        """Hold the memory lock (as `memory_lock`) and read what a flush needs under it.
+
+        The lock and the five reads go out in one pipeline on the lock's connection: Postgres
+        runs the reads once the lock is granted, and the flush waits for one round trip
+        instead of two on two connections (nothing else changes them while the lock is held).
+        """
+        lock = memory_lock_key(key)
+        with translated("memory lock"), self._lock_slots, self._pool.connection() as conn:
+            conn.autocommit = True
+            try:
+                with conn.pipeline():
+                    conn.execute(_LOCK, (lock,))
+                    erasure = conn.execute(_ERASURE_OPEN, memory_params(key))
+                    cutoffs = conn.execute(_CUTOFFS, (subject,))
+                    consumed = conn.execute(_CONSUMED, (*memory_params(key), list(event_ids)))
+                    state = conn.execute(_STATE, memory_params(key))
+                    balance = conn.execute(_BALANCE, memory_params(key))
+                    reads = FlushReads(
+                        erasure_open=_exists(erasure.fetchone()),
+                        cutoffs=_cutoffs(cutoffs.fetchall()),
+                        consumed=frozenset(r[0] for r in consumed.fetchall()),
+                        state=_state(key, state.fetchone()),
+                        balance=_balance(balance.fetchone()),
+                    )
+                yield reads
+            finally:
+                _release(conn, lock)
 
     # -- erasures -------------------------------------------------------------------------
 
@@ -155,7 +170,7 @@ class PostgresMemoryStore:
         """(topic, partition) -> the first offset not forgotten, for an erased memory's digest.
 
         Empty for a memory never erased. A flush reads it under the memory lock (in
-        `flush_reads`), so events read from Kafka before an erasure cannot bring the memory
+        `locked_reads`), so events read from Kafka before an erasure cannot bring the memory
         back after it.
         """
         with statement(self._pool) as conn:
@@ -177,12 +192,11 @@ class PostgresMemoryStore:
         lock = memory_lock_key(key)
         with translated("memory lock"), self._lock_slots, self._pool.connection() as conn:
             conn.autocommit = True
-            conn.execute("SELECT pg_advisory_lock(%s::bigint)", (lock,))
             try:
+                conn.execute(_LOCK, (lock,))
                 yield
             finally:
-                conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (lock,))
-                conn.autocommit = False
+                _release(conn, lock)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -329,6 +343,15 @@ class PostgresMemoryStore:
         if len(rows) != len(ids):
             taken = frozenset(ids) - {r[0] for r in rows}
             raise EventsAlreadyConsolidated(frozenset(taken))
+
+
+def _release(conn: psycopg.Connection[Any], lock: int) -> None:
+    """Give back a session lock that may or may not have been granted (unlocking one not
+    held only warns). A broken connection holds nothing: its session ended, and the pool
+    discards it."""
+    if not conn.broken:
+        conn.execute(_UNLOCK, (lock,))
+        conn.autocommit = False
 
 
 def _state(key: MemoryKey, row: tuple[Any, ...] | None) -> MemoryState:

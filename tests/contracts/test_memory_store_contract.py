@@ -12,12 +12,13 @@ from datetime import timedelta
 
 import pytest
 
-from domain.ids import ledger_entry_id_for
+from domain.ids import MemoryKey, ledger_entry_id_for
 from domain.model import (
     Fact,
     FactChange,
     FactChangeKind,
     FactStatus,
+    FlushReads,
     LedgerEntry,
     MemoryUpdate,
     RunStatus,
@@ -166,18 +167,45 @@ def test_a_flushs_reads_together_are_the_reads_one_by_one(stores: Stores) -> Non
     stores.memory.set_credit(ADA, 1_000)
     stores.open_erasure(BOB)
     consumed, unseen = first.run.input_event_ids[0], uuid.uuid4()
+
+    def locked_reads(key: MemoryKey, subject: str, ids: list[uuid.UUID]) -> FlushReads:
+        with stores.memory.locked_reads(key, subject, ids) as reads:
+            return reads
+
     for key, subject in ((ADA, SUBJECTS(ADA)), (BOB, SUBJECTS(BOB)), (ADA, SUBJECTS(BOB))):
-        reads = stores.memory.flush_reads(key, subject, [consumed, unseen])
+        reads = locked_reads(key, subject, [consumed, unseen])
         assert reads.erasure_open is stores.memory.memory_erasure_open(key)
         assert reads.cutoffs == stores.memory.forgotten_before(subject)
         assert reads.consumed == stores.memory.already_consolidated(key, [consumed, unseen])
         assert reads.state == stores.memory.load_state(key)
         assert reads.balance == stores.memory.balance(key)
-    reads = stores.memory.flush_reads(ADA, SUBJECTS(ADA), [consumed, unseen])
+    reads = locked_reads(ADA, SUBJECTS(ADA), [consumed, unseen])
     assert (reads.erasure_open, dict(reads.cutoffs)) == (False, {("events", 2): 17})
     assert (reads.consumed, reads.state.version, reads.balance) == ({consumed}, 1, 1_000)
-    assert stores.memory.flush_reads(BOB, SUBJECTS(BOB), []).erasure_open is True
-    assert stores.memory.flush_reads(key_of("ada", "org-b"), "", []).state.version == 0
+    assert locked_reads(BOB, SUBJECTS(BOB), []).erasure_open is True
+    assert locked_reads(key_of("ada", "org-b"), "", []).state.version == 0
+
+
+def test_a_flushs_reads_see_what_the_lock_holder_before_it_wrote(stores: Stores) -> None:
+    """The reads go out with the lock request: they must run once it is granted, not before."""
+    seed(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin")])
+    holding = threading.Event()
+    seen: list[int] = []
+
+    def read_after() -> None:
+        holding.wait(30)
+        with stores.memory.locked_reads(ADA, SUBJECTS(ADA), []) as reads:
+            seen.append(reads.state.version)
+
+    reader = threading.Thread(target=read_after)
+    reader.start()
+    with stores.memory.memory_lock(ADA):
+        holding.set()
+        time.sleep(0.2)  # the reader's lock request and reads are waiting by now
+        seed(stores.memory, "ada", [make_fact("ada", "Ada moved to Paris")])
+        assert seen == []
+    reader.join(timeout=30)
+    assert seen == [2]
 
 
 def test_a_failed_run_is_recorded_and_booked_once(stores: Stores) -> None:
@@ -308,9 +336,12 @@ def test_the_memory_lock_lets_one_holder_in_at_a_time(stores: Stores) -> None:
     most = 0
     guard = threading.Lock()
 
-    def hold() -> None:
+    def hold(reading: bool) -> None:
         nonlocal inside, most
-        with stores.memory.memory_lock(ADA):
+        lock = (
+            stores.memory.locked_reads(ADA, "", []) if reading else stores.memory.memory_lock(ADA)
+        )
+        with lock:
             with guard:
                 inside += 1
                 most = max(most, inside)
@@ -318,7 +349,8 @@ def test_the_memory_lock_lets_one_holder_in_at_a_time(stores: Stores) -> None:
             with guard:
                 inside -= 1
 
-    threads = [threading.Thread(target=hold) for _ in range(3)]
+    # A flush's locked reads and an erasure's bare lock exclude each other alike.
+    threads = [threading.Thread(target=hold, args=(i % 2 == 1,)) for i in range(4)]
     for t in threads:
         t.start()
     with stores.memory.memory_lock(BOB):  # another memory's lock does not wait for ada's
