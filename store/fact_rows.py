@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -198,45 +197,36 @@ def insert_new(conn: psycopg.Connection[Any], facts: Sequence[Fact]) -> int:
     return len(rows)
 
 
-@dataclass(frozen=True)
-class FactWrites:
-    """A run's fact upserts sent in a pipeline, their answers not yet read: `check` reads
-    them once every statement of the transaction is out, so that none waits for another."""
-
-    facts: Sequence[Fact]
-    upserts: Sequence[psycopg.Cursor[Any]]
-
-    def check(self, conn: psycopg.Connection[Any]) -> None:
-        """Raises StoreError if an upsert was refused because the id is another memory's."""
-        refused = [f for f, cur in zip(self.facts, self.upserts, strict=True) if not cur.fetchall()]
-        if refused:
-            _refuse_other_memories(conn, refused)
-
-
 def write_changes(
     conn: psycopg.Connection[Any], run_id: uuid.UUID, changes: Sequence[FactChange]
-) -> FactWrites:
-    """Upsert every changed fact and the history row of each change actually written; call
-    `check` on the result before the transaction commits.
+) -> None:
+    """Upsert every changed fact and the history row of each change actually written.
 
     New facts first: a contradicted fact points at its successor through a foreign key. A
     pinned row refuses the upsert (`WHERE NOT pinned`), and then no history row may claim a
-    change the table never got: a history row is written only where the fact's row now
-    carries this run (`updated_by_run`), which is decided by Postgres, not by a round trip.
+    change the table never got.
     """
     ordered = sorted(changes, key=lambda c: c.before is not None)
     if not ordered:
-        return FactWrites((), ())
-    # One statement each, not `executemany(returning=True)`, which waits for its answers.
-    upserts = [
-        conn.execute(_UPSERT + " RETURNING fact_id", _params(c.after, run_id)) for c in ordered
-    ]
+        return
     with conn.cursor() as cur:
         cur.executemany(
+            _UPSERT + " RETURNING fact_id",
+            [_params(c.after, run_id) for c in ordered],
+            returning=True,
+        )
+        written: set[uuid.UUID] = set()
+        while True:
+            written.update(row[0] for row in cur.fetchall())
+            if not cur.nextset():
+                break
+        if len(written) < len(ordered):
+            _refuse_other_memories(
+                cur, [c.after for c in ordered if c.after.fact_id not in written]
+            )
+        cur.executemany(
             "INSERT INTO fact_history (fact_id, run_id, operation, before, after)"
-            " SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM memory_facts"
-            " WHERE fact_id = %s AND updated_by_run = %s)"
-            " ON CONFLICT (fact_id, run_id, operation) DO NOTHING",
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (fact_id, run_id, operation) DO NOTHING",
             [
                 (
                     c.after.fact_id,
@@ -244,24 +234,22 @@ def write_changes(
                     c.kind.value,
                     None if c.before is None else Jsonb(fact_to_json(c.before)),
                     Jsonb(fact_to_json(c.after)),
-                    c.after.fact_id,
-                    run_id,
                 )
                 for c in ordered
+                if c.after.fact_id in written
             ],
         )
-    return FactWrites([c.after for c in ordered], upserts)
 
 
-def _refuse_other_memories(conn: psycopg.Connection[Any], refused: Sequence[Fact]) -> None:
+def _refuse_other_memories(cur: psycopg.Cursor[Any], refused: Sequence[Fact]) -> None:
     """An upsert the table refused is a pinned row, or a row of another memory under the same
     id (only possible for ids derived before they carried the organization). The first is
     policy; the second would silently lose this memory's fact, so it fails the run."""
-    rows = conn.execute(
+    cur.execute(
         "SELECT fact_id, organization_id, user_id FROM memory_facts WHERE fact_id = ANY(%s)",
         ([f.fact_id for f in refused],),
-    ).fetchall()
-    owners = {row[0]: (row[1], row[2]) for row in rows}
+    )
+    owners = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
     clashes = [
         f.fact_id
         for f in refused

@@ -209,9 +209,9 @@ class PostgresMemoryStore:
         state = update.state
         if strangers := update.strangers():
             raise StoreError(f"run {run.run_id} of {run.key} writes into {strangers}")
-        # Pipelined: every statement goes out at once and their answers come back in one
-        # wait, then COMMIT: 2 round trips instead of 10. The checks read the answers in the
-        # order sent; a failed one raises, and the transaction rolls back what ran after it.
+        # Pipelined: the statements go out together, and the transaction waits for Postgres
+        # only where an answer decides what comes next (the version, the consumed events, the
+        # facts written) and at COMMIT: 4 round trips instead of 10.
         with (
             translated(f"applying run {run.run_id}"),
             self._pool.connection() as conn,
@@ -223,10 +223,15 @@ class PostgresMemoryStore:
                 " ON CONFLICT (organization_id, user_id) DO NOTHING",
                 (state.organization_id, state.user_id),
             )
-            version = conn.execute(
+            row = conn.execute(
                 f"SELECT version FROM user_memory WHERE {_MEMORY} FOR UPDATE",
                 (state.organization_id, state.user_id),
-            )
+            ).fetchone()
+            current = row[0] if row else 0
+            if current != run.base_version:
+                raise StaleMemoryVersion(
+                    f"memory {state.key}: planned on {run.base_version}, now {current}"
+                )
             insert_run(conn, run)
             conn.execute(
                 "UPDATE user_memory SET working_memory = %s, information_scaffold = %s,"
@@ -241,18 +246,11 @@ class PostgresMemoryStore:
                     state.user_id,
                 ),
             )
-            consumed = self._consume(conn, run)
-            facts = fact_rows.write_changes(conn, run.run_id, update.fact_changes)
+            # Last of the three, so its answer brings the run's and the memory's with it.
+            self._consume(conn, run)
+            fact_rows.write_changes(conn, run.run_id, update.fact_changes)
             append_connections(conn, state, update)
             insert_ledger(conn, update.ledger)
-            row = version.fetchone()
-            current = row[0] if row else 0
-            if current != run.base_version:
-                raise StaleMemoryVersion(
-                    f"memory {state.key}: planned on {run.base_version}, now {current}"
-                )
-            _check_consumed(run, consumed.fetchall())
-            facts.check(conn)
 
     def record_run(self, run: RunRecord, ledger: Sequence[LedgerEntry] = ()) -> None:
         """Record a run that changed nothing (failed, deferred, discarded) and what its call
@@ -334,21 +332,17 @@ class PostgresMemoryStore:
     # -- statements -----------------------------------------------------------------------
 
     @staticmethod
-    def _consume(conn: psycopg.Connection[Any], run: RunRecord) -> psycopg.Cursor[Any]:
-        """Mark the run's events consumed; the answer names those no other run took first."""
-        return conn.execute(
+    def _consume(conn: psycopg.Connection[Any], run: RunRecord) -> None:
+        ids = list(run.input_event_ids)
+        rows = conn.execute(
             "INSERT INTO consolidated_events (event_id, run_id, organization_id, user_id)"
             " SELECT unnest(%s::uuid[]), %s, %s, %s"
             " ON CONFLICT (organization_id, user_id, event_id) DO NOTHING RETURNING event_id",
-            (list(run.input_event_ids), run.run_id, run.organization_id, run.user_id),
-        )
-
-
-def _check_consumed(run: RunRecord, rows: Sequence[tuple[Any, ...]]) -> None:
-    ids = list(run.input_event_ids)
-    if len(rows) != len(ids):
-        taken = frozenset(ids) - {r[0] for r in rows}
-        raise EventsAlreadyConsolidated(frozenset(taken))
+            (ids, run.run_id, run.organization_id, run.user_id),
+        ).fetchall()
+        if len(rows) != len(ids):
+            taken = frozenset(ids) - {r[0] for r in rows}
+            raise EventsAlreadyConsolidated(frozenset(taken))
 
 
 def _release(conn: psycopg.Connection[Any], lock: int) -> None:

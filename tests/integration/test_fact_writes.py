@@ -1,7 +1,5 @@
 """A run's fact writes in Postgres: the history rows follow the rows the table actually took,
-and a fact id held by another memory fails the whole run. `apply` sends every statement
-before it reads any answer, so these are decided by the statements, not by the order of
-round trips."""
+and a fact id held by another memory fails the whole run, leaving nothing written."""
 
 from __future__ import annotations
 
