@@ -26,6 +26,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -76,31 +77,37 @@ def _free_port() -> int:
 
 @contextmanager
 def api_process(env: dict[str, str], port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """`memoryd api` in its own process group, answering /healthz; stopped at the end."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", "from memoryd.cli import main; raise SystemExit(main(['api']))"],
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not _healthy(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                if process.poll() is None:
-                    process.terminate()  # its stderr ends when it does
-                err = process.stderr.read().decode() if process.stderr else ""
-                raise SystemExit(f"memoryd api did not start:\n{err[-4000:]}")
-            time.sleep(0.2)
-        yield process
-    finally:
-        process.terminate()
+    """`memoryd api` in its own process group, answering /healthz; stopped at the end.
+
+    Its stderr goes to a file, not a pipe: a pipe nobody reads during the run fills up and
+    blocks the server at its next log line."""
+    with tempfile.TemporaryFile() as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from memoryd.cli import main; raise SystemExit(main(['api']))"],
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            while not _healthy(port):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    if process.poll() is None:
+                        process.terminate()
+                        process.wait(timeout=30)
+                    stderr.seek(0)
+                    err = stderr.read().decode(errors="replace")
+                    raise SystemExit(f"memoryd api did not start:\n{err[-4000:]}")
+                time.sleep(0.2)
+            yield process
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def _healthy(port: int) -> bool:
