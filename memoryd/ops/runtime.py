@@ -165,7 +165,6 @@ def run_api(c: wiring.Core, *, listener: SharedListener | None = None) -> None:
     import uvicorn  # noqa: PLC0415 - api process only
 
     from memoryd.api.balanced_accept import BalancedServer  # noqa: PLC0415
-    from memoryd.api.joined_head import JoinedHeadProtocol  # noqa: PLC0415
 
     s = c.settings
     refuse_another_models_index(c)
@@ -175,9 +174,7 @@ def run_api(c: wiring.Core, *, listener: SharedListener | None = None) -> None:
     port = s.metrics.api_port + index if s.metrics.api_port else 0
     try:
         with ops_port(c, port, checks) as monitor, wiring.api_app(c, monitor) as app:
-            config = uvicorn.Config(
-                app, host=s.api.host, port=s.api.port, log_config=None, http=JoinedHeadProtocol
-            )
+            config = uvicorn.Config(app, host=s.api.host, port=s.api.port, log_config=None)
             heap.settle(s.api.gc_thresholds)
             server = (
                 uvicorn.Server(config) if listener is None else BalancedServer(config, listener)
