@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from psycopg_pool import ConnectionPool
 
 from store.migrate import migrate
 from store.postgres import make_pool
@@ -29,6 +30,17 @@ def deployment(
         pool.close()
     settings = deployment_settings(kafka_bootstrap, fresh_database, topic, dlq, tmp_path / "chroma")
     return Deployment(settings, fresh_database)
+
+
+@pytest.fixture
+def migrated_pool(fresh_database: str) -> Iterator[ConnectionPool]:
+    """A small pool on a fresh database with every migration applied."""
+    pool = make_pool(fresh_database, max_size=2)
+    try:
+        migrate(pool)
+        yield pool
+    finally:
+        pool.close()
 
 
 @pytest.fixture

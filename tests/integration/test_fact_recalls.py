@@ -4,7 +4,6 @@ and an erasure takes the counts with the facts."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -13,8 +12,6 @@ from psycopg_pool import ConnectionPool
 from domain.erasure import ErasureScope
 from domain.ids import MemoryKey
 from domain.reads import Recall, Scope
-from store.migrate import migrate
-from store.postgres import make_pool
 from store.read.fact_queries import PostgresReadModel
 from store.write.erasure_log import PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore
@@ -26,13 +23,8 @@ ADA = key_of("ada")
 
 
 @pytest.fixture
-def pool(fresh_database: str) -> Iterator[ConnectionPool]:
-    pool = make_pool(fresh_database, max_size=2)
-    try:
-        migrate(pool)
-        yield pool
-    finally:
-        pool.close()
+def pool(migrated_pool: ConnectionPool) -> ConnectionPool:
+    return migrated_pool
 
 
 def row_version(pool: ConnectionPool, fact_id: uuid.UUID) -> tuple[str, str]:

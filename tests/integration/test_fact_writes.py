@@ -4,7 +4,6 @@ and a fact id held by another memory fails the whole run, leaving nothing writte
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 
@@ -13,8 +12,6 @@ from psycopg_pool import ConnectionPool
 
 from domain.model import FactChange, FactChangeKind, FactStatus
 from store.errors import StoreError
-from store.migrate import migrate
-from store.postgres import make_pool
 from store.write.memory_store import PostgresMemoryStore
 from tests.support.builders import BASE_TIME, key_of, make_fact, seed, seed_update
 
@@ -25,13 +22,8 @@ LATER = BASE_TIME + timedelta(hours=1)
 
 
 @pytest.fixture
-def pool(fresh_database: str) -> Iterator[ConnectionPool]:
-    pool = make_pool(fresh_database, max_size=2)
-    try:
-        migrate(pool)
-        yield pool
-    finally:
-        pool.close()
+def pool(migrated_pool: ConnectionPool) -> ConnectionPool:
+    return migrated_pool
 
 
 def history(pool: ConnectionPool, run_id: uuid.UUID) -> list[tuple[uuid.UUID, str]]:
