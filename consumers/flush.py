@@ -186,7 +186,7 @@ class UserFlusher:
             if self._budget_policy is BudgetPolicy.DEFER:
                 return self._defer(state, fresh, now, attempt, f"balance {balance} micro-USD")
         try:
-            update = self._attempt(state, fresh, now, attempt, exhausted)
+            update = self._attempt(state, fresh, now, attempt, exhausted, reads.known_facts)
         except UnusableAnswer as e:
             return self._split(state, fresh, now, attempt, exhausted, e)
         return FlushResult(FlushKind.CONSOLIDATED, len(fresh), (update,), skip_embeddings=exhausted)
@@ -198,10 +198,11 @@ class UserFlusher:
         now: datetime,
         attempt: int,
         exhausted: bool,
+        known_facts: int | None = None,
     ) -> MemoryUpdate:
         """Consolidate `events` in one run and apply it; an unusable answer is recorded as a
-        failed run and raised."""
-        request, degraded = self._request(state, events, now)
+        failed run and raised. `known_facts`: as read under the lock, until a run is applied."""
+        request, degraded = self._request(state, events, now, known_facts)
         response, duration_ms = self._call(request, attempt)
         update = self._consolidator.plan(
             request,
@@ -222,9 +223,11 @@ class UserFlusher:
         return update
 
     def _request(
-        self, state: MemoryState, events: Sequence[ContextEvent], now: datetime
+        self, state: MemoryState, events: Sequence[ContextEvent], now: datetime, known: int | None
     ) -> tuple[ConsolidationRequest, str | None]:
-        candidates = select_candidates(state.key, events, self._search, self._candidate_policy)
+        candidates = select_candidates(
+            state.key, events, self._search, self._candidate_policy, known=known
+        )
         request = ConsolidationRequest.build(
             state, candidates.facts, list(events), now, known_facts=candidates.known
         )
@@ -302,7 +305,7 @@ class UserFlusher:
         self, state: MemoryState, events: Sequence[ContextEvent], now: datetime, attempt: int
     ) -> str | None:
         """Try `events` alone: None if the answer is usable (recorded, not applied), else why."""
-        request, _ = self._request(state, events, now)
+        request, _ = self._request(state, events, now, None)
         try:
             response, duration_ms = self._call(request, attempt)
         except UnusableAnswer as e:

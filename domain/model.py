@@ -206,6 +206,7 @@ class FlushReads:
     consumed: frozenset[uuid.UUID]  # of the events asked about, those a run consumed already
     state: MemoryState
     balance: int | None  # credit minus spend in micro-USD; None: no credit line
+    known_facts: int  # active and held facts; 0: a first batch, with nothing to search
 
 
 @dataclass(frozen=True)

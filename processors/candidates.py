@@ -76,9 +76,14 @@ def select_candidates(
     events: Sequence[ContextEvent],
     search: FactSearch,
     policy: CandidatePolicy | None = None,
+    *,
+    known: int | None = None,
 ) -> Candidates:
+    """`known`: the memory's active and held facts if the caller counted them already (a
+    flush reads the count with the memory under its lock); asked of `search` otherwise."""
     policy = policy or CandidatePolicy()
-    known = search.count(key)
+    if known is None:
+        known = search.count(key)
     if known == 0:
         # A memory with no active or held fact (a user's first batch) has nothing to search,
         # pin or retract: the search's keyword statements alone cost a flush 3-4 ms.

@@ -25,6 +25,7 @@ from domain.model import (
 )
 from domain.ports import Pricing
 from domain.upsert import merge_fact
+from store.candidate_ranking import CONSOLIDATION_STATUSES
 from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
 from store.inmemory.database import InMemoryDatabase
 
@@ -93,6 +94,7 @@ class InMemoryMemoryStore:
                 consumed=self.already_consolidated(key, event_ids),
                 state=self.load_state(key),
                 balance=self.balance(key),
+                known_facts=len(self.facts(key, CONSOLIDATION_STATUSES)),
             )
 
     # -- the memory lock ------------------------------------------------------------------

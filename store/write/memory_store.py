@@ -31,6 +31,7 @@ from domain.model import (
 )
 from domain.ports import Pricing
 from store import fact_rows
+from store.candidate_ranking import CONSOLIDATION_STATUSES
 from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
 from store.postgres import memory_params, statement, transaction, translated
 from store.write.locks import memory_lock_key
@@ -50,6 +51,9 @@ _UNLOCK = "SELECT pg_advisory_unlock(%s::bigint)"
 # What a flush reads under the memory lock (`locked_reads`), each also read on its own.
 _STATE = f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {_MEMORY}"
 _CONSUMED = f"SELECT event_id FROM consolidated_events WHERE {_MEMORY} AND event_id = ANY(%s)"
+_KNOWN_STATUSES = [s.value for s in CONSOLIDATION_STATUSES]
+# The facts a consolidation works with; none (a first batch) means nothing to search.
+_KNOWN = f"SELECT count(*) FROM memory_facts WHERE {_MEMORY} AND status = ANY(%s)"
 _CUTOFFS = "SELECT topic, partition, cutoff FROM memory_cutoffs WHERE subject = %s"
 _ERASURE_OPEN = f"SELECT EXISTS (SELECT 1 FROM erasure_pending WHERE {_MEMORY} AND fact_id IS NULL)"
 _BALANCE = (
@@ -138,7 +142,7 @@ class PostgresMemoryStore:
     ) -> Iterator[FlushReads]:
         """Hold the memory lock (as `memory_lock`) and read what a flush needs under it.
 
-        The lock and the five reads go out in one pipeline on the lock's connection: Postgres
+        The lock and the six reads go out in one pipeline on the lock's connection: Postgres
         runs the reads once the lock is granted, and the flush waits for one round trip
         instead of two on two connections (nothing else changes them while the lock is held).
         """
@@ -153,12 +157,14 @@ class PostgresMemoryStore:
                     consumed = conn.execute(_CONSUMED, (*memory_params(key), list(event_ids)))
                     state = conn.execute(_STATE, memory_params(key))
                     balance = conn.execute(_BALANCE, memory_params(key))
+                    known = conn.execute(_KNOWN, (*memory_params(key), _KNOWN_STATUSES))
                     reads = FlushReads(
                         erasure_open=_exists(erasure.fetchone()),
                         cutoffs=_cutoffs(cutoffs.fetchall()),
                         consumed=frozenset(r[0] for r in consumed.fetchall()),
                         state=_state(key, state.fetchone()),
                         balance=_balance(balance.fetchone()),
+                        known_facts=_count(known.fetchone()),
                     )
                 yield reads
             finally:
@@ -356,6 +362,10 @@ def _release(conn: psycopg.Connection[Any], lock: int) -> None:
 
 def _state(key: MemoryKey, row: tuple[Any, ...] | None) -> MemoryState:
     return MemoryState.empty(key) if row is None else fact_rows.state_from_row(key.user_id, row)
+
+
+def _count(row: tuple[Any, ...] | None) -> int:
+    return int(row[0]) if row else 0
 
 
 def _cutoffs(rows: Sequence[tuple[Any, ...]]) -> dict[tuple[str, int], int]:

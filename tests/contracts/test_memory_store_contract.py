@@ -29,6 +29,7 @@ from processors.fold import fold_runs, live_image
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import REQUEST_STATUSES, ConsolidationRequest
+from store.candidate_ranking import CONSOLIDATION_STATUSES
 from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
 from tests.contracts.conftest import SUBJECTS, Stores
 from tests.support.builders import (
@@ -162,7 +163,12 @@ def test_an_erasures_cut_offs_are_found_by_the_memorys_digest(stores: Stores) ->
 
 
 def test_a_flushs_reads_together_are_the_reads_one_by_one(stores: Stores) -> None:
-    first = seed(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin")])
+    facts = [
+        make_fact("ada", "Ada lives in Berlin"),
+        make_fact("ada", "Ada may like jazz", status=FactStatus.HELD),
+        make_fact("ada", "Ada lived in Rome", status=FactStatus.CONTRADICTED),
+    ]
+    first = seed(stores.memory, "ada", facts)
     stores.cut(ADA, "events", 2, 17)
     stores.memory.set_credit(ADA, 1_000)
     stores.open_erasure(BOB)
@@ -179,9 +185,11 @@ def test_a_flushs_reads_together_are_the_reads_one_by_one(stores: Stores) -> Non
         assert reads.consumed == stores.memory.already_consolidated(key, [consumed, unseen])
         assert reads.state == stores.memory.load_state(key)
         assert reads.balance == stores.memory.balance(key)
+        assert reads.known_facts == len(stores.memory.facts(key, CONSOLIDATION_STATUSES))
     reads = locked_reads(ADA, SUBJECTS(ADA), [consumed, unseen])
     assert (reads.erasure_open, dict(reads.cutoffs)) == (False, {("events", 2): 17})
     assert (reads.consumed, reads.state.version, reads.balance) == ({consumed}, 1, 1_000)
+    assert reads.known_facts == 2  # the active and the held one
     assert locked_reads(BOB, SUBJECTS(BOB), []).erasure_open is True
     assert locked_reads(key_of("ada", "org-b"), "", []).state.version == 0
 

@@ -175,6 +175,16 @@ def test_an_empty_memory_is_not_searched() -> None:
     assert search.asked == []
 
 
+def test_a_count_read_already_is_not_asked_again() -> None:
+    """A flush counts the memory's facts under its lock: the search is not asked to count."""
+    search = ScriptedSearch(ranked={"apples": [A[0]]}, known=1)
+    first = select_candidates(KEY, events("apples"), search, known=0)
+    assert (first.facts, first.known, search.asked) == ((), 0, [])
+    search.known = 0  # the search would say empty; the caller's count says otherwise
+    returning = select_candidates(KEY, events("apples"), search, known=7)
+    assert (returning.facts, returning.known) == ((A[0],), 7)
+
+
 def test_selection_is_deterministic() -> None:
     facts = [*A, *B, fact("The user bikes to the apple market.")]
     batch = events("apples and bikes", "the market")
