@@ -48,7 +48,8 @@ from memoryd import wiring
 from memoryd.erasure import ErasureRequest
 from memoryd.ops.topics import ensure_topics
 from memoryd.settings import ChromaSettings, KafkaSettings, MetricsSettings, Settings
-from store.embeddings import CachingEmbedder, MiniLmEmbedder
+from store.embedding_cache import CachingEmbedder
+from store.embeddings import MiniLmEmbedder
 
 FACTS_PER_RUN = 20
 LOGS_PER_MEMORY = 100

@@ -37,7 +37,8 @@ from processors.retraction import RetractingConsolidator, RetractionAwareBackend
 from processors.schema import ConsolidationBackend
 from producers.publisher import KafkaEventPublisher, ProducerSettings
 from store.chroma import ReconnectingIndex, embedded_client, http_client
-from store.embeddings import CachingEmbedder, MiniLmEmbedder
+from store.embedding_cache import CachingEmbedder
+from store.embeddings import MiniLmEmbedder
 from store.postgres import make_pool
 from store.read.background import BatchWriter
 from store.read.candidate_search import HybridFactSearch

@@ -13,13 +13,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import lru_cache
 
 import numpy as np
 
 from domain.ids import normalize_content
 from domain.model import Fact, FactType
 from domain.ports import Embedder
+from domain.timed_cache import timed_memo
 from processors.heuristics import candidates
 from processors.schema import FactProposal
 from processors.statements import informative
@@ -67,8 +67,8 @@ class GateDecision:
     duplicate_of: Fact | None = None
 
 
-# Every proposal is compared with the stored facts: their forms are computed once per process.
-@lru_cache(maxsize=65_536)
+# Every proposal is compared with the stored facts: their forms are remembered for a while.
+@timed_memo(max_entries=65_536)
 def canonical_form(content: str) -> str:
     text = normalize_content(content)
     for pattern, replacement in _SYNONYMS:

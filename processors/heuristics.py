@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
-from functools import lru_cache
 from typing import Final, TypeVar
 
 import numpy as np
 
 from domain.ports import Embedder, Vector
+from domain.timed_cache import timed_memo
 from processors.speakers import USER, about, split_speaker
 
 
@@ -188,8 +188,8 @@ def _stem(word: str) -> str:
     return word
 
 
-# Each stored fact is compared with every batch: its words are worked out once per process.
-@lru_cache(maxsize=65_536)
+# Each stored fact is compared with every batch: its words are remembered for a while.
+@timed_memo(max_entries=65_536)
 def content_words(text: str) -> frozenset[str]:
     words = (_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
     return frozenset(w for w in words if w not in _STOPWORDS)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from functools import lru_cache
 from typing import Final
 
 from domain.model import Fact
+from domain.timed_cache import timed_memo
 from processors.gate import DUPLICATE_COSINE
 from processors.heuristics import Similarity, as_sentence, content_words
 from processors.plan import Draft, Plan, believed
@@ -50,7 +50,7 @@ _SAME_THING: Final = tuple(
 )
 
 
-@lru_cache(maxsize=65_536)
+@timed_memo(max_entries=65_536)
 def folded_words(text: str) -> frozenset[str]:
     """The content words of `text` with synonymous wordings folded into one."""
     low = text.lower()

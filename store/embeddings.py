@@ -12,7 +12,6 @@ import hashlib
 import importlib.util
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -315,40 +314,3 @@ class _AbsentEmbedder:
             f"the collection was embedded with {self.model_name} (dimension {self.dimension}), "
             f"which this process does not provide"
         )
-
-
-class CachingEmbedder:
-    """An `Embedder` that remembers the vectors of recent texts (LRU, thread-safe).
-
-    One process embeds the same fact texts several times: the write gate compares proposals to
-    the active facts, the offline backend looks for duplicates among them, and the indexer
-    embeds what was stored. The model is deterministic, so a remembered vector is the vector.
-    """
-
-    def __init__(self, inner: Embedder, max_entries: int = 20_000) -> None:
-        self._inner = inner
-        self.model_name = inner.model_name
-        self.dimension = inner.dimension
-        self._max_entries = max_entries
-        self._vectors: OrderedDict[str, Vector] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def warm(self) -> None:
-        """Load the model and run it once now, past the cache: the first consolidation would
-        otherwise wait seconds for it (bench.processor, "Processor overhead")."""
-        self._inner.embed(["warm-up"])
-
-    def embed(self, texts: Sequence[str]) -> list[Vector]:
-        with self._lock:
-            known = {t: self._vectors[t] for t in texts if t in self._vectors}
-            for text in known:
-                self._vectors.move_to_end(text)
-        missing = list(dict.fromkeys(t for t in texts if t not in known))
-        if missing:
-            fresh = dict(zip(missing, self._inner.embed(missing), strict=True))
-            known.update(fresh)
-            with self._lock:
-                self._vectors.update(fresh)
-                while len(self._vectors) > self._max_entries:
-                    self._vectors.popitem(last=False)
-        return [known[t] for t in texts]

@@ -16,14 +16,13 @@ remembered per text in a bounded LRU: the dictionary does not change under a run
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from domain.timed_cache import TimedCache
 from store.read.fact_queries import BM25_B, BM25_K1
 from store.read.ranking import top_n
 
@@ -97,23 +96,16 @@ class KeywordIndex:
 
 class QueryLexemes:
     """A query text's lexemes as Postgres's `to_tsvector('english', ...)` makes them, per text
-    in a bounded LRU (`source` is the round trip)."""
+    for a bounded time (`domain.timed_cache`: the texts are users' questions); `source` is the
+    round trip."""
 
     def __init__(self, source: Callable[[str], list[str]], max_texts: int = 10_000) -> None:
         self._source = source
-        self._max = max_texts
-        self._known: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._known: TimedCache[str, tuple[str, ...]] = TimedCache(max_texts)
 
     def __call__(self, text: str) -> tuple[str, ...]:
-        with self._lock:
-            found = self._known.get(text)
-            if found is not None:
-                self._known.move_to_end(text)
-                return found
-        lexemes = tuple(self._source(text))
-        with self._lock:
-            self._known[text] = lexemes
-            while len(self._known) > self._max:
-                self._known.popitem(last=False)
-        return lexemes
+        found = self._known.get(text)
+        if found is None:
+            found = tuple(self._source(text))
+            self._known.put(text, found)
+        return found

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from store.embeddings import CachingEmbedder
+from store.embedding_cache import CachingEmbedder
 from tests.support.fakes import BagOfWordsEmbedder
 
 
@@ -20,15 +20,40 @@ def test_each_distinct_text_is_embedded_once_and_order_is_kept() -> None:
     assert np.array_equal(first[0], inner.embed(["lives in Berlin"])[0])
 
 
-def test_least_recently_used_texts_are_forgotten_first() -> None:
+def test_the_oldest_texts_are_dropped_first_when_full() -> None:
     inner = BagOfWordsEmbedder()
     cached = CachingEmbedder(inner, max_entries=2)
     cached.embed(["a one", "b two"])
-    cached.embed(["a one"])  # "a one" is now the most recent
-    cached.embed(["c three"])  # evicts "b two"
+    cached.embed(["a one"])  # a hit: its age still counts from when it was computed
+    cached.embed(["c three"])  # full: "a one" goes, the oldest
     inner.calls.clear()
-    cached.embed(["a one", "c three", "b two"])
-    assert [list(c) for c in inner.calls] == [["b two"]]
+    cached.embed(["b two", "c three", "a one"])
+    assert [list(c) for c in inner.calls] == [["a one"]]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_entry_is_dropped_its_max_age_after_it_was_computed_used_or_not() -> None:
+    inner, clock = BagOfWordsEmbedder(), Clock()
+    cached = CachingEmbedder(inner, max_age_s=60, clock=clock)
+    cached.embed(["lives in Berlin"])
+    clock.now += 30
+    cached.embed(["likes tea", "lives in Berlin"])  # a hit does not make it younger
+    clock.now += 29.9
+    assert (cached.expire(), len(cached)) == (0, 2)
+    clock.now += 0.1
+    assert (cached.expire(), len(cached)) == (1, 1)  # Berlin's 60 s are up, tea's are not
+    inner.calls.clear()
+    cached.embed(["lives in Berlin", "likes tea"])
+    assert [list(c) for c in inner.calls] == [["lives in Berlin"]]  # computed again
+    clock.now += 30
+    assert (cached.expire(), len(cached)) == (1, 1)  # tea went; Berlin's new entry stays
 
 
 def test_warming_runs_the_model_once_and_caches_nothing() -> None:

@@ -19,7 +19,7 @@ from processors.gate import (
 )
 from processors.heuristics import MAX_CANDIDATES
 from processors.schema import FactProposal
-from store.embeddings import CachingEmbedder
+from store.embedding_cache import CachingEmbedder
 from tests.support.builders import make_fact
 from tests.support.fakes import BagOfWordsEmbedder
 

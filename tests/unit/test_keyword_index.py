@@ -55,6 +55,6 @@ def test_query_lexemes_ask_postgres_once_per_text() -> None:
     assert lexemes("bee roof") == ("bee", "roof")
     assert lexemes("bee roof") == ("bee", "roof")
     lexemes("chess")
-    lexemes("piano")  # evicts "bee roof", the least recently used
+    lexemes("piano")  # evicts "bee roof", the oldest
     lexemes("bee roof")
     assert asked == ["bee roof", "chess", "piano", "bee roof"]

@@ -17,7 +17,8 @@ from processors.merge import MIN_NEW_WORDS, new_words
 from processors.offline import OfflineBackend
 from processors.statements import sentences
 from producers.contract import ContextEvent, EventType
-from store.embeddings import CachingEmbedder, MiniLmEmbedder
+from store.embedding_cache import CachingEmbedder
+from store.embeddings import MiniLmEmbedder
 from store.read.ranking import Budget
 from tests.support.builders import buffered
 from tests.support.inmemory import InMemoryMemoryd
