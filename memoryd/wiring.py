@@ -210,7 +210,9 @@ def consolidation(
 
 def candidate_search(c: Core) -> HybridFactSearch:
     """What a flush searches for the facts its batch is about: the read path's retrievers."""
-    return HybridFactSearch(c.pool, read_model(c), c.index, c.embedder)
+    return HybridFactSearch(
+        c.pool, read_model(c), c.index, c.embedder, remember=c.embedder.remember
+    )
 
 
 def flusher(

@@ -10,7 +10,7 @@ each leaves the cache `CONTENT_MAX_AGE_S` after its vector was computed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from domain.ports import Embedder, Vector
 from domain.timed_cache import CONTENT_MAX_AGE_S, TimedCache
@@ -51,6 +51,11 @@ class CachingEmbedder:
             known.update(fresh)
             self._vectors.put_many(fresh)
         return [known[t] for t in texts]
+
+    def remember(self, vectors: Mapping[str, Vector]) -> None:
+        """Keep vectors computed elsewhere by this model (stored ones, fetched from the index)
+        as if embedded here now; a text held already keeps its entry."""
+        self._vectors.put_many(dict(vectors))
 
     def expire(self) -> int:
         """Drop the vectors computed more than `max_age_s` ago now; returns how many went."""

@@ -14,7 +14,7 @@ replay's image).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -50,11 +50,17 @@ class HybridFactSearch:
         reads: PostgresReadModel,
         index: VectorIndex,
         embedder: Embedder,
+        *,
+        remember: Callable[[Mapping[str, Vector]], None] | None = None,
     ) -> None:
+        """`remember` is handed the stored vectors of the facts a search found, by text (the
+        process's embedding cache): the write gate then compares the batch's proposals with
+        them without running the model on the facts' texts again."""
         self._pool = pool
         self._reads = reads
         self._index = index
         self._embedder = embedder
+        self._remember = remember
 
     def related(self, key: MemoryKey, queries: Sequence[FactQuery], limit: int) -> RelatedFacts:
         if not queries or limit <= 0:
@@ -76,11 +82,19 @@ class HybridFactSearch:
                 [(scopes[q.connection_id], q.text) for q in queries], limit
             )
             degraded = None
+            stored: dict[str | None, Mapping[uuid.UUID, Vector]] = {}
             try:
-                dense = self._dense(scopes, indexed, queries, limit, members, vectors)
+                dense, stored = self._dense(scopes, indexed, queries, limit, members, vectors)
             except VectorIndexUnavailable as e:
                 dense, degraded = [[] for _ in queries], f"vector index unavailable: {e}"
         truth = self._current(scopes, queries, dense, keyword)
+        if self._remember is not None:
+            # An indexed fact's stored vector is the model's vector of its current text: a new
+            # version is not indexed until its own vector is stored (`indexed_ids`).
+            found = (
+                (f, stored.get(c, {}).get(i)) for c, rows in truth.items() for i, f in rows.items()
+            )
+            self._remember({f.content: v for f, v in found if v is not None})
         ranked = []
         for query, dense_ids, keyword_facts in zip(queries, dense, keyword, strict=True):
             rows = truth[query.connection_id]
@@ -98,10 +112,10 @@ class HybridFactSearch:
         limit: int,
         members: Sequence[int],
         vectors: Future[list[Vector]] | None,
-    ) -> list[list[uuid.UUID]]:
+    ) -> tuple[list[list[uuid.UUID]], dict[str | None, Mapping[uuid.UUID, Vector]]]:
         """Per query, its nearest facts: in a scope of few facts its vector (`members`' are
         being computed in `vectors`) scored against the scope's stored ones, else one filtered
-        ANN query each."""
+        ANN query each. Also the stored vectors fetched, per scope."""
         out: list[list[uuid.UUID]] = [[] for _ in queries]
         stored: dict[str | None, Mapping[uuid.UUID, Vector]] = {}
         for connection, ids in indexed.items():
@@ -116,7 +130,7 @@ class HybridFactSearch:
             for i, vector in zip(members, vectors.result(), strict=True):
                 if vectors_of_scope := stored.get(queries[i].connection_id):
                     out[i] = nearest_ids(vectors_of_scope, vector, limit)
-        return out
+        return out, stored
 
     def _current(
         self,

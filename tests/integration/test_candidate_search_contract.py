@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from domain.ids import MemoryKey
@@ -131,6 +132,35 @@ def test_with_chroma_down_the_keyword_side_still_answers(deployment: Deployment)
         assert found.degraded is not None
         assert "chroma is down" in found.degraded
         assert found.ranked[0][0].fact_id == DENTIST.fact_id
+
+    deployment.with_core(check)
+
+
+def test_the_found_facts_stored_vectors_are_remembered_by_text(deployment: Deployment) -> None:
+    """The gate compares proposals with the facts found: their vectors come from the index."""
+
+    new_bees = "The user keeps two beehives and a wasp nest on the roof."
+
+    def check(c: wiring.Core) -> None:
+        c.memory.insert_facts(FACTS)
+        wiring.indexer(c).drain_pending()
+        with c.pool.connection() as conn:  # a run's new version, as the fact upsert writes it
+            conn.execute(
+                "UPDATE memory_facts SET content = %s, indexed_at = NULL, version = version + 1"
+                " WHERE fact_id = %s",
+                (new_bees, BEES.fact_id),
+            )
+        remembered: dict[str, Vector] = {}
+        search = HybridFactSearch(
+            c.pool, PostgresReadModel(c.pool), c.index, c.embedder, remember=remembered.update
+        )
+        queries = [FactQuery("my dentist and my beehives"), FactQuery("Acme invoices", "mail")]
+        found = {f.content for r in search.related(KEY, queries, limit=3).ranked for f in r}
+        assert {DENTIST.content, MAIL.content, new_bees} <= found
+        # Chroma still holds the old text's vector: the new text is not remembered with it.
+        assert set(remembered) == found - {new_bees}
+        for text, vector in remembered.items():
+            assert np.allclose(vector, c.embedder.embed([text])[0], atol=1e-6)
 
     deployment.with_core(check)
 
