@@ -38,7 +38,10 @@ class TimedCache(Generic[K, V]):
         max_age_s: float = CONTENT_MAX_AGE_S,
         *,
         clock: Callable[[], float] = time.monotonic,
+        expire_in_background: bool = True,
     ) -> None:
+        """`expire_in_background=False`: no thread, the owner calls `expire` (a test on a clock
+        of its own, which a sleeping thread could not follow)."""
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         if max_age_s <= 0:
@@ -49,6 +52,7 @@ class TimedCache(Generic[K, V]):
         self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()  # oldest first
         self._lock = threading.Lock()
         self._expiry: threading.Thread | None = None
+        self._background = expire_in_background
 
     def __len__(self) -> int:
         with self._lock:
@@ -75,11 +79,12 @@ class TimedCache(Generic[K, V]):
         first came in (two callers working out the same key at once put it twice)."""
         now = self._clock()
         with self._lock:
+            self._expire(now)  # an entry due is put anew, not kept with its old time
             for key, value in items.items():
                 self._entries.setdefault(key, (now, value))
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)
-            if self._expiry is None and self._entries:
+            if self._background and self._expiry is None and self._entries:
                 self._expiry = threading.Thread(
                     target=self._expire_while_held, name="content-cache-expiry", daemon=True
                 )

@@ -29,11 +29,14 @@ class CachingEmbedder:
         max_age_s: float = CONTENT_MAX_AGE_S,
         *,
         clock: Callable[[], float] = time.monotonic,
+        expire_in_background: bool = True,
     ) -> None:
         self._inner = inner
         self.model_name = inner.model_name
         self.dimension = inner.dimension
-        self._vectors: TimedCache[str, Vector] = TimedCache(max_entries, max_age_s, clock=clock)
+        self._vectors: TimedCache[str, Vector] = TimedCache(
+            max_entries, max_age_s, clock=clock, expire_in_background=expire_in_background
+        )
 
     def __len__(self) -> int:
         return len(self._vectors)

@@ -41,7 +41,7 @@ class Clock:
 
 def test_an_entry_is_dropped_its_max_age_after_it_was_computed_used_or_not() -> None:
     inner, clock = BagOfWordsEmbedder(), Clock()
-    cached = CachingEmbedder(inner, max_age_s=60, clock=clock)
+    cached = CachingEmbedder(inner, max_age_s=60, clock=clock, expire_in_background=False)
     cached.embed(["lives in Berlin"])
     clock.now += 30
     cached.embed(["likes tea", "lives in Berlin"])  # a hit does not make it younger

@@ -20,7 +20,9 @@ class Clock:
 
 def test_an_entry_leaves_its_max_age_after_it_was_put_used_or_not() -> None:
     clock = Clock()
-    cache: TimedCache[str, int] = TimedCache(10, max_age_s=60, clock=clock)
+    cache: TimedCache[str, int] = TimedCache(
+        10, max_age_s=60, clock=clock, expire_in_background=False
+    )
     cache.put("berlin", 1)
     clock.now += 30
     cache.put_many({"tea": 2, "berlin": 3})  # held already: keeps its value and its time
