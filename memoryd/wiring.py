@@ -210,9 +210,7 @@ def consolidation(
 
 def candidate_search(c: Core) -> HybridFactSearch:
     """What a flush searches for the facts its batch is about: the read path's retrievers."""
-    return HybridFactSearch(
-        c.pool, read_model(c), c.index, c.embedder, remember=c.embedder.remember
-    )
+    return HybridFactSearch(c.pool, read_model(c), c.index, c.embedder, vectors=c.embedder)
 
 
 def flusher(

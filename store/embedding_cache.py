@@ -55,6 +55,10 @@ class CachingEmbedder:
             self._vectors.put_many(fresh)
         return [known[t] for t in texts]
 
+    def known(self, texts: Sequence[str]) -> dict[str, Vector]:
+        """The vectors held of these texts, without running the model for the others."""
+        return self._vectors.get_many(list(texts))
+
     def remember(self, vectors: Mapping[str, Vector]) -> None:
         """Keep vectors computed elsewhere by this model (stored ones, fetched from the index)
         as if embedded here now; a text held already keeps its entry."""

@@ -14,9 +14,9 @@ replay's image).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from psycopg_pool import ConnectionPool
 
@@ -43,6 +43,14 @@ def _scope(key: MemoryKey, connection_id: str | None) -> Scope:
     )
 
 
+class VectorMemory(Protocol):
+    """Vectors of texts a process holds (`store.embedding_cache.CachingEmbedder`)."""
+
+    def known(self, texts: Sequence[str]) -> Mapping[str, Vector]: ...
+
+    def remember(self, vectors: Mapping[str, Vector]) -> None: ...
+
+
 class HybridFactSearch:
     def __init__(
         self,
@@ -51,23 +59,24 @@ class HybridFactSearch:
         index: VectorIndex,
         embedder: Embedder,
         *,
-        remember: Callable[[Mapping[str, Vector]], None] | None = None,
+        vectors: VectorMemory | None = None,
     ) -> None:
-        """`remember` is handed the stored vectors of the facts a search found, by text (the
-        process's embedding cache): the write gate then compares the batch's proposals with
-        them without running the model on the facts' texts again."""
+        """`vectors`: the process's embedding cache. The dense stage takes the vectors of
+        stored facts whose texts it holds from it, and asks Chroma for the others; the
+        vectors of the facts found go to it, so the write gate compares the batch's proposals
+        with them without running the model on the facts' texts again."""
         self._pool = pool
         self._reads = reads
         self._index = index
         self._embedder = embedder
-        self._remember = remember
+        self._vectors = vectors
 
     def related(self, key: MemoryKey, queries: Sequence[FactQuery], limit: int) -> RelatedFacts:
         if not queries or limit <= 0:
             return RelatedFacts(tuple(() for _ in queries))
         scopes = {q.connection_id: _scope(key, q.connection_id) for q in queries}
         indexed = {
-            c: self._reads.indexed_ids(s, EXACT_SEARCH_MAX_FACTS + 1) for c, s in scopes.items()
+            c: self._reads.indexed_texts(s, EXACT_SEARCH_MAX_FACTS + 1) for c, s in scopes.items()
         }
         exact = {c for c, ids in indexed.items() if 0 < len(ids) <= EXACT_SEARCH_MAX_FACTS}
         members = [i for i, q in enumerate(queries) if q.connection_id in exact]
@@ -88,13 +97,11 @@ class HybridFactSearch:
             except VectorIndexUnavailable as e:
                 dense, degraded = [[] for _ in queries], f"vector index unavailable: {e}"
         truth = self._current(scopes, queries, dense, keyword)
-        if self._remember is not None:
-            # An indexed fact's stored vector is the model's vector of its current text: a new
-            # version is not indexed until its own vector is stored (`indexed_ids`).
+        if self._vectors is not None:
             found = (
                 (f, stored.get(c, {}).get(i)) for c, rows in truth.items() for i, f in rows.items()
             )
-            self._remember({f.content: v for f, v in found if v is not None})
+            self._vectors.remember({f.content: v for f, v in found if v is not None})
         ranked = []
         for query, dense_ids, keyword_facts in zip(queries, dense, keyword, strict=True):
             rows = truth[query.connection_id]
@@ -107,7 +114,7 @@ class HybridFactSearch:
     def _dense(
         self,
         scopes: Mapping[str | None, Scope],
-        indexed: Mapping[str | None, Sequence[uuid.UUID]],
+        indexed: Mapping[str | None, Mapping[uuid.UUID, str]],
         queries: Sequence[FactQuery],
         limit: int,
         members: Sequence[int],
@@ -125,12 +132,22 @@ class HybridFactSearch:
                         hits = self._index.query(scopes[connection], query.text, limit)
                         out[i] = [h.fact_id for h in hits]
             elif ids:
-                stored[connection] = self._index.embeddings(ids)
+                stored[connection] = self._stored_vectors(ids)
         if vectors is not None and any(stored.values()):
             for i, vector in zip(members, vectors.result(), strict=True):
                 if vectors_of_scope := stored.get(queries[i].connection_id):
                     out[i] = nearest_ids(vectors_of_scope, vector, limit)
         return out, stored
+
+    def _stored_vectors(self, texts: Mapping[uuid.UUID, str]) -> Mapping[uuid.UUID, Vector]:
+        """The stored vectors of these indexed facts. An indexed fact's stored vector is the
+        model's vector of its current text (a new version is not indexed until its own vector
+        is stored), so a vector of that text held in the process is the same vector."""
+        held = self._vectors.known(list(texts.values())) if self._vectors is not None else {}
+        found = {i: held[t] for i, t in texts.items() if t in held}
+        if missing := [i for i in texts if i not in found]:
+            found |= self._index.embeddings(missing)
+        return found
 
     def _current(
         self,

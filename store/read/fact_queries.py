@@ -174,6 +174,18 @@ class PostgresReadModel:
             rows = conn.execute(sql, {**_params(scope), "limit": limit}).fetchall()
         return [r[0] for r in rows]
 
+    def indexed_texts(self, scope: Scope, limit: int) -> dict[uuid.UUID, str]:
+        """`indexed_ids` with each fact's current text (what its stored vector embeds)."""
+        if limit <= 0 or not scope.statuses:
+            return {}
+        sql = (
+            "SELECT fact_id, content FROM memory_facts"
+            f" WHERE indexed_at IS NOT NULL AND {_SCOPE} LIMIT %(limit)s"
+        )
+        with self._statement() as conn:
+            rows = conn.execute(sql, {**_params(scope), "limit": limit}).fetchall()
+        return {r[0]: r[1] for r in rows}
+
     def facts_in_scope(self, scope: Scope, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
         """The current rows of these facts that are still in scope (Chroma may lag)."""
         if not fact_ids or not scope.statuses:

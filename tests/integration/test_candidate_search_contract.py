@@ -4,7 +4,7 @@ replays) find the same kind of facts for a batch, within the same scope."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -13,7 +13,8 @@ import pytest
 
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
-from domain.ports import FactQuery, FactSearch, Vector, VectorHit
+from domain.ports import FactQuery, FactSearch, Vector, VectorHit, VectorIndex
+from domain.reads import Scope
 from memoryd import wiring
 from store.errors import EmbeddingModelError, VectorIndexUnavailable
 from store.inmemory import InMemoryFactSearch
@@ -136,6 +137,36 @@ def test_with_chroma_down_the_keyword_side_still_answers(deployment: Deployment)
     deployment.with_core(check)
 
 
+class HeldVectors:
+    """The process's vectors by text, as the embedding cache holds them."""
+
+    def __init__(self, held: dict[str, Vector] | None = None) -> None:
+        self.held = held or {}
+        self.remembered: dict[str, Vector] = {}
+
+    def known(self, texts: Sequence[str]) -> dict[str, Vector]:
+        return {t: self.held[t] for t in texts if t in self.held}
+
+    def remember(self, vectors: Mapping[str, Vector]) -> None:
+        self.remembered.update(vectors)
+
+
+class FetchCountingIndex:
+    def __init__(self, index: VectorIndex) -> None:
+        self._index = index
+        self.fetched: list[uuid.UUID] = []
+
+    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
+        self.fetched += fact_ids
+        return self._index.embeddings(fact_ids)
+
+    def query(self, scope: Scope, text: str, n: int) -> list[VectorHit]:
+        return self._index.query(scope, text, n)
+
+
+QUERIES = [FactQuery("my dentist and my beehives"), FactQuery("Acme invoices", "mail")]
+
+
 def test_the_found_facts_stored_vectors_are_remembered_by_text(deployment: Deployment) -> None:
     """The gate compares proposals with the facts found: their vectors come from the index."""
 
@@ -150,17 +181,41 @@ def test_the_found_facts_stored_vectors_are_remembered_by_text(deployment: Deplo
                 " WHERE fact_id = %s",
                 (new_bees, BEES.fact_id),
             )
-        remembered: dict[str, Vector] = {}
+        held = HeldVectors()
         search = HybridFactSearch(
-            c.pool, PostgresReadModel(c.pool), c.index, c.embedder, remember=remembered.update
+            c.pool, PostgresReadModel(c.pool), c.index, c.embedder, vectors=held
         )
-        queries = [FactQuery("my dentist and my beehives"), FactQuery("Acme invoices", "mail")]
-        found = {f.content for r in search.related(KEY, queries, limit=3).ranked for f in r}
+        found = {f.content for r in search.related(KEY, QUERIES, limit=3).ranked for f in r}
         assert {DENTIST.content, MAIL.content, new_bees} <= found
         # Chroma still holds the old text's vector: the new text is not remembered with it.
-        assert set(remembered) == found - {new_bees}
-        for text, vector in remembered.items():
+        assert set(held.remembered) == found - {new_bees}
+        for text, vector in held.remembered.items():
             assert np.allclose(vector, c.embedder.embed([text])[0], atol=1e-6)
+
+    deployment.with_core(check)
+
+
+def test_a_stored_fact_whose_text_the_process_holds_is_not_fetched(
+    deployment: Deployment,
+) -> None:
+    def check(c: wiring.Core) -> None:
+        c.memory.insert_facts(FACTS)
+        wiring.indexer(c).drain_pending()
+
+        def search(held: HeldVectors) -> tuple[list[list[uuid.UUID]], list[uuid.UUID]]:
+            index = FetchCountingIndex(c.index)
+            hybrid = HybridFactSearch(
+                c.pool, PostgresReadModel(c.pool), index, c.embedder, vectors=held
+            )
+            ranked = [ids(r) for r in hybrid.related(KEY, QUERIES, limit=3).ranked]
+            return ranked, index.fetched
+
+        everything, fetched = search(HeldVectors())
+        assert DENTIST.fact_id in fetched
+        held = HeldVectors({DENTIST.content: c.embedder.embed([DENTIST.content])[0]})
+        ranked, fetched_again = search(held)
+        assert ranked == everything
+        assert set(fetched_again) == set(fetched) - {DENTIST.fact_id}
 
     deployment.with_core(check)
 
