@@ -13,6 +13,13 @@ from store.read.ranking import reciprocal_rank_fusion
 
 # What a consolidation works with: a held fact observed again is what earns it its place.
 CONSOLIDATION_STATUSES = (FactStatus.ACTIVE, FactStatus.HELD)
+CONSOLIDATION_STATUS_VALUES = [s.value for s in CONSOLIDATION_STATUSES]
+# How many of a memory's facts a consolidation works with (the candidate search's count, a
+# flush's locked reads); parameters: organization, user, CONSOLIDATION_STATUS_VALUES.
+COUNT_CONSOLIDATION_FACTS = (
+    "SELECT count(*) FROM memory_facts"
+    " WHERE organization_id = %s AND user_id = %s AND status = ANY(%s)"
+)
 
 
 def fuse(dense: Sequence[uuid.UUID], keyword: Sequence[uuid.UUID], limit: int) -> list[uuid.UUID]:

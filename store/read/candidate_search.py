@@ -25,7 +25,13 @@ from domain.model import Fact
 from domain.ports import Embedder, FactQuery, RelatedFacts, Vector, VectorIndex
 from domain.reads import Scope
 from store import fact_rows
-from store.candidate_ranking import CONSOLIDATION_STATUSES, fuse, nearest_ids
+from store.candidate_ranking import (
+    CONSOLIDATION_STATUS_VALUES,
+    CONSOLIDATION_STATUSES,
+    COUNT_CONSOLIDATION_FACTS,
+    fuse,
+    nearest_ids,
+)
 from store.errors import VectorIndexUnavailable
 from store.postgres import memory_params, statement
 from store.read.fact_queries import PostgresReadModel
@@ -179,12 +185,9 @@ class HybridFactSearch:
         return self._facts(" AND fact_id = ANY(%s) ORDER BY fact_id", key, list(fact_ids))
 
     def count(self, key: MemoryKey) -> int:
-        sql = (
-            "SELECT count(*) FROM memory_facts"
-            " WHERE organization_id = %s AND user_id = %s AND status = ANY(%s)"
-        )
         with statement(self._pool, "counting facts") as conn:
-            row = conn.execute(sql, (*memory_params(key), _statuses())).fetchone()
+            params = (*memory_params(key), CONSOLIDATION_STATUS_VALUES)
+            row = conn.execute(COUNT_CONSOLIDATION_FACTS, params).fetchone()
         return int(row[0]) if row else 0
 
     def _facts(self, tail: str, key: MemoryKey, *extra: Any) -> list[Fact]:
@@ -193,9 +196,6 @@ class HybridFactSearch:
             f" WHERE organization_id = %s AND user_id = %s AND status = ANY(%s){tail}"
         )
         with statement(self._pool, "candidate search") as conn:
-            rows = conn.execute(sql, (*memory_params(key), _statuses(), *extra)).fetchall()
+            params = (*memory_params(key), CONSOLIDATION_STATUS_VALUES, *extra)
+            rows = conn.execute(sql, params).fetchall()
         return [fact_rows.from_row(r) for r in rows]
-
-
-def _statuses() -> list[str]:
-    return [s.value for s in CONSOLIDATION_STATUSES]

@@ -164,27 +164,21 @@ class PostgresReadModel:
 
     def indexed_ids(self, scope: Scope, limit: int) -> list[uuid.UUID]:
         """Ids of facts in scope whose current version is in the vector index, at most limit."""
-        if limit <= 0 or not scope.statuses:
-            return []
-        sql = (
-            "SELECT fact_id FROM memory_facts"
-            f" WHERE indexed_at IS NOT NULL AND {_SCOPE} LIMIT %(limit)s"
-        )
-        with self._statement() as conn:
-            rows = conn.execute(sql, {**_params(scope), "limit": limit}).fetchall()
-        return [r[0] for r in rows]
+        return [r[0] for r in self._indexed("fact_id", scope, limit)]
 
     def indexed_texts(self, scope: Scope, limit: int) -> dict[uuid.UUID, str]:
         """`indexed_ids` with each fact's current text (what its stored vector embeds)."""
+        return {r[0]: r[1] for r in self._indexed("fact_id, content", scope, limit)}
+
+    def _indexed(self, columns: str, scope: Scope, limit: int) -> list[tuple[Any, ...]]:
         if limit <= 0 or not scope.statuses:
-            return {}
+            return []
         sql = (
-            "SELECT fact_id, content FROM memory_facts"
+            f"SELECT {columns} FROM memory_facts"
             f" WHERE indexed_at IS NOT NULL AND {_SCOPE} LIMIT %(limit)s"
         )
         with self._statement() as conn:
-            rows = conn.execute(sql, {**_params(scope), "limit": limit}).fetchall()
-        return {r[0]: r[1] for r in rows}
+            return conn.execute(sql, {**_params(scope), "limit": limit}).fetchall()
 
     def facts_in_scope(self, scope: Scope, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
         """The current rows of these facts that are still in scope (Chroma may lag)."""

@@ -31,7 +31,7 @@ from domain.model import (
 )
 from domain.ports import Pricing
 from store import fact_rows
-from store.candidate_ranking import CONSOLIDATION_STATUSES
+from store.candidate_ranking import CONSOLIDATION_STATUS_VALUES, COUNT_CONSOLIDATION_FACTS
 from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
 from store.postgres import memory_params, statement, transaction, translated
 from store.write.locks import memory_lock_key
@@ -51,9 +51,6 @@ _UNLOCK = "SELECT pg_advisory_unlock(%s::bigint)"
 # What a flush reads under the memory lock (`locked_reads`), each also read on its own.
 _STATE = f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {_MEMORY}"
 _CONSUMED = f"SELECT event_id FROM consolidated_events WHERE {_MEMORY} AND event_id = ANY(%s)"
-_KNOWN_STATUSES = [s.value for s in CONSOLIDATION_STATUSES]
-# The facts a consolidation works with; none (a first batch) means nothing to search.
-_KNOWN = f"SELECT count(*) FROM memory_facts WHERE {_MEMORY} AND status = ANY(%s)"
 _CUTOFFS = "SELECT topic, partition, cutoff FROM memory_cutoffs WHERE subject = %s"
 _ERASURE_OPEN = f"SELECT EXISTS (SELECT 1 FROM erasure_pending WHERE {_MEMORY} AND fact_id IS NULL)"
 _BALANCE = (
@@ -157,7 +154,10 @@ class PostgresMemoryStore:
                     consumed = conn.execute(_CONSUMED, (*memory_params(key), list(event_ids)))
                     state = conn.execute(_STATE, memory_params(key))
                     balance = conn.execute(_BALANCE, memory_params(key))
-                    known = conn.execute(_KNOWN, (*memory_params(key), _KNOWN_STATUSES))
+                    known = conn.execute(
+                        COUNT_CONSOLIDATION_FACTS,
+                        (*memory_params(key), CONSOLIDATION_STATUS_VALUES),
+                    )
                     reads = FlushReads(
                         erasure_open=_exists(erasure.fetchone()),
                         cutoffs=_cutoffs(cutoffs.fetchall()),

@@ -31,6 +31,16 @@ _WORD = re.compile(r"[a-z0-9]+")
 _STOPWORDS = frozenset({"a", "an", "the", "i", "my", "me", "is", "am", "to", "of", "in", "and"})
 
 
+class MonotonicClock:
+    """A `time.monotonic` stand-in that moves only when a test sets `now`."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class BagOfWordsEmbedder:
     """An `Embedder` that hashes words into a few dimensions: shared words, similar vectors.
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 
 from store.embedding_cache import CachingEmbedder
-from tests.support.fakes import BagOfWordsEmbedder
+from tests.support.fakes import BagOfWordsEmbedder, MonotonicClock
 
 
 def test_each_distinct_text_is_embedded_once_and_order_is_kept() -> None:
@@ -31,16 +31,8 @@ def test_the_oldest_texts_are_dropped_first_when_full() -> None:
     assert [list(c) for c in inner.calls] == [["a one"]]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_an_entry_is_dropped_its_max_age_after_it_was_computed_used_or_not() -> None:
-    inner, clock = BagOfWordsEmbedder(), Clock()
+    inner, clock = BagOfWordsEmbedder(), MonotonicClock()
     cached = CachingEmbedder(inner, max_age_s=60, clock=clock, expire_in_background=False)
     cached.embed(["lives in Berlin"])
     clock.now += 30

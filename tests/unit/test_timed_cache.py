@@ -8,18 +8,11 @@ import time
 import pytest
 
 from domain.timed_cache import TimedCache, timed_memo
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.fakes import MonotonicClock
 
 
 def test_an_entry_leaves_its_max_age_after_it_was_put_used_or_not() -> None:
-    clock = Clock()
+    clock = MonotonicClock()
     cache: TimedCache[str, int] = TimedCache(
         10, max_age_s=60, clock=clock, expire_in_background=False
     )
