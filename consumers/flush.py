@@ -139,7 +139,8 @@ class UserFlusher:
     def flush(self, key: MemoryKey, items: Sequence[BufferedEvent], attempt: int) -> FlushResult:
         """Raises the backend's and the store's errors; the runtime decides retry or dead letter."""
         started = time.monotonic()
-        with self._forgotten.locked(key, items) as (reads, kept):
+        at_work = self._index_queue.foreground.working()
+        with at_work, self._forgotten.locked(key, items) as (reads, kept):
             if kept:
                 result = self._consolidate(reads, [i.event for i in kept], attempt)
             else:
@@ -236,7 +237,8 @@ class UserFlusher:
     def _call(self, request: ConsolidationRequest, attempt: int) -> tuple[BackendResponse, int]:
         started = time.monotonic()
         try:
-            response = self._backend.consolidate(request)
+            with self._index_queue.foreground.waiting():
+                response = self._backend.consolidate(request)
         except UnusableAnswer as e:
             self._unapplied(
                 request,

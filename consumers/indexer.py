@@ -26,6 +26,7 @@ from datetime import datetime
 from itertools import groupby
 
 from consumers.errors import ConsumerError
+from consumers.foreground import ForegroundWork
 from consumers.observers import IndexObserver
 from domain.model import Fact, LedgerEntry, MemoryUpdate
 from domain.ports import Clock, IndexOutbox, VectorIndex
@@ -124,13 +125,35 @@ def _group_key(fact: Fact) -> tuple[str, str, str]:
     return (fact.organization_id, fact.user_id, str(fact.created_by_run))
 
 
-class IndexQueue:
-    """What committed runs changed, indexed in one background thread, coalesced."""
+# How long a write may wait for the processor's flushes to leave the cores (`ForegroundWork`).
+YIELD_S = 0.1
 
-    def __init__(self, indexer: FactIndexer, observer: IndexObserver, max_facts: int = 256) -> None:
+
+class IndexQueue:
+    """What committed runs changed, indexed in one background thread, coalesced.
+
+    Before a write the thread waits, up to `yield_s`, until no flush of `foreground` is at
+    work and one waits on its backend: at one consolidation at a time the write then runs
+    during the next flush's backend call instead of slowing its candidate search
+    (BENCHMARKS.md, Processor overhead).
+    """
+
+    def __init__(
+        self,
+        indexer: FactIndexer,
+        observer: IndexObserver,
+        max_facts: int = 256,
+        *,
+        foreground: ForegroundWork | None = None,
+        yield_s: float = YIELD_S,
+    ) -> None:
+        if yield_s < 0:
+            raise ValueError(f"yield_s must be >= 0, got {yield_s}")
         self._indexer = indexer
         self._observer = observer
         self._max_facts = max_facts
+        self.foreground = foreground or ForegroundWork()
+        self._yield_s = yield_s
         self._queue: queue.SimpleQueue[list[uuid.UUID] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -164,6 +187,8 @@ class IndexQueue:
                 first = self._queue.get()
                 if first is None:
                     return
+                if self._yield_s > 0:
+                    self.foreground.wait_for_quiet(self._yield_s)
                 ids = list(first)
                 while len(ids) < self._max_facts:
                     try:

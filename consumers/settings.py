@@ -27,6 +27,9 @@ class ProcessorSettings(BaseModel):
     # Probes to bisect a batch the model cannot answer usably (consumers.splitting).
     max_split_calls: int = Field(default=MAX_SPLIT_CALLS, ge=0)
     poll_timeout_ms: int = Field(default=200, ge=0)
+    # How long the index thread may hold a write back while flushes are at work on the cores
+    # (consumers.foreground); 0 writes at once.
+    index_yield_ms: int = Field(default=100, ge=0)
     # How long a revocation waits for running flushes. It blocks kafka-python's IO thread (and
     # so heartbeats): keep it well below the session timeout.
     revoke_wait_s: float = Field(default=2.0, ge=0)

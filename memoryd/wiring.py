@@ -222,7 +222,7 @@ def flusher(
         c.memory,
         consolidation_backend,
         consolidator,
-        IndexQueue(indexer(c), c.metrics),
+        IndexQueue(indexer(c), c.metrics, yield_s=p.index_yield_ms / 1000),
         c.metrics,
         c.clock,
         candidate_search(c),

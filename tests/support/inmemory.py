@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from consumers.flush import BudgetPolicy, UserFlusher
+from consumers.foreground import ForegroundWork
 from consumers.forgetting import ForgottenEvents
 from consumers.indexer import FactIndexer, IndexQueue
 from consumers.metrics import PipelineMetrics
@@ -85,12 +86,20 @@ class InMemoryMemoryd:
         budget_policy: BudgetPolicy = BudgetPolicy.DEFER,
         index: VectorIndex | None = None,
         gate: WriteGate | None = None,
+        index_yield_s: float = 0.0,
+        foreground: ForegroundWork | None = None,
     ) -> UserFlusher:
+        """`index_yield_s`: 0 unless a test is about it, so that closing does not wait."""
         return UserFlusher(
             self.memory,
             backend,
             Consolidator(gate or WriteGate(None), PriceTable({})),
-            IndexQueue(self.indexer(index), self.observer),
+            IndexQueue(
+                self.indexer(index),
+                self.observer,
+                foreground=foreground,
+                yield_s=index_yield_s,
+            ),
             self.observer,
             self.clock,
             InMemoryFactSearch.of(self.db),
