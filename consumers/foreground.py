@@ -13,6 +13,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import StrEnum
+
+
+class Release(StrEnum):
+    """What ended a wait for quiet."""
+
+    BACKEND_WAIT = "backend_wait"  # a flush waits on its backend and none is at work
+    BOUND = "bound"  # the whole bound passed
+    CANCELLED = "cancelled"  # the waiter was told to stop waiting (shutting down)
 
 
 class ForegroundWork:
@@ -39,9 +48,9 @@ class ForegroundWork:
         finally:
             self._move(working=1, waiting=-1)
 
-    def wait_for_quiet(self, max_wait_s: float) -> bool:
-        """Block until no flush is at work and one waits on its backend (True), or for
-        `max_wait_s` (False).
+    def wait_for_quiet(self, max_wait_s: float, cancel: threading.Event | None = None) -> Release:
+        """Block until no flush is at work and one waits on its backend, for `max_wait_s` at
+        most, or until `cancel` is set (and `wake` called).
 
         Not simply "no flush at work": a flush that has just finished is followed at once by
         the next one's candidate search, and a write started in between would share the cores
@@ -51,11 +60,18 @@ class ForegroundWork:
         deadline = time.monotonic() + max_wait_s
         with self._changed:
             while not self._is_quiet():
+                if cancel is not None and cancel.is_set():
+                    return Release.CANCELLED
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return False
+                    return Release.BOUND
                 self._changed.wait(left)
-            return True
+            return Release.BACKEND_WAIT
+
+    def wake(self) -> None:
+        """Make waiters look at their `cancel` again."""
+        with self._changed:
+            self._changed.notify_all()
 
     def _is_quiet(self) -> bool:
         return self._working == 0 and self._waiting > 0

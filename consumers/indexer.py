@@ -154,6 +154,7 @@ class IndexQueue:
         self._max_facts = max_facts
         self.foreground = foreground or ForegroundWork()
         self._yield_s = yield_s
+        self._closing = threading.Event()  # a write queued then waits for no flush
         self._queue: queue.SimpleQueue[list[uuid.UUID] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -168,6 +169,7 @@ class IndexQueue:
                 # A bug, not an outage: fail the flush loudly rather than queue forever.
                 raise ConsumerError(f"the index thread died: {self._died!r}") from self._died
             if self._thread is None:
+                self._closing.clear()
                 self._thread = threading.Thread(target=self._run, name="indexer", daemon=True)
                 self._thread.start()
         self._queue.put(ids)
@@ -177,6 +179,8 @@ class IndexQueue:
         with self._lock:
             thread, self._thread = self._thread, None
         if thread is not None:
+            self._closing.set()
+            self.foreground.wake()
             self._queue.put(None)
             thread.join(timeout_s)
 
@@ -188,7 +192,8 @@ class IndexQueue:
                 if first is None:
                     return
                 if self._yield_s > 0:
-                    self.foreground.wait_for_quiet(self._yield_s)
+                    released = self.foreground.wait_for_quiet(self._yield_s, self._closing)
+                    self._observer.index_write_held(released)
                 ids = list(first)
                 while len(ids) < self._max_facts:
                     try:

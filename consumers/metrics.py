@@ -71,6 +71,11 @@ class PipelineMetrics:
         self.index_failures = counter(
             "memoryd_index_failures_total", "Vector index writes that failed (facts stay pending)"
         )
+        self.index_write_holds = counter(
+            "memoryd_index_write_holds_total",
+            "Index writes held back while flushes were at work, by what let them start",
+            ["released_by"],
+        )
         self.facts_indexed = counter(
             "memoryd_facts_indexed_total", "Fact versions written to the vector index"
         )
@@ -140,6 +145,9 @@ class PipelineMetrics:
 
     def index_failed(self, facts: int) -> None:
         self.index_failures.inc()
+
+    def index_write_held(self, released_by: str) -> None:
+        self.index_write_holds.labels(released_by).inc()
 
     def pending(self, facts: int) -> None:
         self.pending_index.set(facts)

@@ -33,5 +33,10 @@ class IndexObserver(Protocol):
     def index_failed(self, facts: int) -> None:
         """An index write failed; the facts stay pending for the drain."""
 
+    def index_write_held(self, released_by: str) -> None:
+        """An index write waited for the flushes (`consumers.foreground`) until a flush waited
+        on its backend (`backend_wait`), for its whole bound (`bound`), or until the queue
+        closed (`cancelled`)."""
+
     def pending(self, facts: int) -> None:
         """How many facts the vector index has not got yet."""

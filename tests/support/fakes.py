@@ -371,6 +371,7 @@ class RecordingObserver:
     probes: list[bool] = field(default_factory=list)
     indexed_facts: int = 0
     index_failures: int = 0
+    index_holds: list[str] = field(default_factory=list)
     pending_facts: int | None = None
 
     def flushed(self, backend: str, seconds: float) -> None:
@@ -393,6 +394,9 @@ class RecordingObserver:
 
     def index_failed(self, facts: int) -> None:
         self.index_failures += 1
+
+    def index_write_held(self, released_by: str) -> None:
+        self.index_holds.append(released_by)
 
     def pending(self, facts: int) -> None:
         self.pending_facts = facts

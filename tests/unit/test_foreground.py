@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from consumers.foreground import ForegroundWork
+from consumers.foreground import ForegroundWork, Release
 from processors.schema import BackendResponse, ConsolidationRequest
 from tests.support.builders import buffered, key_of, make_event
 from tests.support.fakes import FlakyBackend
@@ -17,21 +17,21 @@ LONG_S = 30.0  # a bound no passing test reaches
 def test_nothing_consolidating_waits_the_whole_bound() -> None:
     foreground = ForegroundWork()
     started = time.monotonic()
-    assert foreground.wait_for_quiet(0.05) is False
+    assert foreground.wait_for_quiet(0.05) is Release.BOUND
     assert time.monotonic() - started >= 0.05
 
 
 def test_a_flush_waiting_on_its_backend_is_quiet_at_once() -> None:
     foreground = ForegroundWork()
     with foreground.working(), foreground.waiting():
-        assert foreground.wait_for_quiet(LONG_S) is True
-    assert foreground.wait_for_quiet(0) is False
+        assert foreground.wait_for_quiet(LONG_S) is Release.BACKEND_WAIT
+    assert foreground.wait_for_quiet(0) is Release.BOUND
 
 
 def test_one_flush_at_work_keeps_it_from_quiet_while_another_waits() -> None:
     foreground = ForegroundWork()
     with foreground.working(), foreground.waiting(), foreground.working():
-        assert foreground.wait_for_quiet(0.02) is False
+        assert foreground.wait_for_quiet(0.02) is Release.BOUND
 
 
 def test_the_waiter_wakes_when_the_flush_calls_its_backend() -> None:
@@ -51,7 +51,7 @@ def test_the_waiter_wakes_when_the_flush_calls_its_backend() -> None:
     thread.start()
     at_work.wait(LONG_S)
     threading.Timer(0.05, call_backend.set).start()
-    assert foreground.wait_for_quiet(LONG_S) is True
+    assert foreground.wait_for_quiet(LONG_S) is Release.BACKEND_WAIT
     assert call_backend.is_set()
     done.set()
     thread.join(LONG_S)
@@ -88,6 +88,8 @@ def test_a_batchs_index_write_runs_during_the_next_flushs_backend_call() -> None
     assert backend.indexed_before_call == [0]
     assert backend.indexed_in_call[0] > 0
     assert m.memory.pending_count() == 0
+    # The second batch's write: nothing else to consolidate, and closing does not wait.
+    assert m.observer.index_holds == ["backend_wait", "cancelled"]
 
 
 def test_a_write_waits_no_longer_than_its_bound_while_flushes_keep_working() -> None:
@@ -101,3 +103,19 @@ def test_a_write_waits_no_longer_than_its_bound_while_flushes_keep_working() -> 
             time.sleep(0.005)
         assert m.memory.pending_count() == 0
     flusher.close()
+    assert m.observer.index_holds == ["bound"]
+
+
+def test_a_waiter_told_to_stop_returns_at_once() -> None:
+    foreground = ForegroundWork()
+    cancel = threading.Event()
+    released: list[Release] = []
+    waiter = threading.Thread(
+        target=lambda: released.append(foreground.wait_for_quiet(LONG_S, cancel))
+    )
+    with foreground.working():
+        waiter.start()
+        cancel.set()
+        foreground.wake()
+        waiter.join(LONG_S)
+    assert released == [Release.CANCELLED]
