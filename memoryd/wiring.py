@@ -209,8 +209,18 @@ def consolidation(
 
 
 def candidate_search(c: Core) -> HybridFactSearch:
-    """What a flush searches for the facts its batch is about: the read path's retrievers."""
-    return HybridFactSearch(c.pool, read_model(c), c.index, c.embedder, vectors=c.embedder)
+    """What a flush searches for the facts its batch is about: the read path's retrievers, and
+    its memory entries (in this process's `dense_cache`) for memories of many facts."""
+    memories = DenseSearch(DenseReads(c.pool), c.index, c.embedder, c.dense_cache)
+    return HybridFactSearch(
+        c.pool, read_model(c), c.index, c.embedder, vectors=c.embedder, memories=memories
+    )
+
+
+def sweep_candidate_entries(c: Core) -> int:
+    """Drop the memory entries of memories erased (or gone) since they were built; an entry a
+    run made older stays, for the memory's next flush to bring up to date."""
+    return c.dense_cache.sweep(read_model(c).memory_stamps, keep_older_versions=True)
 
 
 def flusher(

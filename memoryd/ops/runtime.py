@@ -141,6 +141,17 @@ def run_processor(
     try:
         with ops_port(c, s.metrics.processor_port, checks, processor.liveness):
             scheduler = start_scheduler(c)
+            # The candidate search's memory entries hold users' texts and vectors: erased ones
+            # leave within a sweep, as from the API's caches.
+            scheduler.add_job(
+                wiring.sweep_candidate_entries,
+                "interval",
+                seconds=s.read_path.cache_sweep_s,
+                args=[c],
+                id="candidate-entries-sweep",
+                max_instances=1,
+                coalesce=True,
+            )
             add_cluster_jobs(
                 scheduler,
                 jobs,

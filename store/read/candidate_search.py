@@ -1,9 +1,13 @@
 """`FactSearch`: the facts a consolidation batch is about, found the way the read path finds them.
 
-`HybridFactSearch` is the live one: per observation, the dense search of the read path (an
-exact scoring of the user's vectors while they are few, Chroma's filtered ANN query beyond)
-and its Postgres keyword search, fused by reciprocal rank. Unlike a chat turn it does not
-weigh recency or salience: a correction is about the fact it corrects, however old or dull.
+`HybridFactSearch` is the live one: per observation, the dense search of the read path and
+its keyword search, fused by reciprocal rank. While a scope has few facts their stored vectors
+are scored exactly and Postgres runs the keyword search; beyond that the memory's entry held in
+process answers both (`store.read.dense`: built once, then only the facts a run changed are
+read again), as Chroma's filtered query and Postgres's BM25 both grow with the facts (together
+1.4 s for five observations of a user of 10,000 facts: BENCHMARKS.md, Processor overhead).
+Unlike a chat turn it does not weigh recency or salience: a correction is about the fact it
+corrects, however old or dull.
 Postgres decides what is current and in scope, as on the read path. With Chroma down the
 rankings are keyword-only and say so, and consolidation goes on.
 
@@ -23,7 +27,7 @@ from psycopg_pool import ConnectionPool
 from domain.ids import MemoryKey
 from domain.model import Fact
 from domain.ports import Embedder, FactQuery, RelatedFacts, Vector, VectorIndex
-from domain.reads import Scope
+from domain.reads import MemoryStamp, Scope
 from store import fact_rows
 from store.candidate_ranking import (
     CONSOLIDATION_STATUS_VALUES,
@@ -34,11 +38,14 @@ from store.candidate_ranking import (
 )
 from store.errors import VectorIndexUnavailable
 from store.postgres import memory_params, statement
+from store.read.dense import DenseSearch
 from store.read.fact_queries import PostgresReadModel
+from store.read.memory_entry import RowVectors
 
-# Up to this many facts in scope a memory's vectors are fetched and scored exactly; beyond it,
-# Chroma's filtered query is cheaper than fetching them all for one batch.
-EXACT_SEARCH_MAX_FACTS = 1_000
+# Up to this many indexed facts in scope a memory's vectors are fetched and scored exactly and
+# Postgres runs the keyword search; beyond it the memory's entry answers (or, without one,
+# Chroma's filtered query, cheaper than fetching every vector for one batch).
+EXACT_SEARCH_MAX_FACTS = 200
 
 
 def _scope(key: MemoryKey, connection_id: str | None) -> Scope:
@@ -66,16 +73,23 @@ class HybridFactSearch:
         embedder: Embedder,
         *,
         vectors: VectorMemory | None = None,
+        memories: DenseSearch | None = None,
     ) -> None:
         """`vectors`: the process's embedding cache. The dense stage takes the vectors of
         stored facts whose texts it holds from it, and asks Chroma for the others; the
         vectors of the facts found go to it, so the write gate compares the batch's proposals
-        with them without running the model on the facts' texts again."""
+        with them without running the model on the facts' texts again.
+
+        `memories`: the memories' entries held in process, for scopes of more than
+        `EXACT_SEARCH_MAX_FACTS` (it must embed with `embedder`, whose cache then has the
+        batch's queries). A flush searches under its memory's lock, so the entry at the
+        memory's stamp is the memory as the flush sees it."""
         self._pool = pool
         self._reads = reads
         self._index = index
         self._embedder = embedder
         self._vectors = vectors
+        self._memories = memories
 
     def related(self, key: MemoryKey, queries: Sequence[FactQuery], limit: int) -> RelatedFacts:
         if not queries or limit <= 0:
@@ -85,7 +99,10 @@ class HybridFactSearch:
             c: self._reads.indexed_texts(s, EXACT_SEARCH_MAX_FACTS + 1) for c, s in scopes.items()
         }
         exact = {c for c, ids in indexed.items() if 0 < len(ids) <= EXACT_SEARCH_MAX_FACTS}
-        members = [i for i, q in enumerate(queries) if q.connection_id in exact]
+        large = {c for c, ids in indexed.items() if len(ids) > EXACT_SEARCH_MAX_FACTS}
+        stamp = self._reads.memory_stamps([key]).get(key) if large and self._memories else None
+        held = large if stamp is not None else set()
+        members = [i for i, q in enumerate(queries) if q.connection_id in exact | held]
         texts = [queries[i].text for i in members]
         # The queries are embedded on a thread of their own while this one waits for Postgres
         # and Chroma: in a flush of five observations the model took 10-15 ms, the keyword
@@ -93,29 +110,83 @@ class HybridFactSearch:
         # waits for that thread; where the vectors are used, `result()` raises what it raised.
         with ThreadPoolExecutor(1, "candidate-queries") as side:
             vectors = side.submit(self._embedder.embed, texts) if texts else None
-            keyword = self._reads.keyword_searches(
-                [(scopes[q.connection_id], q.text) for q in queries], limit
-            )
+            in_sql = [i for i, q in enumerate(queries) if q.connection_id not in held]
+            keyword, rows_found = self._keyword(scopes, queries, in_sql, limit)
             degraded = None
             stored: dict[str | None, Mapping[uuid.UUID, Vector]] = {}
             try:
-                dense, stored = self._dense(scopes, indexed, queries, limit, members, vectors)
+                elsewhere = {c: ids for c, ids in indexed.items() if c not in held}
+                dense, stored = self._dense(scopes, elsewhere, queries, limit, members, vectors)
+                if stamp is not None:
+                    stored |= self._from_entries(
+                        scopes, stamp, queries, members, held, limit, vectors, dense, keyword
+                    )
             except VectorIndexUnavailable as e:
                 dense, degraded = [[] for _ in queries], f"vector index unavailable: {e}"
-        truth = self._current(scopes, queries, dense, keyword)
+                rest = [i for i in range(len(queries)) if i not in in_sql]
+                more_ids, more_rows = self._keyword(scopes, queries, rest, limit)
+                for i in rest:
+                    connection = queries[i].connection_id
+                    keyword[i] = more_ids[i]
+                    rows_found[connection].update(more_rows[connection])
+        truth = self._current(scopes, queries, dense, keyword, rows_found)
         if self._vectors is not None:
             found = (
                 (f, stored.get(c, {}).get(i)) for c, rows in truth.items() for i, f in rows.items()
             )
             self._vectors.remember({f.content: v for f, v in found if v is not None})
         ranked = []
-        for query, dense_ids, keyword_facts in zip(queries, dense, keyword, strict=True):
+        for query, dense_ids, keyword_ids in zip(queries, dense, keyword, strict=True):
             rows = truth[query.connection_id]
             order = fuse(
-                [i for i in dense_ids if i in rows], [f.fact_id for f in keyword_facts], limit
+                [i for i in dense_ids if i in rows], [i for i in keyword_ids if i in rows], limit
             )
             ranked.append(tuple(rows[i] for i in order))
         return RelatedFacts(tuple(ranked), degraded)
+
+    def _keyword(
+        self,
+        scopes: Mapping[str | None, Scope],
+        queries: Sequence[FactQuery],
+        members: Sequence[int],
+        limit: int,
+    ) -> tuple[list[list[uuid.UUID]], dict[str | None, dict[uuid.UUID, Fact]]]:
+        """Postgres's keyword search for the `members` queries: their ids in BM25 order (the
+        others' lists stay empty, for the entries to fill), and the rows found, per scope."""
+        ids: list[list[uuid.UUID]] = [[] for _ in queries]
+        rows: dict[str | None, dict[uuid.UUID, Fact]] = {c: {} for c in scopes}
+        searches = [(scopes[queries[i].connection_id], queries[i].text) for i in members]
+        for i, found in zip(members, self._reads.keyword_searches(searches, limit), strict=True):
+            ids[i] = [f.fact_id for f in found]
+            rows[queries[i].connection_id].update((f.fact_id, f) for f in found)
+        return ids, rows
+
+    def _from_entries(
+        self,
+        scopes: Mapping[str | None, Scope],
+        stamp: MemoryStamp,
+        queries: Sequence[FactQuery],
+        members: Sequence[int],
+        held: set[str | None],
+        limit: int,
+        vectors: Future[list[Vector]] | None,
+        dense: list[list[uuid.UUID]],
+        keyword: list[list[uuid.UUID]],
+    ) -> dict[str | None, Mapping[uuid.UUID, Vector]]:
+        """Fill the dense and keyword ids of the queries whose scope the memory's entry holds
+        (`members`' vectors are being computed in `vectors`); returns its stored vectors for
+        those scopes."""
+        assert self._memories is not None
+        key = next(iter(scopes.values())).key
+        entry = self._memories.memory(key, stamp)
+        of_query = dict(zip(members, vectors.result(), strict=True)) if vectors else {}
+        for i, query in enumerate(queries):
+            if query.connection_id in held:
+                scope = scopes[query.connection_id]
+                hits = self._memories.nearest(entry, scope, of_query[i], limit)
+                dense[i] = [h.fact_id for h in hits]
+                keyword[i] = self._memories.keyword_in(entry, scope, query.text, limit)
+        return {c: RowVectors(entry) for c in held}
 
     def _dense(
         self,
@@ -160,14 +231,15 @@ class HybridFactSearch:
         scopes: Mapping[str | None, Scope],
         queries: Sequence[FactQuery],
         dense: Sequence[Sequence[uuid.UUID]],
-        keyword: Sequence[Sequence[Fact]],
+        keyword: Sequence[Sequence[uuid.UUID]],
+        rows_found: Mapping[str | None, Mapping[uuid.UUID, Fact]],
     ) -> dict[str | None, dict[uuid.UUID, Fact]]:
-        """Per scope, the current rows of every fact found (Chroma may lag behind Postgres)."""
-        truth: dict[str | None, dict[uuid.UUID, Fact]] = {c: {} for c in scopes}
+        """Per scope, the current rows of every fact found: those Postgres's keyword search
+        returned, and the others (Chroma or the entry found them) read by id."""
+        truth: dict[str | None, dict[uuid.UUID, Fact]] = {c: dict(rows_found[c]) for c in scopes}
         wanted: dict[str | None, set[uuid.UUID]] = {c: set() for c in scopes}
-        for query, dense_ids, keyword_facts in zip(queries, dense, keyword, strict=True):
-            truth[query.connection_id].update((f.fact_id, f) for f in keyword_facts)
-            wanted[query.connection_id].update(dense_ids)
+        for query, dense_ids, keyword_ids in zip(queries, dense, keyword, strict=True):
+            wanted[query.connection_id].update(dense_ids, keyword_ids)
         for connection, ids in wanted.items():
             missing = sorted(ids - truth[connection].keys(), key=str)
             for fact in self._reads.facts_in_scope(scopes[connection], missing):

@@ -166,10 +166,17 @@ class DenseSearch:
         if n <= 0 or not scope.statuses:
             return [], {}
         entry = self.memory(scope.key, stamp)
-        rows = np.flatnonzero(entry.mask(scope) & entry.vectored)
-        if rows.size == 0:
+        if not entry.vectored.any():
             return [], {}
         (query,) = self._embedder.embed([text])
+        return self.nearest(entry, scope, query, n), RowVectors(entry)
+
+    @staticmethod
+    def nearest(entry: MemoryVectors, scope: Scope, query: Vector, n: int) -> list[VectorHit]:
+        """The n facts of the entry in scope nearest to the query's vector (ties by id)."""
+        rows = np.flatnonzero(entry.mask(scope) & entry.vectored)
+        if n <= 0 or rows.size == 0:
+            return []
         # Gathering the rows in scope copies them: dearer than scoring every row unless the
         # scope keeps few of them.
         if rows.size * 3 > len(entry.ids):
@@ -177,8 +184,7 @@ class DenseSearch:
         else:
             similarity = entry.matrix[rows] @ query
         order = top_n(similarity, n)
-        hits = [VectorHit(entry.ids[rows[k]], float(similarity[k]), "", {}) for k in order]
-        return hits, RowVectors(entry)
+        return [VectorHit(entry.ids[rows[k]], float(similarity[k]), "", {}) for k in order]
 
     def keyword(
         self, scope: Scope, stamp: MemoryStamp, text: str, n: int
@@ -192,6 +198,10 @@ class DenseSearch:
         entry = self._cache.get(scope.key)
         if entry is None or entry.stamp != stamp:
             return None
+        return self.keyword_in(entry, scope, text, n)
+
+    def keyword_in(self, entry: MemoryVectors, scope: Scope, text: str, n: int) -> list[uuid.UUID]:
+        """`keyword` over this entry."""
         if n <= 0 or not scope.statuses or not entry.ids:
             return []
         rows = entry.keywords.search(self._lexemes(text), entry.mask(scope), n)

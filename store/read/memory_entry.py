@@ -155,12 +155,19 @@ class DenseCache:
                 self._bytes -= dropped.nbytes
 
     def sweep(
-        self, stamps: Callable[[Sequence[MemoryKey]], Mapping[MemoryKey, MemoryStamp]]
+        self,
+        stamps: Callable[[Sequence[MemoryKey]], Mapping[MemoryKey, MemoryStamp]],
+        *,
+        keep_older_versions: bool = False,
     ) -> int:
         """Drop the matrices whose memory is gone or changed; returns how many.
 
         `stamps` gives the stored stamp of each memory that still exists (the read model's
         `memory_stamps`): an erasure done by another process is seen here within one sweep.
+        `keep_older_versions`: drop only the memories gone or of another generation (an
+        erasure), and keep an entry a consolidation has made older; the next build of that
+        memory reuses its unchanged facts (the processor's candidate search, whose own runs
+        make every entry older).
         """
         with self._lock:
             keys = list(self._entries)
@@ -169,8 +176,14 @@ class DenseCache:
         with self._lock:
             for key in keys:
                 entry = self._entries.get(key)
-                if entry is not None and entry.stamp != current.get(key):
+                if entry is not None and _stale(entry.stamp, current.get(key), keep_older_versions):
                     del self._entries[key]
                     self._bytes -= entry.nbytes
                     dropped += 1
         return dropped
+
+
+def _stale(held: MemoryStamp, stored: MemoryStamp | None, keep_older_versions: bool) -> bool:
+    if stored is None or held.generation != stored.generation:
+        return True
+    return held.version != stored.version and not keep_older_versions

@@ -16,6 +16,7 @@ from domain.model import Fact, FactStatus
 from domain.ports import FactQuery, FactSearch, Vector, VectorHit, VectorIndex
 from domain.reads import Scope
 from memoryd import wiring
+from memoryd.erasure import ErasureRequest
 from store.errors import EmbeddingModelError, VectorIndexUnavailable
 from store.inmemory import InMemoryFactSearch
 from store.read import candidate_search
@@ -269,3 +270,77 @@ def test_an_unindexed_fact_is_found_by_keyword(deployment: Deployment) -> None:
         assert late.fact_id in ids(found.ranked[0])
 
     deployment.with_core(check)
+
+
+ENTRY_QUERIES = [
+    *QUERIES,
+    FactQuery("beekeeping and honey"),
+    FactQuery("tea or coffee"),
+    FactQuery("my dentist Dr. Alvarez"),
+    FactQuery("moving to Oslo", "mail"),
+    FactQuery("renew my passport"),
+]
+
+
+def ranked_ids(search: FactSearch) -> list[list[uuid.UUID]]:
+    return [ids(r) for r in search.related(KEY, ENTRY_QUERIES, limit=3).ranked]
+
+
+def test_a_memorys_entry_answers_as_the_exact_and_ann_paths(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with wiring.core(deployment.settings) as c:
+        c.memory.insert_facts(FACTS)
+        with c.pool.connection() as conn:  # the memory's row, which a run would have written
+            conn.execute(
+                "INSERT INTO user_memory (organization_id, user_id) VALUES (%s, %s)", (ORG, USER)
+            )
+        wiring.indexer(c).drain_pending()
+        late = replace(fact("The user's passport expires in March."), created_by_run=uuid.uuid4())
+        c.memory.insert_facts([late])  # written by a run, not indexed yet: keyword only
+        exact = ranked_ids(wiring.candidate_search(c))
+        assert len(c.dense_cache) == 0
+        monkeypatch.setattr(candidate_search, "EXACT_SEARCH_MAX_FACTS", 0)
+        ann = ranked_ids(HybridFactSearch(c.pool, PostgresReadModel(c.pool), c.index, c.embedder))
+        held = ranked_ids(wiring.candidate_search(c))
+        assert c.dense_cache.get(KEY) is not None  # the entry answered
+    assert exact == ann == held
+    assert DENTIST.fact_id in held[0]
+    assert held[1][0] == MAIL.fact_id
+    assert late.fact_id in held[-1]
+
+
+def test_the_processors_sweep_drops_an_erased_memorys_entry_and_keeps_an_older_one(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(candidate_search, "EXACT_SEARCH_MAX_FACTS", 0)
+    bo = MemoryKey(ORG, "bo")
+    with wiring.core(deployment.settings) as c:
+        c.memory.insert_facts(FACTS)
+        with c.pool.connection() as conn:
+            for key in (KEY, bo):
+                conn.execute(
+                    "INSERT INTO user_memory (organization_id, user_id) VALUES (%s, %s)",
+                    (key.organization_id, key.user_id),
+                )
+        wiring.indexer(c).drain_pending()
+        search = wiring.candidate_search(c)
+        for key in (KEY, bo):
+            search.related(key, [FactQuery("my dentist")], limit=3)
+        assert c.dense_cache.get(KEY) is not None
+        assert c.dense_cache.get(bo) is not None
+        with c.pool.connection() as conn:  # a run of bo's
+            conn.execute(
+                "UPDATE user_memory SET version = version + 1"
+                " WHERE organization_id = %s AND user_id = %s",
+                (ORG, bo.user_id),
+            )
+        pub = wiring.publisher(deployment.settings)
+        try:
+            request = ErasureRequest("dpo@example.com", "GDPR art. 17", "ticket-18")
+            wiring.eraser(c, pub).forget(KEY, request)
+        finally:
+            pub.close()
+        assert wiring.sweep_candidate_entries(c) == 1
+        assert c.dense_cache.get(KEY) is None
+        assert c.dense_cache.get(bo) is not None

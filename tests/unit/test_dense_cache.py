@@ -156,3 +156,20 @@ def test_sweep_drops_memories_erased_or_changed_elsewhere() -> None:
     assert cache.get(changed) is None
     assert cache.get(erased) is None
     assert cache.nbytes == _memory().nbytes
+
+
+def test_a_sweep_may_keep_entries_made_older_by_a_consolidation() -> None:
+    older, erased, gone = (MemoryKey("org", n) for n in ("older", "erased", "gone"))
+    cache = DenseCache(max_bytes=2**20)
+    for key in (older, erased, gone):
+        cache.put(key, _memory(version=3))
+
+    def stamps(keys: Sequence[MemoryKey]) -> dict[MemoryKey, MemoryStamp]:
+        return {older: MemoryStamp(GENERATION, 4), erased: MemoryStamp(uuid.UUID(int=9), 4)}
+
+    assert cache.sweep(stamps, keep_older_versions=True) == 2
+    assert cache.get(older) is not None
+    assert cache.get(erased) is None
+    assert cache.get(gone) is None
+    assert cache.sweep(stamps) == 1  # without the option, a version behind is stale too
+    assert cache.get(older) is None
