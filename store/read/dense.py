@@ -166,8 +166,8 @@ class DenseSearch:
         if n <= 0 or not scope.statuses:
             return [], {}
         entry = self.memory(scope.key, stamp)
-        if not entry.vectored.any():
-            return [], {}
+        if not (entry.mask(scope) & entry.vectored).any():
+            return [], {}  # nothing to score: the query is not embedded
         (query,) = self._embedder.embed([text])
         return self.nearest(entry, scope, query, n), RowVectors(entry)
 
