@@ -27,7 +27,7 @@ from psycopg_pool import ConnectionPool
 from domain.ids import MemoryKey
 from domain.model import Fact
 from domain.ports import Embedder, FactQuery, RelatedFacts, Vector, VectorIndex
-from domain.reads import MemoryStamp, Scope
+from domain.reads import Scope
 from store import fact_rows
 from store.candidate_ranking import (
     CONSOLIDATION_STATUS_VALUES,
@@ -40,7 +40,7 @@ from store.errors import VectorIndexUnavailable
 from store.postgres import memory_params, statement
 from store.read.dense import DenseSearch
 from store.read.fact_queries import PostgresReadModel
-from store.read.memory_entry import RowVectors
+from store.read.memory_entry import MemoryVectors, RowVectors
 
 # Up to this many indexed facts in scope a memory's vectors are fetched and scored exactly and
 # Postgres runs the keyword search; beyond it the memory's entry answers (or, without one,
@@ -100,7 +100,8 @@ class HybridFactSearch:
         }
         exact = {c for c, ids in indexed.items() if 0 < len(ids) <= EXACT_SEARCH_MAX_FACTS}
         large = {c for c, ids in indexed.items() if len(ids) > EXACT_SEARCH_MAX_FACTS}
-        stamp = self._reads.memory_stamps([key]).get(key) if large and self._memories else None
+        memories = self._memories if large else None
+        stamp = self._reads.memory_stamps([key]).get(key) if memories is not None else None
         held = large if stamp is not None else set()
         members = [i for i, q in enumerate(queries) if q.connection_id in exact | held]
         texts = [queries[i].text for i in members]
@@ -117,10 +118,13 @@ class HybridFactSearch:
             try:
                 elsewhere = {c: ids for c, ids in indexed.items() if c not in held}
                 dense, stored = self._dense(scopes, elsewhere, queries, limit, members, vectors)
-                if stamp is not None:
-                    stored |= self._from_entries(
-                        scopes, stamp, queries, members, held, limit, vectors, dense, keyword
-                    )
+                if memories is not None and stamp is not None:
+                    entry = memories.memory(key, stamp)
+                    of_query = dict(zip(members, vectors.result(), strict=True)) if vectors else {}
+                    held_ids = _from_entry(memories, entry, scopes, queries, held, of_query, limit)
+                    for i, (nearest, best) in held_ids.items():
+                        dense[i], keyword[i] = nearest, best
+                    stored |= {c: RowVectors(entry) for c in held}
             except VectorIndexUnavailable as e:
                 dense, degraded = [[] for _ in queries], f"vector index unavailable: {e}"
                 rest = [i for i in range(len(queries)) if i not in in_sql]
@@ -160,33 +164,6 @@ class HybridFactSearch:
             ids[i] = [f.fact_id for f in found]
             rows[queries[i].connection_id].update((f.fact_id, f) for f in found)
         return ids, rows
-
-    def _from_entries(
-        self,
-        scopes: Mapping[str | None, Scope],
-        stamp: MemoryStamp,
-        queries: Sequence[FactQuery],
-        members: Sequence[int],
-        held: set[str | None],
-        limit: int,
-        vectors: Future[list[Vector]] | None,
-        dense: list[list[uuid.UUID]],
-        keyword: list[list[uuid.UUID]],
-    ) -> dict[str | None, Mapping[uuid.UUID, Vector]]:
-        """Fill the dense and keyword ids of the queries whose scope the memory's entry holds
-        (`members`' vectors are being computed in `vectors`); returns its stored vectors for
-        those scopes."""
-        assert self._memories is not None
-        key = next(iter(scopes.values())).key
-        entry = self._memories.memory(key, stamp)
-        of_query = dict(zip(members, vectors.result(), strict=True)) if vectors else {}
-        for i, query in enumerate(queries):
-            if query.connection_id in held:
-                scope = scopes[query.connection_id]
-                hits = self._memories.nearest(entry, scope, of_query[i], limit)
-                dense[i] = [h.fact_id for h in hits]
-                keyword[i] = self._memories.keyword_in(entry, scope, query.text, limit)
-        return {c: RowVectors(entry) for c in held}
 
     def _dense(
         self,
@@ -271,3 +248,23 @@ class HybridFactSearch:
             params = (*memory_params(key), CONSOLIDATION_STATUS_VALUES, *extra)
             rows = conn.execute(sql, params).fetchall()
         return [fact_rows.from_row(r) for r in rows]
+
+
+def _from_entry(
+    memories: DenseSearch,
+    entry: MemoryVectors,
+    scopes: Mapping[str | None, Scope],
+    queries: Sequence[FactQuery],
+    held: set[str | None],
+    vectors: Mapping[int, Vector],
+    limit: int,
+) -> dict[int, tuple[list[uuid.UUID], list[uuid.UUID]]]:
+    """Per query whose scope the memory's entry holds, by position: its nearest facts (from
+    its vector in `vectors`) and its best by keyword, ids in rank order."""
+    found = {}
+    for i, query in enumerate(queries):
+        if query.connection_id in held:
+            scope = scopes[query.connection_id]
+            nearest = [h.fact_id for h in memories.nearest(entry, scope, vectors[i], limit)]
+            found[i] = (nearest, memories.keyword_in(entry, scope, query.text, limit))
+    return found
