@@ -81,9 +81,9 @@ class HybridFactSearch:
         with them without running the model on the facts' texts again.
 
         `memories`: the memories' entries held in process, for scopes of more than
-        `EXACT_SEARCH_MAX_FACTS` (it must embed with `embedder`, whose cache then has the
-        batch's queries). A flush searches under its memory's lock, so the entry at the
-        memory's stamp is the memory as the flush sees it."""
+        `EXACT_SEARCH_MAX_FACTS`; the batch's queries are embedded once, for every scope. A
+        flush searches under its memory's lock, so the entry at the memory's stamp is the
+        memory as the flush sees it."""
         self._pool = pool
         self._reads = reads
         self._index = index
