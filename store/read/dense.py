@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import psycopg
 from psycopg_pool import ConnectionPool
 
@@ -80,10 +81,11 @@ class DenseReads:
         self._pool = pool
 
     def rows(self, key: MemoryKey) -> list[IndexedRow]:
+        """The memory's facts, in fact-id order."""
         sql = (
             "SELECT fact_id, version, connection_id, status, context_type,"
             " indexed_at IS NOT NULL FROM memory_facts"
-            " WHERE organization_id = %s AND user_id = %s"
+            " WHERE organization_id = %s AND user_id = %s ORDER BY fact_id"
         )
         with self._transaction() as conn:
             found = conn.execute(sql, (key.organization_id, key.user_id)).fetchall()
@@ -248,43 +250,77 @@ class DenseSearch:
     def _build(
         self, key: MemoryKey, stamp: MemoryStamp, previous: MemoryVectors | None
     ) -> MemoryVectors:
-        rows = sorted(self._reads.rows(key), key=lambda r: str(r.fact_id))
-        known: dict[uuid.UUID, Vector] = {}
-        details: dict[uuid.UUID, tuple[Fact, Terms]] = {}
+        # In fact-id order (Postgres orders a uuid by its bytes, as its text form sorts): equal
+        # scores rank by fact id, as in the SQL searches.
+        rows = self._reads.rows(key)
         # Only within one generation: an erasure's new generation must not inherit anything.
-        if previous is not None and previous.stamp.generation == stamp.generation:
-            for r in rows:
-                at = previous.row_of.get(r.fact_id)
-                if at is None or int(previous.fact_versions[at]) != r.version:
-                    continue
-                details[r.fact_id] = (previous.facts[at], previous.terms[at])
-                if r.indexed and previous.vectored[at]:
-                    known[r.fact_id] = previous.matrix[at]
-        missing = [r.fact_id for r in rows if r.indexed and r.fact_id not in known]
-        unread = [r.fact_id for r in rows if r.fact_id not in details]
+        same = previous
+        if same is not None and same.stamp.generation != stamp.generation:
+            same = None
+        at = _unchanged_rows(rows, same)
+        indexed = np.fromiter((r.indexed for r in rows), dtype=np.bool_, count=len(rows))
+        from_previous = indexed & (at >= 0)
+        if same is not None and same.ids:
+            from_previous &= same.vectored[np.maximum(at, 0)]
+        missing = [rows[i].fact_id for i in np.flatnonzero(indexed & ~from_previous)]
+        unread = [rows[i].fact_id for i in np.flatnonzero(at < 0)]
+        fetched: dict[uuid.UUID, Vector] = {}
+        details: dict[uuid.UUID, tuple[Fact, Terms]] = {}
         for start in range(0, max(len(missing), len(unread)), self._fetch_batch):
-            known |= self._vectors.embeddings(missing[start : start + self._fetch_batch])
+            fetched |= self._vectors.embeddings(missing[start : start + self._fetch_batch])
             details |= self._reads.details(key, unread[start : start + self._fetch_batch])
         # A row gone between the two reads has no details: it is not in the memory any more.
-        rows = [r for r in rows if r.fact_id in details]
+        keep = [i for i, r in enumerate(rows) if at[i] >= 0 or r.fact_id in details]
+        rows = [rows[i] for i in keep]
+        at, from_previous = at[keep], from_previous[keep]
         # A fact marked indexed but absent from Chroma (lost, or erased) cannot be scored.
         matrix = np.zeros((len(rows), self._embedder.dimension), dtype=np.float32)
+        vectored = from_previous.copy()
+        if same is not None:
+            matrix[from_previous] = same.matrix[at[from_previous]]
+        facts: list[Fact] = []
+        ordered: list[Terms] = []
+        for r, a in zip(rows, at.tolist(), strict=True):
+            if same is not None and a >= 0:
+                fact, terms = same.facts[a], same.terms[a]
+            else:
+                fact, terms = details[r.fact_id]
+            facts.append(fact)
+            ordered.append(terms)
         for i, r in enumerate(rows):
-            if r.indexed and r.fact_id in known:
-                matrix[i] = known[r.fact_id]
-        ordered = tuple(details[r.fact_id][1] for r in rows)
+            if (
+                r.indexed
+                and not from_previous[i]
+                and (vector := fetched.get(r.fact_id)) is not None
+            ):
+                matrix[i] = vector
+                vectored[i] = True
         return MemoryVectors(
             stamp=stamp,
             ids=tuple(r.fact_id for r in rows),
             fact_versions=np.array([r.version for r in rows], dtype=np.int64),
             matrix=matrix,
-            vectored=np.array([r.indexed and r.fact_id in known for r in rows], dtype=np.bool_),
+            vectored=vectored,
             connections=np.array([r.connection_id or NO_CONNECTION for r in rows], dtype=np.str_),
             statuses=np.array([STATUS_CODES[r.status] for r in rows], dtype=np.int8),
             context_types=np.array([r.context_type for r in rows], dtype=object),
             row_of={r.fact_id: i for i, r in enumerate(rows)},
             pending={r.fact_id: r.version for r in rows if not r.indexed},
-            terms=ordered,
+            terms=tuple(ordered),
             keywords=KeywordIndex(ordered),
-            facts=tuple(details[r.fact_id][0] for r in rows),
+            facts=tuple(facts),
         )
+
+
+def _unchanged_rows(
+    rows: Sequence[IndexedRow], same: MemoryVectors | None
+) -> npt.NDArray[np.int64]:
+    """Per row, its row in `same` when the fact is there at the same version, else -1."""
+    if same is None or not same.ids:
+        return np.full(len(rows), -1, dtype=np.int64)
+    at = np.fromiter(
+        (same.row_of.get(r.fact_id, -1) for r in rows), dtype=np.int64, count=len(rows)
+    )
+    versions = np.fromiter((r.version for r in rows), dtype=np.int64, count=len(rows))
+    unchanged = (at >= 0) & (same.fact_versions[np.maximum(at, 0)] == versions)
+    return np.where(unchanged, at, -1)

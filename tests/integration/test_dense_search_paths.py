@@ -228,3 +228,18 @@ def test_keyword_index_waits_for_the_dense_stage_entry(deployment: Deployment) -
         assert search.keyword(Scope(OMAR), stamp, "bees", 5) is not None
 
     deployment.with_core(check)
+
+
+def test_a_memorys_rows_come_in_the_text_order_of_their_ids(deployment: Deployment) -> None:
+    """An entry's rows are in fact-id order, which ties are broken by as in the SQL searches;
+    Postgres sorts a uuid by its bytes, which must be its text form's order."""
+    rng = random.Random(3)
+    facts = [make_fact("omar", f"fact {rng.random()}") for _ in range(200)]
+
+    def check(c: wiring.Core) -> None:
+        c.memory.insert_facts(facts)
+        ids = [r.fact_id for r in DenseReads(c.pool).rows(OMAR)]
+        assert len(ids) == len(facts)
+        assert ids == sorted(ids, key=str)
+
+    deployment.with_core(check)
