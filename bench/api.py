@@ -42,7 +42,7 @@ from bench.locomo.metrics import markdown_table
 from bench.read_path import Population, load, sample_requests
 from memoryd import wiring
 from memoryd.api.auth import hash_token
-from memoryd.settings import ChromaSettings, MetricsSettings, Settings
+from memoryd.settings import Settings
 from store.embeddings import MiniLmEmbedder
 
 STARTUP_TIMEOUT_S = 120.0
@@ -250,55 +250,43 @@ def run(args: argparse.Namespace) -> tuple[list[Level], str]:
     pool = synthetic.TextPool.embedded(args.distinct_texts, embedder, args.seed)
     token = secrets.token_urlsafe(24)
     levels: list[Level] = []
-    with services.endpoints(args, base, kafka=True) as ends:
-        run_id = services.run_id()
-        with (
-            services.scratch_database(ends.postgres_dsn, "bench_api", keep=args.keep) as dsn,
-            services.scratch_collection(
-                ends.chroma_url, f"bench_api_{run_id}", keep=args.keep
-            ) as collection,
-        ):
-            settings = base.model_copy(
-                update={
-                    "postgres": base.postgres.model_copy(update={"dsn": dsn}),
-                    "chroma": ChromaSettings(
-                        mode="http", url=ends.chroma_url, collection=collection
-                    ),
-                    "metrics": MetricsSettings(enabled=False),
-                }
-            )
-            started = time.perf_counter()
-            with wiring.core(settings) as c:
-                for n, users in population.tiers.items():
-                    synthetic.load_users(c, users, args.seed)
-                    load(c, ends, collection, pool, users, range(n), args.seed)
-                synthetic.analyze(c)
-            load_s = time.perf_counter() - started
-            port = _free_port()
-            env = {
-                "MEMORYD_POSTGRES__DSN": dsn,
-                "MEMORYD_CHROMA__MODE": "http",
-                "MEMORYD_CHROMA__URL": ends.chroma_url,
-                "MEMORYD_CHROMA__COLLECTION": collection,
-                "MEMORYD_KAFKA__BOOTSTRAP_SERVERS": ends.kafka_bootstrap,
-                "MEMORYD_API__PORT": str(port),
-                "MEMORYD_API__TOKENS": json.dumps({hash_token(token): synthetic.ORGANIZATION}),
-                "MEMORYD_METRICS__ENABLED": "false",
-                "MEMORYD_LOG_LEVEL": "WARNING",
-            }
-            if args.workers:
-                env["MEMORYD_API__WORKERS"] = str(args.workers)
-            users = [u for tier in population.tiers.values() for u in tier]
-            bodies = Bodies(_bodies(users, REQUESTS, args.seed))
-            with api_process(env, port) as process:
-                # Every user read by every worker, as in a warm service: the kernel hands each
-                # connection to one worker, so each pass reads every user on fresh connections.
-                workers = args.workers or base.api.workers
-                warm_up(port, token, _every_user(users, 8 * workers, args.seed + 1))
-                drive(port, token, bodies, 4, args.warmup)
-                for concurrency in args.levels:
-                    levels.append(drive(port, token, bodies, concurrency, args.duration))
-                rss = tree_rss_mb(process.pid)
+    with (
+        services.endpoints(args, base, kafka=True) as ends,
+        services.scratch_memory(base, ends, "api", keep=args.keep) as settings,
+    ):
+        collection = settings.chroma.collection
+        started = time.perf_counter()
+        with wiring.core(settings) as c:
+            for n, users in population.tiers.items():
+                synthetic.load_users(c, users, args.seed)
+                load(c, ends, collection, pool, users, range(n), args.seed)
+            synthetic.analyze(c)
+        load_s = time.perf_counter() - started
+        port = _free_port()
+        env = {
+            "MEMORYD_POSTGRES__DSN": settings.postgres.dsn,
+            "MEMORYD_CHROMA__MODE": "http",
+            "MEMORYD_CHROMA__URL": ends.chroma_url,
+            "MEMORYD_CHROMA__COLLECTION": collection,
+            "MEMORYD_KAFKA__BOOTSTRAP_SERVERS": ends.kafka_bootstrap,
+            "MEMORYD_API__PORT": str(port),
+            "MEMORYD_API__TOKENS": json.dumps({hash_token(token): synthetic.ORGANIZATION}),
+            "MEMORYD_METRICS__ENABLED": "false",
+            "MEMORYD_LOG_LEVEL": "WARNING",
+        }
+        if args.workers:
+            env["MEMORYD_API__WORKERS"] = str(args.workers)
+        users = [u for tier in population.tiers.values() for u in tier]
+        bodies = Bodies(_bodies(users, REQUESTS, args.seed))
+        with api_process(env, port) as process:
+            # Every user read by every worker, as in a warm service: the kernel hands each
+            # connection to one worker, so each pass reads every user on fresh connections.
+            workers = args.workers or base.api.workers
+            warm_up(port, token, _every_user(users, 8 * workers, args.seed + 1))
+            drive(port, token, bodies, 4, args.warmup)
+            for concurrency in args.levels:
+                levels.append(drive(port, token, bodies, concurrency, args.duration))
+            rss = tree_rss_mb(process.pid)
     repeats = f"; {bodies.repeated:,} requests repeated" if bodies.repeated else ""
     note = (
         f"{args.facts:,} facts ({args.facts_per_user} per user), loaded in {load_s:.0f} s;"

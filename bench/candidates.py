@@ -40,7 +40,7 @@ from bench.read_path import Population, load
 from domain.ids import MemoryKey
 from domain.ports import FactQuery, FactSearch
 from memoryd import wiring
-from memoryd.settings import ChromaSettings, MetricsSettings, Settings
+from memoryd.settings import Settings
 from store.embeddings import MiniLmEmbedder
 from store.read.candidate_search import HybridFactSearch
 from store.read.fact_queries import PostgresReadModel
@@ -117,48 +117,36 @@ def run(args: argparse.Namespace, per_user: Sequence[int]) -> list[Row]:
     embedder = MiniLmEmbedder(model_name=base.embedding_model)
     pool = synthetic.TextPool.embedded(args.distinct_texts, embedder, args.seed)
     rows: list[Row] = []
-    with services.endpoints(args, base, kafka=False) as ends:
-        run_id = services.run_id()
-        with (
-            services.scratch_database(ends.postgres_dsn, "bench_cand", keep=args.keep) as dsn,
-            services.scratch_collection(
-                ends.chroma_url, f"bench_cand_{run_id}", keep=args.keep
-            ) as collection,
-        ):
-            settings = base.model_copy(
-                update={
-                    "postgres": base.postgres.model_copy(update={"dsn": dsn}),
-                    "chroma": ChromaSettings(
-                        mode="http", url=ends.chroma_url, collection=collection
-                    ),
-                    "metrics": MetricsSettings(enabled=False),
-                }
-            )
-            with wiring.core(settings) as c:
-                population = Population.at(args.facts, per_user, args.heavy_users)
-                started = time.perf_counter()
-                for n, users in population.tiers.items():
-                    synthetic.load_users(c, users, args.seed)
-                    load(c, ends, collection, pool, users, range(n), args.seed)
-                synthetic.analyze(c)
-                print(f"{args.facts:,} facts loaded in {time.perf_counter() - started:.0f} s")
-                searches: dict[str, FactSearch] = {
-                    "entries": wiring.candidate_search(c),
-                    "sql_and_chroma": HybridFactSearch(
-                        c.pool, PostgresReadModel(c.pool), c.index, c.embedder
-                    ),
-                }
-                turns = synthetic.chat_turns(random.Random(args.seed))
-                for n, users in sorted(population.tiers.items()):
-                    for name, search in searches.items():
-                        asked = requests_for(
-                            users, args.samples, args.observations, args.seed + n, turns
-                        )
-                        first, returning = measure(c, search, asked)
-                        for calls, laps in (("first", first), ("returning", returning)):
-                            if laps:
-                                p50, p99 = np.percentile(laps, [50, 99])
-                                rows.append(Row(args.facts, n, name, calls, float(p50), float(p99)))
+    with (
+        services.endpoints(args, base, kafka=False) as ends,
+        services.scratch_memory(base, ends, "cand", keep=args.keep) as settings,
+    ):
+        collection = settings.chroma.collection
+        with wiring.core(settings) as c:
+            population = Population.at(args.facts, per_user, args.heavy_users)
+            started = time.perf_counter()
+            for n, users in population.tiers.items():
+                synthetic.load_users(c, users, args.seed)
+                load(c, ends, collection, pool, users, range(n), args.seed)
+            synthetic.analyze(c)
+            print(f"{args.facts:,} facts loaded in {time.perf_counter() - started:.0f} s")
+            searches: dict[str, FactSearch] = {
+                "entries": wiring.candidate_search(c),
+                "sql_and_chroma": HybridFactSearch(
+                    c.pool, PostgresReadModel(c.pool), c.index, c.embedder
+                ),
+            }
+            turns = synthetic.chat_turns(random.Random(args.seed))
+            for n, users in sorted(population.tiers.items()):
+                for name, search in searches.items():
+                    asked = requests_for(
+                        users, args.samples, args.observations, args.seed + n, turns
+                    )
+                    first, returning = measure(c, search, asked)
+                    for calls, laps in (("first", first), ("returning", returning)):
+                        if laps:
+                            p50, p99 = np.percentile(laps, [50, 99])
+                            rows.append(Row(args.facts, n, name, calls, float(p50), float(p99)))
     return rows
 
 

@@ -44,7 +44,7 @@ from bench import synthetic_memory as synthetic
 from bench.locomo.metrics import markdown_table
 from domain.ids import MemoryKey
 from memoryd import wiring
-from memoryd.settings import ChromaSettings, MetricsSettings, Settings
+from memoryd.settings import Settings
 from store.embeddings import MiniLmEmbedder
 from store.read.context_service import ContextService
 from store.read.ranking import Budget
@@ -216,46 +216,32 @@ def run(
     embedder = MiniLmEmbedder(model_name=base.embedding_model)
     pool = synthetic.TextPool.embedded(args.distinct_texts, embedder, args.seed)
     out = Results([], [], [], [], [])
-    with services.endpoints(args, base, kafka=False) as ends:
-        run_id = services.run_id()
-        with (
-            services.scratch_database(ends.postgres_dsn, "bench_read", keep=args.keep) as dsn,
-            services.scratch_collection(
-                ends.chroma_url, f"bench_read_{run_id}", keep=args.keep
-            ) as collection,
-        ):
-            settings = base.model_copy(
-                update={
-                    "postgres": base.postgres.model_copy(update={"dsn": dsn}),
-                    "chroma": ChromaSettings(
-                        mode="http", url=ends.chroma_url, collection=collection
-                    ),
-                    "metrics": MetricsSettings(enabled=False),
-                }
-            )
-            loaded: dict[str, int] = {}
-            # One stream for the whole run: a question asked in one tier would find its vector
-            # in the embedder's cache in the next.
-            questions = synthetic.chat_turns(random.Random(args.seed))
-            with wiring.core(settings) as c, wiring.read_path(c) as service:
-                for size in sizes:
-                    population = Population.at(size, per_user, args.heavy_users)
-                    pg_s = chroma_s = 0.0
-                    for n, users in population.tiers.items():
-                        new = [u for u in users if u not in loaded]
-                        synthetic.load_users(c, new, args.seed)
-                        p, ch = load(c, ends, collection, pool, new, range(n), args.seed)
-                        pg_s, chroma_s = pg_s + p, chroma_s + ch
-                        loaded |= dict.fromkeys(new, n)
-                    synthetic.analyze(c)
-                    out.loads.append((size, pg_s, chroma_s))
-                    for n, users in sorted(population.tiers.items()):
-                        measure_tier(
-                            service, users, size, n, args.samples, args.seed, questions, out
-                        )
-                    out.rss_mb.append((size, resident_mb()))
-                    # Written as each total is measured: a failure later loses nothing.
-                    publish(args, out, time.perf_counter() - began)
+    with (
+        services.endpoints(args, base, kafka=False) as ends,
+        services.scratch_memory(base, ends, "read", keep=args.keep) as settings,
+    ):
+        collection = settings.chroma.collection
+        loaded: dict[str, int] = {}
+        # One stream for the whole run: a question asked in one tier would find its vector
+        # in the embedder's cache in the next.
+        questions = synthetic.chat_turns(random.Random(args.seed))
+        with wiring.core(settings) as c, wiring.read_path(c) as service:
+            for size in sizes:
+                population = Population.at(size, per_user, args.heavy_users)
+                pg_s = chroma_s = 0.0
+                for n, users in population.tiers.items():
+                    new = [u for u in users if u not in loaded]
+                    synthetic.load_users(c, new, args.seed)
+                    p, ch = load(c, ends, collection, pool, new, range(n), args.seed)
+                    pg_s, chroma_s = pg_s + p, chroma_s + ch
+                    loaded |= dict.fromkeys(new, n)
+                synthetic.analyze(c)
+                out.loads.append((size, pg_s, chroma_s))
+                for n, users in sorted(population.tiers.items()):
+                    measure_tier(service, users, size, n, args.samples, args.seed, questions, out)
+                out.rss_mb.append((size, resident_mb()))
+                # Written as each total is measured: a failure later loses nothing.
+                publish(args, out, time.perf_counter() - began)
     return out
 
 

@@ -30,7 +30,7 @@ from memoryd.dev.chroma import LocalChroma
 from memoryd.dev.kafka import LocalKafka
 from memoryd.dev.postgres import LocalPostgres
 from memoryd.dev.stack import DevPorts, DevStack
-from memoryd.settings import KafkaSettings, MetricsSettings, Settings
+from memoryd.settings import ChromaSettings, KafkaSettings, MetricsSettings, Settings
 from store.chroma import close_client, http_client
 from store.migrate import migrate
 from store.postgres import make_pool
@@ -160,6 +160,25 @@ def scratch_stores(
         scratch_collection(ends.chroma_url, f"bench_{name}_{run}", keep=keep) as collection,
     ):
         yield dsn, collection
+
+
+@contextmanager
+def scratch_memory(
+    base: Settings, ends: Endpoints, name: str, *, keep: bool = False
+) -> Iterator[Settings]:
+    """A run's own database and Chroma collection (bench_<name>...), removed at the end unless
+    keep: yields `base` pointed at them (Chroma over HTTP, no metrics port)."""
+    with (
+        scratch_database(ends.postgres_dsn, f"bench_{name}", keep=keep) as dsn,
+        scratch_collection(ends.chroma_url, f"bench_{name}_{run_id()}", keep=keep) as collection,
+    ):
+        yield base.model_copy(
+            update={
+                "postgres": base.postgres.model_copy(update={"dsn": dsn}),
+                "chroma": ChromaSettings(mode="http", url=ends.chroma_url, collection=collection),
+                "metrics": MetricsSettings(enabled=False),
+            }
+        )
 
 
 @contextmanager
