@@ -10,10 +10,11 @@ check and the rows of the facts the turn picks (`ContextService`).
 
 Why not Chroma's own filtered query: Chroma 1.5 answers a metadata-filtered query by scanning
 the metadata of the whole collection (265 ms at 100k facts), and a fetch by id grows with the
-user's facts (9 ms for 100, about 100 ms for 10,000). A new version reuses the vectors and
-lexemes and rows of the previous one of the same generation for every fact whose (id, version) is
-unchanged, so a run that adds 20 facts fetches 20, not 10,000; a new generation fetches
-everything again, so nothing of erased content is carried over.
+user's facts (9 ms for 100, about 100 ms for 10,000). A new version of the same generation is
+the previous entry with the rows written since its snapshot put in (`entry_delta`): a run that
+adds 20 facts reads and fetches 20, not 10,000. A memory that lost a fact since is read whole
+again, reusing the vectors, lexemes and rows of every fact whose (id, version) is unchanged; a
+new generation fetches everything again, so nothing of erased content is carried over.
 
 Facts written by a run are indexed in Chroma a moment after it commits. An entry built in
 between holds them as pending (in the keyword index, not in the dense search); while any is
@@ -26,119 +27,22 @@ process drops its memory's entry at once, the periodic sweep those erased elsewh
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import psycopg
-from psycopg_pool import ConnectionPool
 
 from domain.ids import NO_CONNECTION, MemoryKey
-from domain.model import Fact, FactStatus
+from domain.model import Fact
 from domain.ports import Embedder, Vector, VectorHit
 from domain.reads import MemoryStamp, Scope
-from store import fact_rows
-from store.errors import DatabaseUnavailable, StoreError
-from store.postgres import statement
+from store.read import entry_delta
+from store.read.dense_reads import DenseReads, IndexedRow, VectorSource
 from store.read.keyword_index import KeywordIndex, QueryLexemes, Terms
 from store.read.memory_entry import STATUS_CODES, DenseCache, MemoryVectors, RowVectors
 from store.read.ranking import top_n
 
 __all__ = ["DenseReads", "DenseSearch", "IndexedRow"]
-
-_DETAILS = (
-    f"SELECT {fact_rows.COLUMNS}, t.lexemes, t.counts FROM {fact_rows.READ_FROM} f, LATERAL (SELECT"
-    " array_agg(u.lexeme) AS lexemes,"
-    " array_agg(coalesce(array_length(u.positions, 1), 1)) AS counts"
-    " FROM unnest(f.content_tsv) AS u) t"
-    " WHERE f.organization_id = %s AND f.user_id = %s AND f.fact_id = ANY(%s)"
-)
-
-
-@dataclass(frozen=True)
-class IndexedRow:
-    """What the dense stage needs of one fact row: identity, version and scope."""
-
-    fact_id: uuid.UUID
-    version: int
-    connection_id: str | None
-    status: FactStatus
-    context_type: str
-    indexed: bool
-
-
-class VectorSource(Protocol):
-    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Vector]: ...
-
-
-class DenseReads:
-    """The two Postgres reads of the dense stage; both use the memory's index or the key."""
-
-    def __init__(self, pool: ConnectionPool) -> None:
-        self._pool = pool
-
-    def rows(self, key: MemoryKey) -> list[IndexedRow]:
-        """The memory's facts, in fact-id order."""
-        sql = (
-            "SELECT fact_id, version, connection_id, status, context_type,"
-            " indexed_at IS NOT NULL FROM memory_facts"
-            " WHERE organization_id = %s AND user_id = %s ORDER BY fact_id"
-        )
-        with self._transaction() as conn:
-            found = conn.execute(sql, (key.organization_id, key.user_id)).fetchall()
-        return [
-            IndexedRow(r[0], int(r[1]), r[2], FactStatus(r[3]), str(r[4]), bool(r[5]))
-            for r in found
-        ]
-
-    def details(
-        self, key: MemoryKey, fact_ids: Sequence[uuid.UUID]
-    ) -> dict[uuid.UUID, tuple[Fact, Terms]]:
-        """These facts' rows, and their lexemes and counts as the SQL BM25 reads them from
-        `content_tsv`."""
-        if not fact_ids:
-            return {}
-        with self._transaction() as conn:
-            found = conn.execute(_DETAILS, (key.organization_id, key.user_id, list(fact_ids)))
-            return {
-                r[0]: (fact_rows.from_row(r[:-2]), Terms(tuple(r[-2] or ()), tuple(r[-1] or ())))
-                for r in found
-            }
-
-    def query_lexemes(self, text: str) -> list[str]:
-        """The lexemes Postgres makes of a query text (those the SQL BM25 matches on)."""
-        with self._transaction() as conn:
-            row = conn.execute(
-                "SELECT array(SELECT lexeme FROM unnest(to_tsvector('english', %s)))", (text,)
-            ).fetchone()
-        return list(row[0]) if row else []
-
-    def indexed(self, versions: Mapping[uuid.UUID, int]) -> set[uuid.UUID]:
-        """Which of these fact versions are in the vector index by now."""
-        if not versions:
-            return set()
-        with self._transaction() as conn:
-            found = conn.execute(
-                "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)"
-                " AND indexed_at IS NOT NULL AND version = ANY(%s)",
-                (list(versions), sorted(set(versions.values()))),
-            ).fetchall()
-        return {r[0] for r in found}
-
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """One statement (no BEGIN/COMMIT round trips); driver errors become StoreError
-        (DatabaseUnavailable if transient)."""
-        try:
-            with statement(self._pool) as conn:
-                yield conn
-        except psycopg.OperationalError as e:
-            raise DatabaseUnavailable(str(e)) from e
-        except psycopg.Error as e:
-            raise StoreError(f"dense read failed: {e}") from e
 
 
 class DenseSearch:
@@ -250,13 +154,38 @@ class DenseSearch:
     def _build(
         self, key: MemoryKey, stamp: MemoryStamp, previous: MemoryVectors | None
     ) -> MemoryVectors:
-        # In fact-id order (Postgres orders a uuid by its bytes, as its text form sorts): equal
-        # scores rank by fact id, as in the SQL searches.
-        rows = self._reads.rows(key)
         # Only within one generation: an erasure's new generation must not inherit anything.
         same = previous
         if same is not None and same.stamp.generation != stamp.generation:
             same = None
+        if same is not None and same.snapshot is not None:
+            delta = entry_delta.plan(same, self._reads.changes(key, same.snapshot))
+            if delta is not None:
+                fetched, details = self._read(key, delta.to_fetch(), delta.to_read())
+                updated = delta.apply(stamp, details, fetched)
+                if updated is not None:
+                    return updated
+        return self._build_from_rows(key, stamp, same)
+
+    def _read(
+        self, key: MemoryKey, missing: Sequence[uuid.UUID], unread: Sequence[uuid.UUID]
+    ) -> tuple[dict[uuid.UUID, Vector], dict[uuid.UUID, tuple[Fact, Terms]]]:
+        """The vectors of `missing` from the index, the rows and terms of `unread`."""
+        fetched: dict[uuid.UUID, Vector] = {}
+        details: dict[uuid.UUID, tuple[Fact, Terms]] = {}
+        for start in range(0, max(len(missing), len(unread)), self._fetch_batch):
+            fetched |= self._vectors.embeddings(missing[start : start + self._fetch_batch])
+            details |= self._reads.details(key, unread[start : start + self._fetch_batch])
+        return fetched, details
+
+    def _build_from_rows(
+        self, key: MemoryKey, stamp: MemoryStamp, same: MemoryVectors | None
+    ) -> MemoryVectors:
+        """The entry from all the memory's rows, reusing `same`'s facts at unchanged versions."""
+        # In fact-id order (Postgres orders a uuid by its bytes, as its text form sorts): equal
+        # scores rank by fact id, as in the SQL searches.
+        read = self._reads.rows(key)
+        rows = read.rows
         at = _unchanged_rows(rows, same)
         indexed = np.fromiter((r.indexed for r in rows), dtype=np.bool_, count=len(rows))
         from_previous = indexed & (at >= 0)
@@ -264,11 +193,7 @@ class DenseSearch:
             from_previous &= same.vectored[np.maximum(at, 0)]
         missing = [rows[i].fact_id for i in np.flatnonzero(indexed & ~from_previous)]
         unread = [rows[i].fact_id for i in np.flatnonzero(at < 0)]
-        fetched: dict[uuid.UUID, Vector] = {}
-        details: dict[uuid.UUID, tuple[Fact, Terms]] = {}
-        for start in range(0, max(len(missing), len(unread)), self._fetch_batch):
-            fetched |= self._vectors.embeddings(missing[start : start + self._fetch_batch])
-            details |= self._reads.details(key, unread[start : start + self._fetch_batch])
+        fetched, details = self._read(key, missing, unread)
         # A row gone between the two reads has no details: it is not in the memory any more.
         keep = [i for i, r in enumerate(rows) if at[i] >= 0 or r.fact_id in details]
         rows = [rows[i] for i in keep]
@@ -309,6 +234,7 @@ class DenseSearch:
             terms=tuple(ordered),
             keywords=KeywordIndex(ordered),
             facts=tuple(facts),
+            snapshot=read.snapshot,
         )
 
 

@@ -46,7 +46,10 @@ class Terms:
 
 
 class KeywordIndex:
-    """An inverted index over one memory's facts, rows in the order of the dense matrix."""
+    """An inverted index over one memory's facts, rows in the order of the dense matrix.
+
+    Immutable: a memory's next version gets a new index (`with_rows_inserted`) sharing what
+    did not change, while turns may still search this one."""
 
     def __init__(self, rows: Sequence[Terms]) -> None:
         lengths = np.fromiter((t.length for t in rows), dtype=np.int64, count=len(rows))
@@ -62,17 +65,63 @@ class KeywordIndex:
             chain.from_iterable(t.counts for t in rows), dtype=np.float64, count=total
         )
         order = np.argsort(codes, kind="stable")
-        found = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)[order]
-        counts = counts[order]
+        self._found = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)[order]
+        self._tf = counts[order]
         bounds = np.searchsorted(codes[order], np.arange(len(vocabulary) + 1)).tolist()
-        self._postings = {
-            lexeme: (
-                found[bounds[code] : bounds[code + 1]],
-                counts[bounds[code] : bounds[code + 1]],
-            )
-            for lexeme, code in vocabulary.items()
+        # A lexeme's posting is a span of the flat arrays: a new version shifts the rows of
+        # every posting in one operation and shares the spans.
+        self._spans = {
+            lexeme: (bounds[code], bounds[code + 1]) for lexeme, code in vocabulary.items()
         }
-        self.nbytes = _POSTING_BYTES * total + 8 * len(rows)
+        # Postings of the rows inserted since the build, laid flat in the order they came
+        # (shifted in one operation too), and where each lexeme's are in them.
+        self._added_rows = np.zeros(0, dtype=np.int64)
+        self._added_tf = np.zeros(0, dtype=np.float64)
+        self._added_at: dict[str, npt.NDArray[np.int64]] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return _POSTING_BYTES * (self._found.size + self.added_postings) + 8 * len(self)
+
+    @property
+    def added_postings(self) -> int:
+        """Postings of the rows inserted since the build, held beside the spans."""
+        return int(self._added_rows.size)
+
+    @property
+    def added_share(self) -> float:
+        """The inserted rows' postings over the build's: past some share a search
+        concatenates more than it slices, and a rebuild is due."""
+        return self.added_postings / max(int(self._found.size), 1)
+
+    def with_rows_inserted(self, positions: Sequence[int], rows: Sequence[Terms]) -> KeywordIndex:
+        """A new index with `rows` inserted before this index's rows at `positions`
+        (ascending; rows at equal positions keep their order), as the dense matrix inserts a
+        version's new facts in fact-id order. Costs the flat arrays' size, not a rebuild."""
+        at = np.asarray(positions, dtype=np.int64)
+        grown = KeywordIndex.__new__(KeywordIndex)
+        grown._spans = self._spans
+        grown._tf = self._tf
+        grown._found = self._found + np.searchsorted(at, self._found, side="right")
+        grown._lengths = np.insert(self._lengths, at, [float(t.length) for t in rows])
+        new_rows: list[int] = []
+        new_tf: list[float] = []
+        where: dict[str, list[int]] = {}
+        start = self.added_postings
+        for row, terms in zip((at + np.arange(at.size)).tolist(), rows, strict=True):
+            for lexeme, count in zip(terms.lexemes, terms.counts, strict=True):
+                where.setdefault(lexeme, []).append(start + len(new_rows))
+                new_rows.append(row)
+                new_tf.append(float(count))
+        held = self._added_rows + np.searchsorted(at, self._added_rows, side="right")
+        grown._added_rows = np.concatenate((held, np.array(new_rows, dtype=np.int64)))
+        grown._added_tf = np.concatenate((self._added_tf, np.array(new_tf, dtype=np.float64)))
+        grown._added_at = dict(self._added_at)
+        for lexeme, found in where.items():
+            fresh = np.array(found, dtype=np.int64)
+            before = grown._added_at.get(lexeme)
+            grown._added_at[lexeme] = fresh if before is None else np.concatenate((before, fresh))
+        return grown
 
     def __len__(self) -> int:
         return int(self._lengths.size)
@@ -89,7 +138,7 @@ class KeywordIndex:
         scores = np.zeros(self._lengths.size, dtype=np.float64)
         matched = np.zeros(self._lengths.size, dtype=np.bool_)
         for lexeme in sorted(set(lexemes)):
-            posting = self._postings.get(lexeme)
+            posting = self._posting(lexeme)
             if posting is None:
                 continue
             rows, tf = posting
@@ -105,6 +154,23 @@ class KeywordIndex:
         candidates = np.flatnonzero(matched)
         order = top_n(scores[candidates], limit)
         return [int(candidates[k]) for k in order]
+
+    def _posting(self, lexeme: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
+        """The rows holding the lexeme and its count in each (rows in no particular order:
+        a row's score does not depend on it)."""
+        span = self._spans.get(lexeme)
+        added = self._added_at.get(lexeme)
+        if added is not None:
+            more = self._added_rows[added], self._added_tf[added]
+            if span is None:
+                return more
+        if span is None:
+            return None
+        start, end = span
+        rows, tf = self._found[start:end], self._tf[start:end]
+        if added is None:
+            return rows, tf
+        return np.concatenate((rows, more[0])), np.concatenate((tf, more[1]))
 
 
 class QueryLexemes:

@@ -48,6 +48,12 @@ class MemoryVectors:
     # weighs changes only with a fact's version, so a turn ranks on these and asks Postgres
     # only for the facts it picked (`ContextService`).
     facts: tuple[Fact, ...]
+    # Taken before the rows were read (`DenseReads`): the next version asks Postgres for the
+    # rows written since, not for all of them (`store.read.entry_delta`).
+    snapshot: str | None = None
+    # The length of the facts' texts, carried from version to version (counting 10,000 texts
+    # cost a millisecond or two each time); None: count them.
+    text_bytes: int | None = None
     # Masks by scope: a turn needs its mask twice (dense and keyword) and a memory sees few
     # scopes; np.isin over the string columns was a twentieth of an API worker's time.
     _masks: dict[tuple[object, ...], npt.NDArray[np.bool_]] = field(
@@ -57,8 +63,15 @@ class MemoryVectors:
     @cached_property
     def nbytes(self) -> int:
         facts = len(self.ids) + len(self.pending)
-        rows = sum(_FACT_ROW_BYTES + len(f.content) for f in self.facts)
+        rows = _FACT_ROW_BYTES * len(self.facts) + self.text_length
         return int(self.matrix.nbytes) + _ENTRY_OVERHEAD_BYTES * facts + rows + self.keywords.nbytes
+
+    @cached_property
+    def text_length(self) -> int:
+        """The length of the facts' texts."""
+        if self.text_bytes is not None:
+            return self.text_bytes
+        return sum(len(f.content) for f in self.facts)
 
     def mask(self, scope: Scope) -> npt.NDArray[np.bool_]:
         """Rows the scope may see: its statuses, its connections or none, its context types.

@@ -238,7 +238,7 @@ def test_a_memorys_rows_come_in_the_text_order_of_their_ids(deployment: Deployme
 
     def check(c: wiring.Core) -> None:
         c.memory.insert_facts(facts)
-        ids = [r.fact_id for r in DenseReads(c.pool).rows(OMAR)]
+        ids = [r.fact_id for r in DenseReads(c.pool).rows(OMAR).rows]
         assert len(ids) == len(facts)
         assert ids == sorted(ids, key=str)
 

@@ -89,6 +89,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "operations",
             "memory_changes",
             "fact_recalls",
+            "fact_write_transactions",
         ]
     finally:
         pool.close()

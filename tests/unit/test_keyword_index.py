@@ -6,6 +6,8 @@ That it ranks exactly as the SQL BM25 is checked against Postgres in
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store.read.keyword_index import KeywordIndex, QueryLexemes, Terms
 
@@ -58,3 +60,36 @@ def test_query_lexemes_ask_postgres_once_per_text() -> None:
     lexemes("piano")  # evicts "bee roof", the oldest
     lexemes("bee roof")
     assert asked == ["bee roof", "chess", "piano", "bee roof"]
+
+
+_LEXEMES = ["bee", "roof", "chess", "honey", "tea", "cello"]
+_TERMS = st.lists(
+    st.tuples(st.sampled_from(_LEXEMES), st.integers(1, 3)), max_size=4, unique_by=lambda t: t[0]
+).map(lambda pairs: Terms(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(_TERMS, max_size=8),
+    st.lists(st.lists(st.tuples(st.integers(0, 1_000), _TERMS), max_size=4), max_size=5),
+    st.integers(0, 2**16),
+)
+def test_rows_inserted_rank_as_an_index_built_with_them(
+    first: list[Terms], rounds: list[list[tuple[int, Terms]]], seed: int
+) -> None:
+    """Rows inserted into an index, round after round, at any positions: every search ranks
+    as the index built from all the rows in their final order."""
+    rows = list(first)
+    index = KeywordIndex(rows)
+    for inserted in rounds:
+        at = sorted(p % (len(rows) + 1) for p, _ in inserted)
+        terms = [t for _, t in inserted]
+        index = index.with_rows_inserted(at, terms)
+        for offset, (position, term) in enumerate(zip(at, terms, strict=True)):
+            rows.insert(position + offset, term)
+    built = KeywordIndex(rows)
+    assert len(index) == len(built) == len(rows)
+    visible = np.random.default_rng(seed).random(len(rows)) < 0.7
+    for query in (_LEXEMES[:2], _LEXEMES[2:], _LEXEMES, ["volcano"]):
+        for mask in (np.ones(len(rows), dtype=np.bool_), visible):
+            assert index.search(query, mask, 5) == built.search(query, mask, 5)

@@ -1,0 +1,213 @@
+"""A memory's entry at its next version from the one before and the rows written since.
+
+A run changes a handful of a memory's facts and the indexer marks them indexed a moment
+later, yet reading all the memory's rows again and rebuilding its entry cost a user of 10,000
+facts about 140 ms a version (BENCHMARKS.md, "The entry's update in place"). Postgres gives
+the rows written since the entry's snapshot (`DenseReads.changes`); this puts them in: a
+changed row in its place, a new fact before the first row of a greater id (rows stay in
+fact-id order, which ties are broken by), the keyword index's postings shifted, not rebuilt.
+The result equals a build from nothing at the same rows (tests/unit/test_entry_delta.py).
+
+A memory that lost a fact since (an erasure of one fact) has fewer rows than the entry plus
+the new ones: `plan` answers None and the caller builds the entry from all its rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from domain.ids import NO_CONNECTION
+from domain.model import Fact
+from domain.ports import Vector
+from domain.reads import MemoryStamp
+from store.read.dense_reads import IndexedRow, RowChanges
+from store.read.keyword_index import KeywordIndex, Terms
+from store.read.memory_entry import STATUS_CODES, MemoryVectors
+
+__all__ = ["Delta", "plan"]
+
+# Postings of inserted rows held beside the spans, as a share of the spans', before the
+# keyword index is rebuilt from all the rows' terms.
+_ADDED_POSTINGS_SHARE = 0.25
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Delta:
+    """The rows written since an entry's snapshot: those it holds (with their row in it) and
+    the new ones, in fact-id order."""
+
+    entry: MemoryVectors
+    changes: RowChanges
+    held: tuple[tuple[int, IndexedRow], ...]
+    new: tuple[IndexedRow, ...]
+
+    def to_read(self) -> list[uuid.UUID]:
+        """The facts whose row and terms must be read: new, or at a new version."""
+        versions = self.entry.fact_versions
+        changed = [r.fact_id for at, r in self.held if versions[at] != r.version]
+        return changed + [r.fact_id for r in self.new]
+
+    def to_fetch(self) -> list[uuid.UUID]:
+        """The facts whose vector must come from the index: indexed, and not held in the
+        matrix at this version."""
+        return [r.fact_id for at, r in self.held if r.indexed and not self._kept(at, r)] + [
+            r.fact_id for r in self.new if r.indexed
+        ]
+
+    def _kept(self, at: int, row: IndexedRow) -> bool:
+        entry = self.entry
+        return bool(entry.vectored[at]) and int(entry.fact_versions[at]) == row.version
+
+    def apply(
+        self,
+        stamp: MemoryStamp,
+        details: Mapping[uuid.UUID, tuple[Fact, Terms]],
+        vectors: Mapping[uuid.UUID, Vector],
+    ) -> MemoryVectors | None:
+        """The entry with these rows put in; None if a fact to read is gone (deleted since
+        the changes were read): the caller builds from all the rows then."""
+        if any(fact_id not in details for fact_id in self.to_read()):
+            return None
+        entry = self.entry
+        versions = entry.fact_versions.copy()
+        statuses = entry.statuses.copy()
+        context_types = entry.context_types.copy()
+        vectored = entry.vectored.copy()
+        connections = list(entry.connections.tolist())
+        facts, terms = list(entry.facts), list(entry.terms)
+        pending = dict(entry.pending)
+        rewritten: dict[int, Vector | None] = {}
+        terms_changed = False
+        text_bytes = entry.text_length
+        for at, row in self.held:
+            if int(versions[at]) != row.version:
+                fact, fact_terms = details[row.fact_id]
+                terms_changed |= fact_terms != terms[at]
+                text_bytes += len(fact.content) - len(facts[at].content)
+                facts[at], terms[at] = fact, fact_terms
+            if not (row.indexed and self._kept(at, row)):
+                vector = vectors.get(row.fact_id) if row.indexed else None
+                rewritten[at] = vector
+                vectored[at] = vector is not None
+            versions[at] = row.version
+            statuses[at] = STATUS_CODES[row.status]
+            context_types[at] = row.context_type
+            connections[at] = row.connection_id or NO_CONNECTION
+            _note_pending(pending, row)
+
+        new = self.new
+        positions = [bisect_left(entry.ids, r.fact_id) for r in new]
+        new_vectors = [vectors.get(r.fact_id) if r.indexed else None for r in new]
+        new_terms = [details[r.fact_id][1] for r in new]
+        new_facts = [details[r.fact_id][0] for r in new]
+        text_bytes += sum(len(f.content) for f in new_facts)
+        for row in new:
+            _note_pending(pending, row)
+        matrix = _matrix(entry.matrix, positions, new_vectors, rewritten)
+        ids = _inserted(entry.ids, positions, [r.fact_id for r in new])
+        all_terms = _inserted(terms, positions, new_terms)
+        keywords = entry.keywords
+        if terms_changed:
+            keywords = KeywordIndex(all_terms)
+        elif new:
+            keywords = _with_inserted(keywords, positions, new_terms, all_terms)
+        connection_column = _inserted(
+            connections, positions, [r.connection_id or NO_CONNECTION for r in new]
+        )
+        return MemoryVectors(
+            stamp=stamp,
+            ids=ids,
+            fact_versions=np.insert(versions, positions, [r.version for r in new]),
+            matrix=matrix,
+            vectored=np.insert(vectored, positions, [v is not None for v in new_vectors]),
+            connections=np.array(connection_column, dtype=np.str_),
+            statuses=np.insert(statuses, positions, [STATUS_CODES[r.status] for r in new]),
+            context_types=np.array(
+                _inserted(context_types.tolist(), positions, [r.context_type for r in new]),
+                dtype=object,
+            ),
+            row_of={fact_id: i for i, fact_id in enumerate(ids)} if new else entry.row_of,
+            pending=pending,
+            terms=all_terms,
+            keywords=keywords,
+            facts=_inserted(facts, positions, new_facts),
+            snapshot=self.changes.snapshot,
+            text_bytes=text_bytes,
+        )
+
+
+def plan(entry: MemoryVectors, changes: RowChanges) -> Delta | None:
+    """The delta from the entry to these changes; None when a fact was deleted since (the
+    memory has fewer rows than the entry's and the new ones)."""
+    held: list[tuple[int, IndexedRow]] = []
+    new: list[IndexedRow] = []
+    for row in changes.rows:
+        at = entry.row_of.get(row.fact_id)
+        if at is None:
+            new.append(row)
+        else:
+            held.append((at, row))
+    if changes.total != len(entry.ids) + len(new):
+        return None
+    return Delta(entry, changes, tuple(held), tuple(new))
+
+
+def _matrix(
+    matrix: npt.NDArray[np.float32],
+    positions: Sequence[int],
+    new: Sequence[Vector | None],
+    rewritten: Mapping[int, Vector | None],
+) -> npt.NDArray[np.float32]:
+    """The matrix with the new rows inserted and the rewritten ones replaced (zero: no
+    vector); a copy when anything changes, the turns of the entry before may be reading it."""
+    if new:
+        block = np.zeros((len(new), matrix.shape[1]), dtype=np.float32)
+        for i, vector in enumerate(new):
+            if vector is not None:
+                block[i] = vector
+        matrix = np.insert(matrix, positions, block, axis=0)
+    elif rewritten:
+        matrix = matrix.copy()
+    shift = np.searchsorted(np.asarray(positions, dtype=np.int64), list(rewritten), "right")
+    for (at, vector), moved in zip(rewritten.items(), shift.tolist(), strict=True):
+        matrix[at + moved] = 0.0 if vector is None else vector
+    return matrix
+
+
+def _with_inserted(
+    keywords: KeywordIndex,
+    positions: Sequence[int],
+    new_terms: Sequence[Terms],
+    all_terms: Sequence[Terms],
+) -> KeywordIndex:
+    grown = keywords.with_rows_inserted(positions, new_terms)
+    return KeywordIndex(all_terms) if grown.added_share > _ADDED_POSTINGS_SHARE else grown
+
+
+def _note_pending(pending: dict[uuid.UUID, int], row: IndexedRow) -> None:
+    if row.indexed:
+        pending.pop(row.fact_id, None)
+    else:
+        pending[row.fact_id] = row.version
+
+
+def _inserted(old: Sequence[_T], positions: Sequence[int], values: Sequence[_T]) -> tuple[_T, ...]:
+    """`old` with each value put before the item at its position (positions ascending)."""
+    if not values:
+        return tuple(old)
+    out: list[_T] = []
+    start = 0
+    for position, value in zip(positions, values, strict=True):
+        out.extend(old[start:position])
+        out.append(value)
+        start = position
+    out.extend(old[start:])
+    return tuple(out)
