@@ -1,15 +1,18 @@
 """A flush's candidate search in memories of 100 to 10,000 facts.
 
     python -m bench.candidates [--facts 40000] [--facts-per-user 100,1000,10000]
-        [--heavy-users 2] [--samples 30] [--observations 5] [--json-out FILE]
+        [--heavy-users 2] [--samples 30] [--observations 5] [--run-facts 5]
+        [--json-out FILE]
         [--dsn DSN] [--chroma-url URL] [--keep]
 
 Loads synthetic memory (`bench.synthetic_memory`, as `bench.read_path` does) into a scratch
 Postgres database and Chroma collection, then times `HybridFactSearch.related` as a flush
 calls it: `--observations` chat messages of one connection of a random user of the tier, three
-facts each. Before every call the memory's version goes up by one, as after the run of the
-user's previous batch, so a memory's entry is brought up to date each time (its unchanged facts
-reused); the first call for each user (the entry built from nothing) is reported on its own.
+facts each. Before every call the user's memory changes as between two of its batches: the
+facts the previous run wrote are indexed (vectors in Chroma, marked in Postgres), a new run
+writes `--run-facts` new facts, pending, and the memory's version goes up by one; so the
+memory's entry is brought up to date each time. The first call for each user (the entry built
+from nothing) is reported on its own.
 
 Two searches, each on the same users and connections with texts of its own:
 - `entries`: the processor's (`memoryd.wiring.candidate_search`), whose memories of more than
@@ -38,7 +41,8 @@ from bench import synthetic_memory as synthetic
 from bench.locomo.metrics import markdown_table
 from bench.read_path import Population, load
 from domain.ids import MemoryKey
-from domain.ports import FactQuery, FactSearch
+from domain.model import Fact
+from domain.ports import FactQuery, FactSearch, Vector
 from memoryd import wiring
 from memoryd.settings import Settings
 from store.embeddings import MiniLmEmbedder
@@ -68,18 +72,53 @@ class Row:
         }
 
 
-def _bump(c: wiring.Core, key: MemoryKey) -> None:
-    """The memory's version up by one, as its run's commit does."""
-    with c.pool.connection() as conn:
-        conn.execute(
-            "UPDATE user_memory SET version = version + 1"
-            " WHERE organization_id = %s AND user_id = %s",
-            (key.organization_id, key.user_id),
+class Runs:
+    """What a user's runs write between two calls, as a consolidation and the indexer would."""
+
+    def __init__(
+        self,
+        c: wiring.Core,
+        ends: services.Endpoints,
+        collection: str,
+        pool: synthetic.TextPool,
+        loaded: dict[str, int],
+        args: argparse.Namespace,
+    ) -> None:
+        self._c, self._ends, self._collection, self._pool = c, ends, collection, pool
+        self._next = dict(loaded)  # the next fact number of each user
+        self._pending: dict[str, tuple[list[Fact], list[Vector]]] = {}
+        self._per_run, self._seed = args.run_facts, args.seed
+
+    def commit(self, key: MemoryKey) -> None:
+        """Index the user's previous run, write a new one (its facts pending), raise the
+        memory's version."""
+        user = key.user_id
+        indexed, vectors = self._pending.pop(user, ([], []))
+        if indexed:
+            synthetic.index_facts(
+                self._ends.chroma_url, self._collection, self._c.embedder, indexed, vectors
+            )
+        start = self._next[user]
+        self._next[user] = start + self._per_run
+        facts, vectors = synthetic.make_facts(
+            self._pool, user, range(start, start + self._per_run), self._seed
         )
+        self._c.memory.insert_facts(facts)
+        self._pending[user] = (facts, vectors)
+        with self._c.pool.connection() as conn:
+            conn.execute(
+                "UPDATE memory_facts SET indexed_at = now() WHERE fact_id = ANY(%s)",
+                ([f.fact_id for f in indexed],),
+            )
+            conn.execute(
+                "UPDATE user_memory SET version = version + 1"
+                " WHERE organization_id = %s AND user_id = %s",
+                (key.organization_id, key.user_id),
+            )
 
 
 def measure(
-    c: wiring.Core,
+    runs: Runs,
     search: FactSearch,
     requests: Sequence[tuple[MemoryKey, list[FactQuery]]],
 ) -> tuple[list[float], list[float]]:
@@ -88,7 +127,7 @@ def measure(
     returning: list[float] = []
     seen: set[MemoryKey] = set()
     for key, queries in requests:
-        _bump(c, key)
+        runs.commit(key)
         started = time.perf_counter()
         search.related(key, queries, PER_OBSERVATION)
         elapsed = (time.perf_counter() - started) * 1000
@@ -137,12 +176,14 @@ def run(args: argparse.Namespace, per_user: Sequence[int]) -> list[Row]:
                 ),
             }
             turns = synthetic.chat_turns(random.Random(args.seed))
+            loaded = {u: n for n, users in population.tiers.items() for u in users}
+            runs = Runs(c, ends, collection, pool, loaded, args)
             for n, users in sorted(population.tiers.items()):
                 for name, search in searches.items():
                     asked = requests_for(
                         users, args.samples, args.observations, args.seed + n, turns
                     )
-                    first, returning = measure(c, search, asked)
+                    first, returning = measure(runs, search, asked)
                     for calls, laps in (("first", first), ("returning", returning)):
                         if laps:
                             p50, p99 = np.percentile(laps, [50, 99])
@@ -161,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--heavy-users", type=int, default=2, help="users per larger tier")
     parser.add_argument("--samples", type=int, default=30, help="calls per tier and search")
     parser.add_argument("--observations", type=int, default=5, help="queries per call")
+    parser.add_argument("--run-facts", type=int, default=5, help="facts a run writes")
     parser.add_argument("--distinct-texts", type=int, default=2_000)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json-out", type=Path, help="write the rows as JSON here")

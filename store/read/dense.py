@@ -41,6 +41,7 @@ from store.read.dense_reads import DenseReads, IndexedRow, VectorSource
 from store.read.keyword_index import KeywordIndex, QueryLexemes, Terms
 from store.read.memory_entry import STATUS_CODES, DenseCache, MemoryVectors, RowVectors
 from store.read.ranking import top_n
+from store.read.vector_rows import AppendOnlyMatrix
 
 __all__ = ["DenseReads", "DenseSearch", "IndexedRow"]
 
@@ -83,12 +84,7 @@ class DenseSearch:
         rows = np.flatnonzero(entry.mask(scope) & entry.vectored)
         if n <= 0 or rows.size == 0:
             return []
-        # Gathering the rows in scope copies them: dearer than scoring every row unless the
-        # scope keeps few of them.
-        if rows.size * 3 > len(entry.ids):
-            similarity = (entry.matrix @ query)[rows]
-        else:
-            similarity = entry.matrix[rows] @ query
+        similarity = entry.similarity(rows, query)
         order = top_n(similarity, n)
         return [VectorHit(entry.ids[rows[k]], float(similarity[k]), "", {}) for k in order]
 
@@ -202,7 +198,7 @@ class DenseSearch:
         matrix = np.zeros((len(rows), self._embedder.dimension), dtype=np.float32)
         vectored = from_previous.copy()
         if same is not None:
-            matrix[from_previous] = same.matrix[at[from_previous]]
+            matrix[from_previous] = same.vectors.rows[same.slots[at[from_previous]]]
         facts: list[Fact] = []
         ordered: list[Terms] = []
         for r, a in zip(rows, at.tolist(), strict=True):
@@ -224,7 +220,9 @@ class DenseSearch:
             stamp=stamp,
             ids=tuple(r.fact_id for r in rows),
             fact_versions=np.array([r.version for r in rows], dtype=np.int64),
-            matrix=matrix,
+            vectors=AppendOnlyMatrix(matrix),
+            slots=np.arange(len(rows), dtype=np.int64),
+            extent=len(rows),
             vectored=vectored,
             connections=np.array([r.connection_id or NO_CONNECTION for r in rows], dtype=np.str_),
             statuses=np.array([STATUS_CODES[r.status] for r in rows], dtype=np.int8),

@@ -30,6 +30,7 @@ from domain.reads import MemoryStamp
 from store.read.dense_reads import IndexedRow, RowChanges
 from store.read.keyword_index import KeywordIndex, Terms
 from store.read.memory_entry import STATUS_CODES, MemoryVectors
+from store.read.vector_rows import AppendOnlyMatrix
 
 __all__ = ["Delta", "plan"]
 
@@ -111,7 +112,8 @@ class Delta:
         text_bytes += sum(len(f.content) for f in new_facts)
         for row in new:
             _note_pending(pending, row)
-        matrix = _matrix(entry.matrix, positions, new_vectors, rewritten)
+        vectored = np.insert(vectored, positions, [v is not None for v in new_vectors])
+        buffer, slots, extent = _vectors(entry, positions, new_vectors, rewritten, vectored)
         ids = _inserted(entry.ids, positions, [r.fact_id for r in new])
         all_terms = _inserted(terms, positions, new_terms)
         keywords = entry.keywords
@@ -126,8 +128,10 @@ class Delta:
             stamp=stamp,
             ids=ids,
             fact_versions=np.insert(versions, positions, [r.version for r in new]),
-            matrix=matrix,
-            vectored=np.insert(vectored, positions, [v is not None for v in new_vectors]),
+            vectors=buffer,
+            slots=slots,
+            extent=extent,
+            vectored=vectored,
             connections=np.array(connection_column, dtype=np.str_),
             statuses=np.insert(statuses, positions, [STATUS_CODES[r.status] for r in new]),
             context_types=np.array(
@@ -160,26 +164,30 @@ def plan(entry: MemoryVectors, changes: RowChanges) -> Delta | None:
     return Delta(entry, changes, tuple(held), tuple(new))
 
 
-def _matrix(
-    matrix: npt.NDArray[np.float32],
+def _vectors(
+    entry: MemoryVectors,
     positions: Sequence[int],
     new: Sequence[Vector | None],
     rewritten: Mapping[int, Vector | None],
-) -> npt.NDArray[np.float32]:
-    """The matrix with the new rows inserted and the rewritten ones replaced (zero: no
-    vector); a copy when anything changes, the turns of the entry before may be reading it."""
-    if new:
-        block = np.zeros((len(new), matrix.shape[1]), dtype=np.float32)
-        for i, vector in enumerate(new):
-            if vector is not None:
-                block[i] = vector
-        matrix = np.insert(matrix, positions, block, axis=0)
-    elif rewritten:
-        matrix = matrix.copy()
-    shift = np.searchsorted(np.asarray(positions, dtype=np.int64), list(rewritten), "right")
-    for (at, vector), moved in zip(rewritten.items(), shift.tolist(), strict=True):
-        matrix[at + moved] = 0.0 if vector is None else vector
-    return matrix
+    vectored: npt.NDArray[np.bool_],
+) -> tuple[AppendOnlyMatrix, npt.NDArray[np.int64], int]:
+    """The buffer, slots and extent of the next version: the new rows' vectors and the
+    rewritten ones appended (`store.read.vector_rows`), the others where they were."""
+    slots = np.insert(entry.slots, positions, 0)
+    moved = np.searchsorted(np.asarray(positions, dtype=np.int64), list(rewritten), "right")
+    writes = [
+        (at + shift, vector)
+        for (at, vector), shift in zip(rewritten.items(), moved.tolist(), strict=True)
+        if vector is not None
+    ]
+    writes += [
+        (p + k, v) for k, (p, v) in enumerate(zip(positions, new, strict=True)) if v is not None
+    ]
+    if not writes:
+        return entry.vectors, slots, entry.extent
+    live = vectored.copy()
+    live[[row for row, _ in writes]] = False
+    return entry.vectors.appended(slots, live, entry.extent, writes)
 
 
 def _with_inserted(

@@ -18,6 +18,7 @@ from domain.model import Fact, FactStatus
 from domain.ports import Vector
 from domain.reads import MemoryStamp, Scope
 from store.read.keyword_index import KeywordIndex, Terms
+from store.read.vector_rows import AppendOnlyMatrix
 
 __all__ = ["STATUS_CODES", "DenseCache", "MemoryVectors", "RowVectors"]
 
@@ -35,8 +36,12 @@ class MemoryVectors:
     stamp: MemoryStamp
     ids: tuple[uuid.UUID, ...]
     fact_versions: npt.NDArray[np.int64]
-    matrix: npt.NDArray[np.float32]  # len(ids) × dimension, unit rows (zero when not vectored)
-    vectored: npt.NDArray[np.bool_]  # the row's vector is in the index (and in the matrix)
+    # The rows' vectors: row i's is `vectors.rows[slots[i]]` when `vectored[i]`; an entry reads
+    # the buffer up to `extent` only. Unit vectors.
+    vectors: AppendOnlyMatrix
+    slots: npt.NDArray[np.int64]
+    extent: int
+    vectored: npt.NDArray[np.bool_]  # the row's vector is in the index (and in `vectors`)
     connections: npt.NDArray[np.str_]  # NO_CONNECTION for a fact outside every connection
     statuses: npt.NDArray[np.int8]
     context_types: npt.NDArray[np.object_]
@@ -64,7 +69,24 @@ class MemoryVectors:
     def nbytes(self) -> int:
         facts = len(self.ids) + len(self.pending)
         rows = _FACT_ROW_BYTES * len(self.facts) + self.text_length
-        return int(self.matrix.nbytes) + _ENTRY_OVERHEAD_BYTES * facts + rows + self.keywords.nbytes
+        held = self.vectors.nbytes + _ENTRY_OVERHEAD_BYTES * facts + rows
+        return held + self.keywords.nbytes
+
+    def similarity(self, rows: npt.NDArray[np.intp], query: Vector) -> npt.NDArray[np.float32]:
+        """The cosine of the query and each of these rows' vectors (rows vectored)."""
+        buffer = self.vectors.rows
+        # Gathering the rows copies them: dearer than scoring every row of the buffer unless
+        # few of them are asked for.
+        if rows.size * 3 > self.extent:
+            scores: npt.NDArray[np.float32] = (buffer[: self.extent] @ query)[self.slots[rows]]
+            return scores
+        gathered: npt.NDArray[np.float32] = buffer[self.slots[rows]] @ query
+        return gathered
+
+    def vector(self, row: int) -> Vector:
+        """The row's vector (the row vectored)."""
+        vector: Vector = self.vectors.rows[self.slots[row]]
+        return vector
 
     @cached_property
     def text_length(self) -> int:
@@ -101,8 +123,7 @@ class RowVectors(Mapping[uuid.UUID, Vector]):
         row = self._entry.row_of[fact_id]
         if not self._entry.vectored[row]:
             raise KeyError(fact_id)
-        vector: Vector = self._entry.matrix[row]
-        return vector
+        return self._entry.vector(row)
 
     def __contains__(self, fact_id: object) -> bool:
         row = self._entry.row_of.get(fact_id)  # type: ignore[call-overload]

@@ -36,7 +36,7 @@ def test_a_new_version_reads_only_the_facts_that_changed() -> None:
     for fact_id in entry.ids:
         row = entry.row_of[fact_id]
         assert entry.facts[row].fact_id == fact_id
-        assert np.array_equal(entry.matrix[row], vector_of(memory.facts[fact_id].content))
+        assert np.array_equal(entry.vector(row), vector_of(memory.facts[fact_id].content))
     assert entry.pending == {}
     assert search.keyword_in(entry, SCOPE, "green tea", 3) == [tea.fact_id]
 

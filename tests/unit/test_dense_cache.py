@@ -13,6 +13,7 @@ from domain.model import FactStatus
 from domain.reads import MemoryStamp, Scope
 from store.read.keyword_index import KeywordIndex, Terms
 from store.read.memory_entry import DenseCache, MemoryVectors
+from store.read.vector_rows import AppendOnlyMatrix
 from tests.support.builders import make_fact
 
 U = MemoryKey("org", "u")
@@ -35,7 +36,9 @@ def _memory(
         stamp=MemoryStamp(generation, version),
         ids=ids,
         fact_versions=np.ones(facts, dtype=np.int64),
-        matrix=np.eye(facts, 8, dtype=np.float32),
+        vectors=AppendOnlyMatrix(np.eye(facts, 8, dtype=np.float32)),
+        slots=np.arange(facts, dtype=np.int64),
+        extent=facts,
         vectored=np.ones(facts, dtype=np.bool_),
         connections=np.array([c or NO_CONNECTION for c, _, _ in rows], dtype=np.str_),
         statuses=np.array([list(FactStatus).index(s) for _, s, _ in rows], dtype=np.int8),
