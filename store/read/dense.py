@@ -195,7 +195,8 @@ class DenseSearch:
         rows = [rows[i] for i in keep]
         at, from_previous = at[keep], from_previous[keep]
         # A fact marked indexed but absent from Chroma (lost, or erased) cannot be scored.
-        matrix = np.zeros((len(rows), self._embedder.dimension), dtype=np.float32)
+        vectors = AppendOnlyMatrix.with_room(len(rows), self._embedder.dimension)
+        matrix = vectors.rows[: len(rows)]
         vectored = from_previous.copy()
         if same is not None:
             matrix[from_previous] = same.vectors.rows[same.slots[at[from_previous]]]
@@ -220,7 +221,7 @@ class DenseSearch:
             stamp=stamp,
             ids=tuple(r.fact_id for r in rows),
             fact_versions=np.array([r.version for r in rows], dtype=np.int64),
-            vectors=AppendOnlyMatrix(matrix),
+            vectors=vectors,
             slots=np.arange(len(rows), dtype=np.int64),
             extent=len(rows),
             vectored=vectored,

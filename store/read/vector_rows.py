@@ -23,7 +23,7 @@ from domain.ports import Vector
 
 __all__ = ["AppendOnlyMatrix"]
 
-# Room a buffer copied for growth leaves for later versions, as a share of its live rows.
+# Room a buffer leaves for later versions' rows, as a share of the rows it starts with.
 _SPARE_SHARE = 0.25
 _MIN_SPARE_ROWS = 64
 
@@ -36,9 +36,19 @@ class AppendOnlyMatrix:
         self._used = rows.shape[0] if used is None else used
         self._lock = threading.Lock()
 
+    @classmethod
+    def with_room(cls, rows: int, dimension: int) -> AppendOnlyMatrix:
+        """A zero buffer for `rows` rows, used, and room for later versions' rows. The room
+        costs no memory until written: the pages of a large zero array are mapped when first
+        touched."""
+        room = rows + _spare(rows)
+        return cls(np.zeros((room, dimension), dtype=np.float32), used=rows)
+
     @property
     def nbytes(self) -> int:
-        return int(self.rows.nbytes)
+        """The bytes of the rows handed out (the room left is not resident)."""
+        with self._lock:
+            return int(self._used * self.rows.shape[1] * self.rows.itemsize)
 
     def claim(self, count: int) -> int | None:
         """The first of `count` consecutive rows now the caller's alone to write, or None
@@ -76,11 +86,14 @@ class AppendOnlyMatrix:
     ) -> tuple[AppendOnlyMatrix, npt.NDArray[np.int64], int]:
         kept = np.flatnonzero(live)
         used = kept.size + len(writes)
-        spare = max(_MIN_SPARE_ROWS, int(used * _SPARE_SHARE))
-        rows = np.zeros((used + spare, self.rows.shape[1]), dtype=np.float32)
-        rows[: kept.size] = self.rows[slots[kept]]
+        rows = np.zeros((used + _spare(used), self.rows.shape[1]), dtype=np.float32)
+        np.take(self.rows, slots[kept], axis=0, out=rows[: kept.size])
         slots[kept] = np.arange(kept.size)
         for k, (row, vector) in enumerate(writes):
             rows[kept.size + k] = vector
             slots[row] = kept.size + k
         return AppendOnlyMatrix(rows, used), slots, used
+
+
+def _spare(used: int) -> int:
+    return max(_MIN_SPARE_ROWS, int(used * _SPARE_SHARE))

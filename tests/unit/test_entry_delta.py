@@ -149,3 +149,19 @@ def _apply(memory: Memory, operation: str, pick: int, text: str) -> None:
         memory.rewrite(fact_id, status=[FactStatus.HELD, FactStatus.ACTIVE][pick % 2])
     else:
         memory.rewrite(fact_id, connection="gh" if pick % 2 else "a-much-longer-connection")
+
+
+def test_versions_that_outgrow_the_vector_buffer_keep_every_vector() -> None:
+    memory = Memory()
+    for i in range(10):
+        memory.add(f"first fact {i}")
+    search = search_over(memory)
+    buffers = [search.memory(KEY, stamp(1)).vectors]
+    for version in range(2, 32):
+        for j in range(5):
+            memory.add(f"fact {j} of run {version}", indexed=j % 2 == 0)
+        entry = search.memory(KEY, stamp(version))
+        buffers.append(entry.vectors)
+    # The room ran out, and a larger buffer took the live rows.
+    assert any(b is not buffers[0] for b in buffers)
+    assert_same_entry(memory, entry, fresh_entry(memory, 31))

@@ -67,7 +67,7 @@ def test_two_versions_built_from_one_entry_keep_their_own_vectors() -> None:
     search = search_over(memory)
     search.memory(KEY, stamp(1))
     facts.append(memory.add("one more fact"))
-    base = search.memory(KEY, stamp(2))  # its buffer has room: it grew at this version
+    base = search.memory(KEY, stamp(2))
     before = [base.vector(r).copy() for r in range(len(base.ids))]
     new = [memory.add(f"new fact {i}") for i in range(2)]
     rows = [IndexedRow(f.fact_id, 1, None, FactStatus.ACTIVE, "fact", True) for f in new]
