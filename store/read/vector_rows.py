@@ -3,7 +3,7 @@ appended, and a row an entry reads is never written again.
 
 A memory's entry keeps its rows in fact-id order, so a new fact goes in the middle. With the
 vectors in that order too, every version copied the whole matrix: 15 MB for a user of 10,000
-facts, 30 ms a version on this machine, most of it the kernel faulting in a fresh allocation
+facts, 30 ms a version as measured, most of it the kernel faulting in a fresh allocation
 (BENCHMARKS.md, "The entry's update in place"). Here an entry maps each of its rows to a row
 of a buffer (its slots); the next version writes its new and rewritten vectors into rows of
 the buffer nobody has claimed and copies only the slots. When the buffer is full the next
@@ -41,8 +41,9 @@ class AppendOnlyMatrix:
     @classmethod
     def with_room(cls, rows: int, dimension: int) -> AppendOnlyMatrix:
         """A zero buffer for `rows` rows, used, and for a large one room for later versions'
-        rows: its first update then copies nothing (a fresh 19 MB buffer cost 40-100 ms
-        here). A small buffer grows at its first update instead, for next to nothing."""
+        rows: its first update then copies nothing (at 10,000 rows that copy made the
+        update's worst call, 101 ms). A small buffer grows at its first update instead, for
+        next to nothing."""
         room = _spare(rows) if rows >= _ROOM_FROM_ROWS else 0
         return cls(np.zeros((rows + room, dimension), dtype=np.float32), used=rows)
 
