@@ -82,7 +82,7 @@ class Delta:
         statuses = entry.statuses.copy()
         context_types = entry.context_types.copy()
         vectored = entry.vectored.copy()
-        connections = list(entry.connections.tolist())
+        connections: dict[int, str] = {}
         facts, terms = list(entry.facts), list(entry.terms)
         pending = dict(entry.pending)
         rewritten: dict[int, Vector | None] = {}
@@ -121,8 +121,11 @@ class Delta:
             keywords = KeywordIndex(all_terms)
         elif new:
             keywords = _with_inserted(keywords, positions, new_terms, all_terms)
-        connection_column = _inserted(
-            connections, positions, [r.connection_id or NO_CONNECTION for r in new]
+        connection_column = _text_column(
+            entry.connections,
+            connections,
+            positions,
+            [r.connection_id or NO_CONNECTION for r in new],
         )
         return MemoryVectors(
             stamp=stamp,
@@ -132,13 +135,10 @@ class Delta:
             slots=slots,
             extent=extent,
             vectored=vectored,
-            connections=np.array(connection_column, dtype=np.str_),
+            connections=connection_column,
             statuses=np.insert(statuses, positions, [STATUS_CODES[r.status] for r in new]),
-            context_types=np.array(
-                _inserted(context_types.tolist(), positions, [r.context_type for r in new]),
-                dtype=object,
-            ),
-            row_of={fact_id: i for i, fact_id in enumerate(ids)} if new else entry.row_of,
+            context_types=np.insert(context_types, positions, [r.context_type for r in new]),
+            row_of=_row_of(entry, ids, positions),
             pending=pending,
             terms=all_terms,
             keywords=keywords,
@@ -198,6 +198,37 @@ def _with_inserted(
 ) -> KeywordIndex:
     grown = keywords.with_rows_inserted(positions, new_terms)
     return KeywordIndex(all_terms) if grown.added_share > _ADDED_POSTINGS_SHARE else grown
+
+
+def _text_column(
+    column: npt.NDArray[np.str_],
+    changed: Mapping[int, str],
+    positions: Sequence[int],
+    inserted: Sequence[str],
+) -> npt.NDArray[np.str_]:
+    """The column with rows changed and rows inserted, widened if a new text is longer than
+    its width allows (numpy would cut it)."""
+    width = max((len(t) for t in (*changed.values(), *inserted)), default=0)
+    if width > column.dtype.itemsize // np.dtype("U1").itemsize:
+        column = column.astype(f"<U{width}")
+    elif changed:
+        column = column.copy()
+    for at, text in changed.items():
+        column[at] = text
+    return np.insert(column, positions, inserted) if inserted else column
+
+
+def _row_of(
+    entry: MemoryVectors, ids: Sequence[uuid.UUID], positions: Sequence[int]
+) -> Mapping[uuid.UUID, int]:
+    """The row of each fact id: the entry's, with the rows from the first insertion on
+    renumbered (a copy of a dict keeps its hashes; a uuid's is computed in Python)."""
+    if not positions:
+        return entry.row_of
+    row_of = dict(entry.row_of)
+    for row in range(positions[0], len(ids)):
+        row_of[ids[row]] = row
+    return row_of
 
 
 def _note_pending(pending: dict[uuid.UUID, int], row: IndexedRow) -> None:
