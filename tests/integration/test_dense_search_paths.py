@@ -11,12 +11,14 @@ import random
 
 import pytest
 
+from domain.ids import MemoryKey
 from domain.model import FactStatus
 from domain.reads import Scope
 from memoryd import wiring
 from producers.contract import EventType
 from store.read.context_service import ContextService
 from store.read.dense import DenseReads, DenseSearch
+from store.read.dense_reads import MemoryRows
 from store.read.memory_entry import DenseCache
 from store.read.ranking import Budget
 from tests.support.builders import key_of, make_event, make_fact
@@ -243,3 +245,55 @@ def test_a_memorys_rows_come_in_the_text_order_of_their_ids(deployment: Deployme
         assert ids == sorted(ids, key=str)
 
     deployment.with_core(check)
+
+
+def test_an_entry_updated_in_place_ranks_as_one_built_from_nothing(
+    deployment: Deployment,
+) -> None:
+    """Real runs and the real indexer between versions: the entry a process brings up to date
+    from the rows written since (`entry_delta`) searches as the entry a fresh process builds
+    from all the rows, and as Chroma's query and the SQL BM25 rank."""
+    cache = DenseCache(2**24)
+    scope = Scope(OMAR, ("gh",))
+    full_reads: list[object] = []
+
+    class CountedReads(DenseReads):
+        def rows(self, key: MemoryKey) -> MemoryRows:
+            full_reads.append(key)
+            return super().rows(key)
+
+    def updating(c: wiring.Core) -> DenseSearch:
+        return DenseSearch(CountedReads(c.pool), c.index, c.embedder, cache)
+
+    def ranks(c: wiring.Core, search: DenseSearch) -> list[list[object]]:
+        reads = wiring.read_model(c)
+        stamp = reads.memory_stamp(OMAR)
+        assert stamp is not None
+        out: list[list[object]] = []
+        for query in [*QUERIES, *KEYWORD_QUERIES]:
+            hits, _ = search.search(scope, stamp, query, 4)
+            out.append([h.fact_id for h in hits])
+            out.append(list(search.keyword(scope, stamp, query, 4) or []))
+        return out
+
+    for i, (text, kind, conn) in enumerate(OBSERVATIONS):
+        deployment.publish([make_event("omar", text, kind, minutes=i, connection_id=conn)])
+        deployment.run_both()
+        updated = deployment.with_core(lambda c: ranks(c, updating(c)))
+        fresh = deployment.with_core(lambda c: ranks(c, _search(c, DenseCache(2**24))))
+        assert updated == fresh
+    assert len(full_reads) == 1  # the first version; every later one from the changes
+
+    def against_references(c: wiring.Core) -> None:
+        search = _search(c, cache)
+        reads = wiring.read_model(c)
+        stamp = reads.memory_stamp(OMAR)
+        assert stamp is not None
+        for query in QUERIES:
+            hits, _ = search.search(scope, stamp, query, 4)
+            assert [h.fact_id for h in hits] == [h.fact_id for h in c.index.query(scope, query, 4)]
+        for query in KEYWORD_QUERIES:
+            expected = [f.fact_id for f in reads.keyword_search(scope, query, 4)]
+            assert search.keyword(scope, stamp, query, 4) == expected
+
+    deployment.with_core(against_references)
