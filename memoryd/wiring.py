@@ -43,7 +43,8 @@ from store.postgres import make_pool
 from store.read.background import BatchWriter
 from store.read.candidate_search import HybridFactSearch
 from store.read.context_service import ContextService
-from store.read.dense import DenseReads, DenseSearch
+from store.read.dense import DenseSearch
+from store.read.dense_reads import DenseReads
 from store.read.fact_queries import PostgresReadModel
 from store.read.injection import InjectionCache
 from store.read.memory_changes import StampWatch, watching

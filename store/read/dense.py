@@ -43,7 +43,7 @@ from store.read.memory_entry import STATUS_CODES, DenseCache, MemoryVectors, Row
 from store.read.ranking import top_n
 from store.read.vector_rows import AppendOnlyMatrix
 
-__all__ = ["DenseReads", "DenseSearch", "IndexedRow"]
+__all__ = ["DenseSearch"]
 
 
 class DenseSearch:

@@ -17,8 +17,8 @@ from domain.reads import Scope
 from memoryd import wiring
 from producers.contract import EventType
 from store.read.context_service import ContextService
-from store.read.dense import DenseReads, DenseSearch
-from store.read.dense_reads import MemoryRows
+from store.read.dense import DenseSearch
+from store.read.dense_reads import DenseReads, MemoryRows
 from store.read.memory_entry import DenseCache
 from store.read.ranking import Budget
 from tests.support.builders import key_of, make_event, make_fact
