@@ -32,7 +32,8 @@ _ROWS = f"SELECT {_ROW} FROM memory_facts WHERE {_MEMORY} ORDER BY fact_id"
 # or in flight then), with the memory's count; one row of NULLs and the count when none.
 # The migration 0010 keeps `written_by`; `pg_snapshot_xmin` bounds the index scan.
 _CHANGES = (
-    f"SELECT {', '.join('f.' + c for c in _ROW.split(', '))}, c.total"
+    "SELECT f.fact_id, f.version, f.connection_id, f.status, f.context_type,"
+    " f.indexed_at IS NOT NULL, c.total"
     f" FROM (SELECT count(*) AS total FROM memory_facts WHERE {_MEMORY}) c"
     " LEFT JOIN memory_facts f ON f.organization_id = %s AND f.user_id = %s"
     " AND f.written_by >= pg_snapshot_xmin(%s::pg_snapshot)"

@@ -160,17 +160,14 @@ class KeywordIndex:
         a row's score does not depend on it)."""
         span = self._spans.get(lexeme)
         added = self._added_at.get(lexeme)
-        if added is not None:
-            more = self._added_rows[added], self._added_tf[added]
-            if span is None:
-                return more
         if span is None:
-            return None
+            return None if added is None else (self._added_rows[added], self._added_tf[added])
         start, end = span
         rows, tf = self._found[start:end], self._tf[start:end]
         if added is None:
             return rows, tf
-        return np.concatenate((rows, more[0])), np.concatenate((tf, more[1]))
+        rows = np.concatenate((rows, self._added_rows[added]))
+        return rows, np.concatenate((tf, self._added_tf[added]))
 
 
 class QueryLexemes:
