@@ -40,7 +40,9 @@ __all__ = [
     "EventLog",
     "FactQuery",
     "FactSearch",
+    "IndexContents",
     "IndexOutbox",
+    "IndexedFacts",
     "InjectionReads",
     "MemoryStore",
     "MetadataValue",
@@ -48,6 +50,7 @@ __all__ = [
     "ReadModel",
     "RelatedFacts",
     "RunLog",
+    "StoredFact",
     "Vector",
     "VectorHit",
     "VectorIndex",
@@ -236,6 +239,50 @@ class IndexOutbox(Protocol):
     def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         """Mark the versions still pending as indexed and book `ledger_for(marked)` with them,
         atomically; returns the facts marked (a version is marked, and booked, once)."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoredFact:
+    """What the vector index holds under a fact id besides its vector."""
+
+    document: str
+    metadata: Mapping[str, MetadataValue]
+
+
+class IndexContents(Protocol):
+    """The vector index read back, to check it against the store (`memoryd index-verify`)."""
+
+    def stored(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, StoredFact]:
+        """The text and metadata held for these facts (those it does not hold are absent)."""
+        ...
+
+    def ids_page(self, offset: int, limit: int) -> list[str]:
+        """Up to `limit` of the ids it holds, from `offset` in its own stable order."""
+        ...
+
+    def upsert(self, facts: Sequence[Fact]) -> int: ...
+
+    def delete(self, fact_ids: Sequence[uuid.UUID]) -> None: ...
+
+
+class IndexedFacts(Protocol):
+    """The facts the store has marked indexed, walked in id order, and their repair."""
+
+    def indexed_after(self, after: uuid.UUID | None, limit: int) -> list[Fact]:
+        """Up to `limit` facts marked indexed, of id greater than `after`, in id order."""
+        ...
+
+    def repair(
+        self, fact_ids: Sequence[uuid.UUID], write: Callable[[Sequence[Fact]], object]
+    ) -> list[Fact]:
+        """Hand `write` the current rows of these facts that are still marked indexed, with
+        no new version of them written meanwhile, and mark them written again so that a
+        memory's cached entries take them up at its next version; returns those rows."""
+        ...
+
+    def missing_facts(self, fact_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        """The ids among these no row holds."""
         ...
 
 

@@ -176,6 +176,21 @@ def cmd_index_pending(settings: Settings, _args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index_verify(settings: Settings, args: argparse.Namespace) -> int:
+    with wiring.core(settings) as c:
+        result = wiring.index_checker(c).check(repair=not args.dry_run)
+    print(
+        f"{result.indexed} fact(s) marked indexed: {result.absent} absent from the index,"
+        f" {result.differing} held with another text or metadata, {result.repaired} written again"
+    )
+    print(
+        f"{result.held} id(s) in the index: {result.orphans} of facts no row holds,"
+        f" {result.removed} deleted; {result.foreign} not fact ids, left alone"
+    )
+    # A dry run that finds something fails, so a scheduled check can alert on it.
+    return 1 if args.dry_run and not result.consistent else 0
+
+
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
     if args.openapi:
         from memoryd.api.openapi import write_openapi  # noqa: PLC0415
@@ -192,6 +207,19 @@ def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
     from memoryd.api.serve import serve  # noqa: PLC0415 - the API process only
 
     return serve(settings)
+
+
+def add_index_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub.add_parser("index-pending", help="index facts Chroma has not got yet").set_defaults(
+        fn=cmd_index_pending
+    )
+    p = sub.add_parser(
+        "index-verify",
+        help="check Chroma against the facts Postgres marks indexed; write lost vectors again"
+        " and delete those of facts no row holds",
+    )
+    p.add_argument("--dry-run", action="store_true", help="only count; exit 1 if not consistent")
+    p.set_defaults(fn=cmd_index_verify)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -231,9 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--idle-s", type=float, default=3.0)
     p.set_defaults(fn=cmd_redrive)
-    sub.add_parser("index-pending", help="index facts Chroma has not got yet").set_defaults(
-        fn=cmd_index_pending
-    )
+    add_index_commands(sub)
     p = sub.add_parser("forget", help="erase a user's memory (or one fact) everywhere")
     p.add_argument("--org", help="the organization the user belongs to")
     p.add_argument("user", nargs="?")

@@ -16,6 +16,7 @@ from psycopg_pool import ConnectionPool
 from consumers.dead_letter import KafkaDeadLetterSink
 from consumers.flush import UserFlusher
 from consumers.forgetting import ForgottenEvents
+from consumers.index_check import IndexChecker
 from consumers.indexer import FactIndexer, IndexQueue
 from consumers.kafka_client import ConsumerSettings, end_offsets, make_consumer
 from consumers.log_writer import LogWriter
@@ -54,6 +55,7 @@ from store.read.read_ledger import ReadCharge, ReadLedger
 from store.read.read_metrics import ReadPathMetrics
 from store.write.erasure_log import PostgresErasureLog
 from store.write.event_log import PostgresEventLog
+from store.write.indexed_facts import PostgresIndexedFacts
 from store.write.memory_store import PostgresMemoryStore
 
 
@@ -192,6 +194,10 @@ def backend(c: Core) -> ConsolidationBackend:
 
 def indexer(c: Core) -> FactIndexer:
     return FactIndexer(c.memory, c.index, c.prices, c.embedder.model_name, c.metrics, c.clock)
+
+
+def index_checker(c: Core) -> IndexChecker:
+    return IndexChecker(PostgresIndexedFacts(c.pool), c.index)
 
 
 def forgotten_events(c: Core) -> ForgottenEvents:

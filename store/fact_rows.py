@@ -178,6 +178,15 @@ def _params(fact: Fact, run_id: uuid.UUID) -> tuple[Any, ...]:
     )
 
 
+def missing(conn: psycopg.Connection[Any], fact_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """The ids among these that no row holds (erased, or never written), in their order."""
+    rows = conn.execute(
+        "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)", (list(fact_ids),)
+    ).fetchall()
+    present = {r[0] for r in rows}
+    return [f for f in fact_ids if f not in present]
+
+
 def insert_new(conn: psycopg.Connection[Any], facts: Sequence[Fact]) -> int:
     """Insert facts whose id is not stored yet, as they are (pending indexing); returns how
     many were inserted. One COPY into a temporary table, then one INSERT ... SELECT."""

@@ -15,7 +15,7 @@ from chromadb.api import ClientAPI
 
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
-from domain.ports import Embedder, Vector, VectorHit
+from domain.ports import Embedder, StoredFact, Vector, VectorHit
 from domain.reads import Scope
 from store.chroma._client import close_client
 from store.chroma.vector_index import ChromaVectorIndex
@@ -69,6 +69,12 @@ class ReconnectingIndex:
 
     def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
         return self._call(lambda i: i.embeddings(fact_ids))
+
+    def stored(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, StoredFact]:
+        return self._call(lambda i: i.stored(fact_ids))
+
+    def ids_page(self, offset: int, limit: int) -> list[str]:
+        return self._call(lambda i: i.ids_page(offset, limit))
 
     def score(
         self, text: str, fact_ids: Sequence[uuid.UUID], n: int

@@ -21,7 +21,7 @@ from chromadb.api.types import Embeddable, EmbeddingFunction, Metadata
 from domain.codec import fact_metadata
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
-from domain.ports import Embedder, MetadataValue, Vector, VectorHit
+from domain.ports import Embedder, MetadataValue, StoredFact, Vector, VectorHit
 from domain.reads import Scope
 from store.chroma._translate import translated
 from store.chroma.filters import build_where, memory_where
@@ -170,6 +170,26 @@ class ChromaVectorIndex:
             uuid.UUID(i): np.asarray(v, dtype=np.float32)
             for i, v in zip(result["ids"], vectors, strict=True)
         }
+
+    def stored(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, StoredFact]:
+        """The text and metadata held for these facts (those not indexed are absent)."""
+        ids = sorted({str(f) for f in fact_ids})
+        if not ids:
+            return {}
+        with translated("stored"):
+            result = self._get_collection().get(ids=ids, include=["documents", "metadatas"])
+        documents = result["documents"] or [""] * len(result["ids"])
+        metadatas = result["metadatas"] or [{}] * len(result["ids"])
+        return {
+            uuid.UUID(i): StoredFact(document or "", _plain_metadata(metadata))
+            for i, document, metadata in zip(result["ids"], documents, metadatas, strict=True)
+        }
+
+    def ids_page(self, offset: int, limit: int) -> list[str]:
+        """Up to `limit` ids from `offset`, in the collection's own order."""
+        with translated("ids_page"):
+            result = self._get_collection().get(include=[], offset=offset, limit=limit)
+        return list(result["ids"])
 
     def score(
         self, text: str, fact_ids: Sequence[uuid.UUID], n: int

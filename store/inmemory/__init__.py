@@ -8,6 +8,7 @@ it see each other's writes, as the Postgres adapters over one pool do.
 
 from store.inmemory.database import InMemoryDatabase
 from store.inmemory.fact_search import InMemoryFactSearch
+from store.inmemory.indexed_facts import InMemoryIndexedFacts
 from store.inmemory.logs import InMemoryEventLog, InMemoryRunLog
 from store.inmemory.memory_store import InMemoryMemoryStore
 from store.inmemory.read_model import InMemoryReadModel
@@ -17,6 +18,7 @@ __all__ = [
     "InMemoryDatabase",
     "InMemoryEventLog",
     "InMemoryFactSearch",
+    "InMemoryIndexedFacts",
     "InMemoryMemoryStore",
     "InMemoryReadModel",
     "InMemoryRunLog",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from domain.codec import fact_metadata
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
-from domain.ports import Embedder, Vector, VectorHit
+from domain.ports import Embedder, StoredFact, Vector, VectorHit
 from domain.reads import Scope
 from store.exact_search import nearest
 
@@ -78,6 +78,15 @@ class InMemoryVectorIndex:
     def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
         with self._lock:
             return {i: self._entries[i].vector for i in fact_ids if i in self._entries}
+
+    def stored(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, StoredFact]:
+        with self._lock:
+            entries = {i: self._entries[i].fact for i in fact_ids if i in self._entries}
+        return {i: StoredFact(f.content, fact_metadata(f)) for i, f in entries.items()}
+
+    def ids_page(self, offset: int, limit: int) -> list[str]:
+        with self._lock:
+            return [str(i) for i in list(self._entries)[offset : offset + limit]]
 
     def score(
         self, text: str, fact_ids: Sequence[uuid.UUID], n: int

@@ -16,6 +16,9 @@ adds 20 facts reads and fetches 20, not 10,000. A memory that lost a fact since 
 again, reusing the vectors, lexemes and rows of every fact whose (id, version) is unchanged; a
 new generation fetches everything again, so nothing of erased content is carried over.
 
+A fact marked indexed whose vector Chroma lost is held unscored until its row is written
+again, as `memoryd index-verify` does when it repairs the index (`consumers.index_check`).
+
 Facts written by a run are indexed in Chroma a moment after it commits. An entry built in
 between holds them as pending (in the keyword index, not in the dense search); while any is
 pending each turn asks Postgres (by primary key) whether they are indexed now.

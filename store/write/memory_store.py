@@ -106,11 +106,7 @@ class PostgresMemoryStore:
         if not fact_ids:
             return []
         with statement(self._pool) as conn:
-            rows = conn.execute(
-                "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)", (list(fact_ids),)
-            ).fetchall()
-        present = {r[0] for r in rows}
-        return [f for f in fact_ids if f not in present]
+            return fact_rows.missing(conn, fact_ids)
 
     def connections(self, key: MemoryKey, connection_ids: Sequence[str]) -> list[ConnectionContext]:
         if not connection_ids:

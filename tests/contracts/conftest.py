@@ -18,7 +18,15 @@ from chromadb.api import ClientAPI
 
 from domain.erasure import ErasureScope
 from domain.ids import MemoryKey, SubjectHasher
-from domain.ports import EventLog, IndexOutbox, MemoryStore, ReadModel, RunLog, VectorIndex
+from domain.ports import (
+    EventLog,
+    IndexContents,
+    IndexOutbox,
+    MemoryStore,
+    ReadModel,
+    RunLog,
+    VectorIndex,
+)
 from producers.contract import ContextEvent
 from store.chroma import ChromaVectorIndex, close_client, embedded_client, http_client
 from store.embeddings import MiniLmEmbedder
@@ -45,6 +53,10 @@ class Store(MemoryStore, IndexOutbox, Protocol):
     """Both ports of the memory store, and the credit line tests set."""
 
     def set_credit(self, key: MemoryKey, credit_micro_usd: int) -> None: ...
+
+
+class Index(VectorIndex, IndexContents, Protocol):
+    """The index as the read path and the indexer use it, and as its check reads it back."""
 
 
 class Reads(ReadModel, Protocol):
@@ -140,7 +152,7 @@ def embedder() -> MiniLmEmbedder:
 )
 def vector_index(
     request: pytest.FixtureRequest, embedder: MiniLmEmbedder, tmp_path: Path
-) -> Iterator[VectorIndex]:
+) -> Iterator[Index]:
     if request.param == "memory":
         yield InMemoryVectorIndex(embedder)
         return

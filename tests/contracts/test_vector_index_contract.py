@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from domain.codec import fact_metadata
 from domain.ids import NO_CONNECTION, MemoryKey
 from domain.model import Fact, FactStatus
-from domain.ports import VectorHit, VectorIndex
+from domain.ports import StoredFact, VectorHit, VectorIndex
+from tests.contracts.conftest import Index
 from tests.support.builders import make_fact, nearest
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -51,6 +53,32 @@ def test_upsert_is_idempotent_and_embeds_only_new_text(vector_index: VectorIndex
     assert vector_index.count() == 2
     assert vector_index.upsert([*facts, indexed_fact("u1", "has a cat named Miso")]) == 1
     assert vector_index.count() == 3
+
+
+def test_stored_gives_the_text_and_metadata_of_held_facts_only(vector_index: Index) -> None:
+    berlin = indexed_fact("u1", "lives in Berlin", salience=0.25, pinned=True)
+    tea = indexed_fact("u2", "likes green tea", org="org-2", status=FactStatus.HELD)
+    vector_index.upsert([berlin, tea])
+    never = indexed_fact("u1", "was never indexed")
+    stored = vector_index.stored([berlin.fact_id, tea.fact_id, never.fact_id])
+    assert stored == {
+        berlin.fact_id: StoredFact(berlin.content, fact_metadata(berlin)),
+        tea.fact_id: StoredFact(tea.content, fact_metadata(tea)),
+    }
+    vector_index.upsert([replace(berlin, salience=0.75)])
+    assert vector_index.stored([berlin.fact_id])[berlin.fact_id].metadata["salience"] == 0.75
+    assert vector_index.stored([]) == {}
+
+
+def test_ids_pages_list_every_held_id_once_in_a_stable_order(vector_index: Index) -> None:
+    facts = [indexed_fact("u1", f"finished chapter {n} of the novel") for n in range(7)]
+    vector_index.upsert(facts)
+    pages = [vector_index.ids_page(offset, 3) for offset in (0, 3, 6, 9)]
+    assert [len(p) for p in pages] == [3, 3, 1, 0]
+    assert sorted(i for p in pages for i in p) == sorted(str(f.fact_id) for f in facts)
+    assert vector_index.ids_page(3, 3) == pages[1]
+    vector_index.delete([facts[0].fact_id])
+    assert str(facts[0].fact_id) not in vector_index.ids_page(0, 10)
 
 
 def test_upsert_of_known_text_refreshes_metadata(vector_index: VectorIndex) -> None:

@@ -1,0 +1,124 @@
+"""The vector index checked against `memory_facts`, and repaired (`memoryd index-verify`).
+
+Postgres is the system of record; Chroma is derived from it. A collection restored from an
+older backup, recreated, or written by hand can lose vectors of facts Postgres marks indexed
+(the indexer never looks at them again, and the read path cannot score them), hold them with
+another text or metadata, or hold vectors of facts Postgres no longer has (an erased user's
+text, in clear). Two passes:
+
+1. every fact marked indexed, in id order, against what the index holds under its id: an
+   absent or differing one is written again from its current row (`IndexedFacts.repair`);
+2. every id the index holds, page by page, against the rows: one no row holds is deleted.
+
+A fact or vector written or removed while a pass runs may be counted on the wrong side or
+missed; running the check again settles it. Ids that are not fact ids (not a UUID) are
+counted and left alone: they are not memoryd's.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from domain.codec import fact_metadata
+from domain.model import Fact
+from domain.ports import IndexContents, IndexedFacts, StoredFact
+
+log = logging.getLogger(__name__)
+
+# Facts a page of pass 1 reads, and ids a page of pass 2 lists.
+PAGE = 500
+# Facts repaired a transaction: their rows stay locked while the index is written.
+REPAIR_BATCH = 64
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    indexed: int = 0  # facts marked indexed, checked
+    absent: int = 0  # of those, not held by the index
+    differing: int = 0  # held with another text or other metadata
+    repaired: int = 0  # written to the index again
+    held: int = 0  # ids the index holds, checked
+    orphans: int = 0  # of those, of facts no row holds
+    removed: int = 0  # orphans deleted
+    foreign: int = 0  # ids that are not fact ids, left alone
+
+    @property
+    def consistent(self) -> bool:
+        return not (self.absent or self.differing or self.orphans)
+
+
+class IndexChecker:
+    def __init__(self, facts: IndexedFacts, index: IndexContents, *, page: int = PAGE) -> None:
+        if page < 1:
+            raise ValueError(f"page must be >= 1, got {page}")
+        self._facts = facts
+        self._index = index
+        self._page = page
+
+    def check(self, *, repair: bool) -> IndexCheck:
+        """Both passes; with `repair` false nothing is written, only counted."""
+        indexed, absent, differing, repaired = self._check_facts(repair)
+        held, orphans, foreign = self._check_vectors()
+        if repair and orphans:
+            self._index.delete(orphans)
+            log.warning("deleted %d vector(s) of facts no row holds", len(orphans))
+        result = IndexCheck(
+            indexed=indexed,
+            absent=absent,
+            differing=differing,
+            repaired=repaired,
+            held=held,
+            orphans=len(orphans),
+            removed=len(orphans) if repair else 0,
+            foreign=foreign,
+        )
+        log.info("index check: %s", result)
+        return result
+
+    def _check_facts(self, repair: bool) -> tuple[int, int, int, int]:
+        indexed = absent = differing = repaired = 0
+        after: uuid.UUID | None = None
+        while page := self._facts.indexed_after(after, self._page):
+            after = page[-1].fact_id
+            stored = self._index.stored([f.fact_id for f in page])
+            lost = [f.fact_id for f in page if f.fact_id not in stored]
+            other = [
+                f.fact_id for f in page if f.fact_id in stored and not _same(f, stored[f.fact_id])
+            ]
+            indexed += len(page)
+            absent += len(lost)
+            differing += len(other)
+            if repair:
+                repaired += self._repair([*lost, *other])
+        return indexed, absent, differing, repaired
+
+    def _repair(self, fact_ids: Sequence[uuid.UUID]) -> int:
+        done = 0
+        for start in range(0, len(fact_ids), REPAIR_BATCH):
+            batch = fact_ids[start : start + REPAIR_BATCH]
+            done += len(self._facts.repair(batch, self._index.upsert))
+        return done
+
+    def _check_vectors(self) -> tuple[int, list[uuid.UUID], int]:
+        """Ids held, those of no row, and how many are not fact ids. Deleting waits for the
+        end of the walk: deleting while paging by offset would skip ids."""
+        held = foreign = offset = 0
+        orphans: list[uuid.UUID] = []
+        while ids := self._index.ids_page(offset, self._page):
+            offset += len(ids)
+            held += len(ids)
+            fact_ids = []
+            for text in ids:
+                try:
+                    fact_ids.append(uuid.UUID(text))
+                except ValueError:
+                    foreign += 1
+            orphans += self._facts.missing_facts(fact_ids)
+        return held, orphans, foreign
+
+
+def _same(fact: Fact, stored: StoredFact) -> bool:
+    return stored.document == fact.content and dict(stored.metadata) == fact_metadata(fact)
