@@ -1,4 +1,5 @@
-"""The maintenance jobs: lifecycle, duplicate sweep, retention of read audit rows.
+"""The maintenance jobs: lifecycle, duplicate sweep, retention of read audit rows, and the
+vector index checked against Postgres (`consumers.index_check`, repaired where it differs).
 
 Each memory is changed under the user's advisory lock (the one flushes take), by one run
 written like a consolidation run (processors.maintenance.maintenance_update), so the fold of
@@ -21,7 +22,7 @@ from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from memoryd.ops.config import MaintenanceSettings
 from memoryd.ops.metrics import MaintenanceMetrics
-from memoryd.wiring import Core
+from memoryd.wiring import Core, index_checker
 from processors.maintenance import (
     DuplicatePolicy,
     LifecyclePolicy,
@@ -35,7 +36,8 @@ from store.errors import StoreError
 from store.write.maintenance_queries import MaintenanceQueries, MaintenanceRunRow
 
 log = logging.getLogger(__name__)
-JOBS = ("lifecycle", "dedupe", "retention")
+JOBS = ("lifecycle", "dedupe", "retention", "index")
+INDEX_RULES = ("vectors_absent", "vectors_differing", "vectors_orphaned")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,10 @@ class MaintenanceRunner:
         self._settings = settings
         self._metrics = metrics
         self._queries = MaintenanceQueries(core.pool)
+        if metrics is not None:
+            # At 0 from the start: an alert on their increase misses a series born at n.
+            for rule in INDEX_RULES:
+                metrics.changes.labels("index", rule)
 
     def run(self, job: str) -> JobReport:
         if job not in JOBS:
@@ -136,6 +142,15 @@ class MaintenanceRunner:
         if self._metrics is not None:
             self._metrics.context_logs_deleted.inc(deleted)
         return 0, {"context_logs_deleted": deleted} if deleted else {}
+
+    def _index(self, _now: datetime) -> tuple[int, dict[str, int]]:
+        # Counted as what it found, which is what an operator wants to hear of: Chroma lost
+        # vectors or holds erased ones (the MemorydIndexRepaired alert).
+        found = index_checker(self._core).check(repair=True)
+        changes = dict(
+            zip(INDEX_RULES, (found.absent, found.differing, found.orphans), strict=True)
+        )
+        return 0, {rule: n for rule, n in changes.items() if n}
 
     def _per_memory(
         self,

@@ -118,7 +118,8 @@ class MaintenanceMetrics:
         counter = partial(Counter, registry=registry)
         self.changes = counter(
             "memoryd_maintenance_changes_total",
-            "Facts changed by maintenance, by job and rule",
+            "Facts changed by maintenance (vectors found lost or orphaned, for the index job),"
+            " by job and rule",
             ["cluster_job", "rule"],
         )
         self.runs = counter(

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
 
 from consumers.index_check import IndexChecker
 from domain.codec import fact_metadata
@@ -19,6 +20,9 @@ from domain.ports import StoredFact
 from domain.reads import MemoryStamp, Scope
 from memoryd import wiring
 from memoryd.cli import build_parser
+from memoryd.ops.config import MaintenanceSettings
+from memoryd.ops.maintenance import INDEX_RULES, MaintenanceRunner
+from memoryd.ops.metrics import MaintenanceMetrics
 from store.read.dense import DenseSearch
 from store.read.dense_reads import DenseReads
 from store.read.memory_entry import DenseCache
@@ -129,3 +133,37 @@ def test_a_version_written_after_the_read_is_left_to_the_indexer(deployment: Dep
         assert c.memory.pending_count() == 1
 
     deployment.with_core(check)
+
+
+def test_the_index_maintenance_job_repairs_and_counts_what_it_found(
+    deployment: Deployment,
+) -> None:
+    facts = [make_fact("omar", f"omar speaks {lang}") for lang in ("Urdu", "Dutch", "Basque")]
+    ghost = make_fact("omar", "omar's erased phone number", org="org-c")
+
+    def check(c: wiring.Core) -> None:
+        c.memory.insert_facts(facts)
+        wiring.indexer(c).drain_pending()
+        c.index.delete([facts[2].fact_id])
+        c.index.upsert([ghost])
+        registry = CollectorRegistry()
+        metrics = MaintenanceMetrics(registry)
+        runner = MaintenanceRunner(c, MaintenanceSettings(), metrics)
+        first = runner.run("index")
+        assert first.changes == {"vectors_absent": 1, "vectors_orphaned": 1}
+        assert c.index.stored([facts[2].fact_id, ghost.fact_id]).keys() == {facts[2].fact_id}
+        assert runner.run("index").changes == {}
+        counts = {
+            rule: registry.get_sample_value(
+                "memoryd_maintenance_changes_total", {"cluster_job": "index", "rule": rule}
+            )
+            for rule in INDEX_RULES
+        }
+        assert counts == {"vectors_absent": 1, "vectors_differing": 0, "vectors_orphaned": 1}
+
+    deployment.with_core(check)
+    runs = deployment.query("SELECT job, outcome, changes FROM maintenance_runs ORDER BY seq")
+    assert runs == [
+        ("index", "succeeded", {"vectors_absent": 1, "vectors_orphaned": 1}),
+        ("index", "succeeded", {}),
+    ]

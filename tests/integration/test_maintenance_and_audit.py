@@ -124,14 +124,15 @@ def test_maintenance_from_two_processes_runs_once_and_a_second_run_changes_nothi
     outs = run_both(deployment)
 
     runs = deployment.query("SELECT job, users, changes FROM maintenance_runs ORDER BY seq")
-    assert sorted(r[0] for r in runs) == ["dedupe", "lifecycle", "retention"], (runs, outs)
+    assert sorted(r[0] for r in runs) == ["dedupe", "index", "lifecycle", "retention"], (runs, outs)
     by_job = {job: (users, changes) for job, users, changes in runs}
     lifecycle_users, lifecycle_changes = by_job["lifecycle"]
     assert lifecycle_users == 1
     assert sum(lifecycle_changes.values()) >= 3  # every fact of "old" went stale
     assert by_job["retention"][1] == {"context_logs_deleted": 1}
     skipped = "".join(outs).count("skipped (")
-    assert skipped == 3, outs  # each job: one process ran it, the other skipped it
+    assert by_job["index"][1] == {}  # every fact indexed is in Chroma as Postgres has it
+    assert skipped == 4, outs  # each job: one process ran it, the other skipped it
 
     stale = deployment.query(
         "SELECT count(*) FROM memory_facts WHERE user_id = 'old' AND status <> 'stale'"
