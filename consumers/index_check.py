@@ -121,4 +121,10 @@ class IndexChecker:
 
 
 def _same(fact: Fact, stored: StoredFact) -> bool:
-    return stored.document == fact.content and dict(stored.metadata) == fact_metadata(fact)
+    """The text, and every metadata field this version writes: a key an older version wrote
+    and this one does not is left alone (Chroma merges metadata on update, so a repair could
+    not remove it, and no filter reads it)."""
+    if stored.document != fact.content:
+        return False
+    held = stored.metadata
+    return all(k in held and held[k] == v for k, v in fact_metadata(fact).items())

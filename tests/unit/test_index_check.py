@@ -130,3 +130,22 @@ def test_ids_that_are_not_fact_ids_are_counted_and_left_alone() -> None:
     result = IndexChecker(InMemoryIndexedFacts(db), index, page=4).check(repair=True)
     assert result == IndexCheck(indexed=8, held=9, foreign=1)
     assert result.consistent
+
+
+class WithLegacyMetadata(InMemoryVectorIndex):
+    """An index whose vectors carry a metadata key an older version wrote."""
+
+    def stored(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, StoredFact]:
+        return {
+            i: StoredFact(s.document, {**s.metadata, "legacy_rank": 3})
+            for i, s in super().stored(fact_ids).items()
+        }
+
+
+def test_a_metadata_key_this_version_does_not_write_is_no_difference() -> None:
+    db, index = InMemoryDatabase(), WithLegacyMetadata(BagOfWordsEmbedder())
+    facts = facts_of_two_organizations()
+    indexed(db, index, facts)
+    index.upsert([replace(facts[0], salience=0.25)])  # a field this version writes differs
+    result = IndexChecker(InMemoryIndexedFacts(db), index).check(repair=False)
+    assert result == IndexCheck(indexed=8, differing=1, held=8)
