@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import TypeVar, cast
 
 import httpx
+import numpy as np
 import pytest
 from chromadb.api import ClientAPI
 from chromadb.errors import ChromaError
@@ -160,6 +161,23 @@ def test_upsert_respects_the_batch_size(
     assert nearest(index, key_of("u1"), "fact number") == []
     index.delete([f.fact_id for f in facts])
     assert index.count() == 0
+
+
+@integration
+def test_many_stored_vectors_come_back_whole_from_gets_run_side_by_side(
+    client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
+) -> None:
+    index = ChromaVectorIndex(client, embedder, collection_name)
+    facts = [make_fact("u1", f"note {i} of the reading list") for i in range(1_234)]
+    vectors = np.random.default_rng(3).standard_normal((len(facts), 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)  # unit length, as the model's
+    index.upsert_embedded(facts, list(vectors))
+    absent = make_fact("u1", "a note never indexed")
+    asked = [absent.fact_id, *(f.fact_id for f in reversed(facts))]
+    stored = index.embeddings(asked)
+    assert stored.keys() == {f.fact_id for f in facts}
+    for fact, vector in zip(facts, vectors, strict=True):
+        np.testing.assert_allclose(stored[fact.fact_id], vector, rtol=0, atol=1e-6)
 
 
 def _with_berlin(index: _Index) -> _Index:
