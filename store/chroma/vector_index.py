@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar, cast
 
 import numpy as np
@@ -31,9 +30,8 @@ from store.errors import EmbeddingModelMismatch
 from store.exact_search import nearest
 
 DEFAULT_COLLECTION = "memory_facts"
-# A get of many vectors by id: its size, and how many run at once (`embeddings`).
+# Vectors a get by id asks for (`embeddings`).
 _GET_CHUNK = 500
-_GETS_AT_ONCE = 2
 
 _T = TypeVar("_T")
 
@@ -161,21 +159,19 @@ class ChromaVectorIndex:
         """The stored vectors of these facts (those not indexed are absent).
 
         Far cheaper than embedding the texts again: a get by id, no model run. Many ids go
-        in gets of `_GET_CHUNK`, `_GETS_AT_ONCE` at a time: a `chroma run` server answered
-        10,000 ids in 749 ms as two gets, 414 ms as twenty, two at once (BENCHMARKS.md,
-        "A memory's vectors fetched in smaller gets").
+        in gets of `_GET_CHUNK`: a `chroma run` server answered 10,000 ids in 749 ms as two
+        gets, 548 ms as twenty (BENCHMARKS.md, "A memory's vectors fetched in smaller gets";
+        two gets at once were faster still, but grew a reading process by 270 MB).
         """
         ids = sorted({str(f) for f in fact_ids})
         if not ids:
             return {}
-        chunks = [ids[i : i + _GET_CHUNK] for i in range(0, len(ids), _GET_CHUNK)]
+        vectors: dict[uuid.UUID, Vector] = {}
         with translated("embeddings"):
             collection = self._get_collection()
-            if len(chunks) == 1:
-                return _stored_vectors(collection, ids)
-            with ThreadPoolExecutor(_GETS_AT_ONCE, "chroma-get") as gets:
-                parts = list(gets.map(lambda chunk: _stored_vectors(collection, chunk), chunks))
-        return {fact_id: vector for part in parts for fact_id, vector in part.items()}
+            for start in range(0, len(ids), _GET_CHUNK):
+                vectors |= _stored_vectors(collection, ids[start : start + _GET_CHUNK])
+        return vectors
 
     def stored(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, StoredFact]:
         """The text and metadata held for these facts (those not indexed are absent)."""

@@ -164,7 +164,7 @@ def test_upsert_respects_the_batch_size(
 
 
 @integration
-def test_many_stored_vectors_come_back_whole_from_gets_run_side_by_side(
+def test_many_stored_vectors_come_back_whole_from_several_gets(
     client: ClientAPI, embedder: MiniLmEmbedder, collection_name: str
 ) -> None:
     index = ChromaVectorIndex(client, embedder, collection_name)
