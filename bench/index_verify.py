@@ -31,7 +31,6 @@ from consumers.index_check import IndexCheck
 from domain.ids import MemoryKey, fact_id_for
 from memoryd import wiring
 from memoryd.settings import Settings
-from store.chroma import ChromaVectorIndex, close_client, http_client
 from store.embeddings import MiniLmEmbedder
 
 COLUMNS = ("indexed", "absent", "differing", "repaired", "held", "orphans", "removed")
@@ -50,12 +49,8 @@ def damage(c: wiring.Core, chroma_url: str, collection: str, lose: int) -> None:
         erased = MemoryKey(fact.organization_id, f"erased-{fact.user_id}")
         fact_id = fact_id_for(erased, fact.content, fact.provenance.connection_id)
         ghosts.append(replace(fact, fact_id=fact_id, user_id=erased.user_id))
-    client = http_client(chroma_url, timeout_s=300)
-    try:
-        vectors = c.embedder.embed([g.content for g in ghosts])
-        ChromaVectorIndex(client, c.embedder, collection).upsert_embedded(ghosts, vectors)
-    finally:
-        close_client(client)
+    vectors = c.embedder.embed([g.content for g in ghosts])
+    synthetic.index_facts(chroma_url, collection, c.embedder, ghosts, vectors)
 
 
 def run(args: argparse.Namespace) -> tuple[list[tuple[str, float, IndexCheck]], str]:
