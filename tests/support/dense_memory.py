@@ -47,7 +47,11 @@ class Memory:
     writes: int = 0
 
     def add(self, content: str, *, indexed: bool = True, version: int = 1) -> Fact:
+        """A new fact; one whose id is stored already is left as it is, as Postgres's insert
+        of new facts does (and a stored fact's version never goes back)."""
         fact = make_fact(KEY.user_id, content, org=KEY.organization_id)
+        if fact.fact_id in self.facts:
+            return self.facts[fact.fact_id]
         self.facts[fact.fact_id] = fact
         self.versions[fact.fact_id] = version
         if indexed:
