@@ -278,7 +278,8 @@ class IndexedFacts(Protocol):
     ) -> list[Fact]:
         """Hand `write` the current rows of these facts that are still marked indexed, with
         no new version of them written meanwhile, and mark them written again so that a
-        memory's cached entries take them up at its next version; returns those rows."""
+        memory's cached entries take them up at its next version; returns those rows. A fact
+        another writer is writing at that moment is left out, not waited for."""
         ...
 
     def missing_facts(self, fact_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:

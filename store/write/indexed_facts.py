@@ -3,7 +3,8 @@
 `memoryd index-verify` walks them in id order and repairs the ones the index lost or holds
 otherwise (`consumers.index_check`). A repair writes the index while the rows are locked, so
 no run can write a new version of them meanwhile and the index cannot end up holding an
-older version than Postgres says it holds; it books nothing (an operator's repair after an
+older version than Postgres says it holds (a row being written is skipped and left to the
+indexer or the next check); it books nothing (an operator's repair after an
 incident is not a user's cost, and each version was booked when it was first indexed).
 """
 
@@ -42,11 +43,15 @@ class PostgresIndexedFacts:
         if not fact_ids:
             return []
         with transaction(self._pool, "repairing indexed facts") as conn:
-            # Locked in id order, as any other locker of several of them would, so two
-            # repairs cannot deadlock; a version written since is pending, not selected.
+            # A version written since is pending, not selected. A row another transaction
+            # holds locked is skipped, not waited for: it is being written (a flush's new
+            # version is pending once committed, the indexer's to write; an erased one goes).
+            # Waiting while holding the rows already locked could deadlock with a flush that
+            # locks the same facts in its own order; if that write rolls back, the next
+            # check finds the fact again.
             locked = conn.execute(
                 "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)"
-                " AND indexed_at IS NOT NULL ORDER BY fact_id FOR UPDATE",
+                " AND indexed_at IS NOT NULL ORDER BY fact_id FOR UPDATE SKIP LOCKED",
                 (list(fact_ids),),
             ).fetchall()
             ids = [r[0] for r in locked]

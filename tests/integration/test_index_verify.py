@@ -5,11 +5,13 @@ again at its next version, and the repair books nothing."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
+import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -131,6 +133,39 @@ def test_a_version_written_after_the_read_is_left_to_the_indexer(deployment: Dep
         assert (result.absent, result.repaired) == (1, 0)
         assert c.index.stored([facts[0].fact_id]) == {}
         assert c.memory.pending_count() == 1
+
+    deployment.with_core(check)
+
+
+def test_a_fact_being_written_is_skipped_not_waited_for(deployment: Deployment) -> None:
+    facts = [make_fact("omar", f"omar flew to {city}") for city in ("Oslo", "Bergen")]
+    first, second = sorted(facts, key=lambda f: f.fact_id)
+
+    def check(c: wiring.Core) -> None:
+        c.memory.insert_facts(facts)
+        wiring.indexer(c).drain_pending()
+        c.index.delete([first.fact_id, second.fact_id])
+        repaired: list[list[Fact]] = []
+        with psycopg.connect(deployment.dsn) as writer:
+            # Another transaction holds the first row as a flush writing it would.
+            writer.execute(
+                "SELECT 1 FROM memory_facts WHERE fact_id = %s FOR UPDATE", (first.fact_id,)
+            )
+            repair = threading.Thread(
+                target=lambda: repaired.append(
+                    PostgresIndexedFacts(c.pool).repair(
+                        [first.fact_id, second.fact_id], c.index.upsert
+                    )
+                )
+            )
+            repair.start()
+            repair.join(timeout=15)
+            waited = repair.is_alive()
+            writer.rollback()
+        repair.join(timeout=15)
+        assert not waited, "the repair waited for a row another transaction holds"
+        assert [[f.fact_id for f in batch] for batch in repaired] == [[second.fact_id]]
+        assert set(c.index.stored([first.fact_id, second.fact_id])) == {second.fact_id}
 
     deployment.with_core(check)
 
