@@ -45,7 +45,7 @@ def test_a_consistent_index_is_reported_so_and_nothing_is_written() -> None:
     db, index = InMemoryDatabase(), InMemoryVectorIndex(BagOfWordsEmbedder())
     facts = facts_of_two_organizations()
     indexed(db, index, facts)
-    result = IndexChecker(InMemoryIndexedFacts(db), index, page=3).check(repair=True)
+    result = IndexChecker(InMemoryIndexedFacts(db), index, page=3, id_page=2).check(repair=True)
     assert result == IndexCheck(indexed=8, held=8)
     assert result.consistent
 
@@ -59,7 +59,7 @@ def test_lost_differing_and_orphaned_vectors_are_counted_then_repaired() -> None
     index.upsert([replace(facts[6], status=FactStatus.ARCHIVED)])  # a stale status
     ghost = make_fact("omar", "omar was erased from this memory", org="org-c")
     index.upsert([ghost])  # no row holds it
-    checker = IndexChecker(InMemoryIndexedFacts(db), index, page=3)
+    checker = IndexChecker(InMemoryIndexedFacts(db), index, page=3, id_page=2)
 
     dry = checker.check(repair=False)
     assert dry == IndexCheck(indexed=8, absent=2, differing=1, held=7, orphans=1)
@@ -127,7 +127,7 @@ def test_ids_that_are_not_fact_ids_are_counted_and_left_alone() -> None:
     db, index = InMemoryDatabase(), WithForeignIds(BagOfWordsEmbedder())
     facts = facts_of_two_organizations()
     indexed(db, index, facts)
-    result = IndexChecker(InMemoryIndexedFacts(db), index, page=4).check(repair=True)
+    result = IndexChecker(InMemoryIndexedFacts(db), index, page=4, id_page=3).check(repair=True)
     assert result == IndexCheck(indexed=8, held=9, foreign=1)
     assert result.consistent
 
