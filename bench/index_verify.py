@@ -10,8 +10,13 @@ deleting `--lose` vectors from Chroma and writing `--lose` vectors of facts no r
 dry run and then the repair; and a dry run after it, which must find nothing. The repair
 embeds the lost facts' texts again (the model's vectors, where the load wrote synthetic ones).
 
+Each phase's time is also split by the calls it made (`calls` in the JSON: seconds per port
+method, e.g. `ids_page` for the second pass's listing of Chroma's ids), to see which pass grows
+with the collection.
+
 `--json-out FILE` writes {"facts": n, "rows": [{"phase": ..., "seconds": x, "indexed": n,
-"absent": n, "differing": n, "repaired": n, "held": n, "orphans": n, "removed": n}]}.
+"absent": n, "differing": n, "repaired": n, "held": n, "orphans": n, "removed": n,
+"calls": {method: seconds}}]}.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Sequence
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -27,13 +35,74 @@ from bench import services
 from bench import synthetic_memory as synthetic
 from bench.locomo.metrics import markdown_table
 from bench.read_path import Population, load
-from consumers.index_check import IndexCheck
+from consumers.index_check import IndexCheck, IndexChecker
 from domain.ids import MemoryKey, fact_id_for
+from domain.model import Fact
+from domain.ports import IndexContents, IndexedFacts, StoredFact
 from memoryd import wiring
 from memoryd.settings import Settings
 from store.embeddings import MiniLmEmbedder
 
 COLUMNS = ("indexed", "absent", "differing", "repaired", "held", "orphans", "removed")
+CALLS = ("indexed_after", "stored", "repair", "ids_page", "missing_facts", "delete")
+
+
+class CallTimes:
+    """Seconds spent in each port method, summed."""
+
+    def __init__(self) -> None:
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def timing(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - started
+
+
+class TimedFacts:
+    def __init__(self, facts: IndexedFacts, times: CallTimes) -> None:
+        self._facts = facts
+        self._times = times
+
+    def indexed_after(self, after: uuid.UUID | None, limit: int) -> list[Fact]:
+        with self._times.timing("indexed_after"):
+            return self._facts.indexed_after(after, limit)
+
+    def repair(
+        self, fact_ids: Sequence[uuid.UUID], write: Callable[[Sequence[Fact]], object]
+    ) -> list[Fact]:
+        with self._times.timing("repair"):
+            return self._facts.repair(fact_ids, write)
+
+    def missing_facts(self, fact_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        with self._times.timing("missing_facts"):
+            return self._facts.missing_facts(fact_ids)
+
+
+class TimedContents:
+    def __init__(self, index: IndexContents, times: CallTimes) -> None:
+        self._index = index
+        self._times = times
+
+    def stored(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, StoredFact]:
+        with self._times.timing("stored"):
+            return self._index.stored(fact_ids)
+
+    def ids_page(self, offset: int, limit: int) -> list[str]:
+        with self._times.timing("ids_page"):
+            return self._index.ids_page(offset, limit)
+
+    def upsert(self, facts: Sequence[Fact]) -> int:
+        # Inside the repair's transaction: its time is counted in `repair` too.
+        with self._times.timing("upsert"):
+            return self._index.upsert(facts)
+
+    def delete(self, fact_ids: Sequence[uuid.UUID]) -> None:
+        with self._times.timing("delete"):
+            self._index.delete(fact_ids)
 
 
 def damage(c: wiring.Core, chroma_url: str, collection: str, lose: int) -> None:
@@ -53,12 +122,15 @@ def damage(c: wiring.Core, chroma_url: str, collection: str, lose: int) -> None:
     synthetic.index_facts(chroma_url, collection, c.embedder, ghosts, vectors)
 
 
-def run(args: argparse.Namespace) -> tuple[list[tuple[str, float, IndexCheck]], str]:
+Phase = tuple[str, float, IndexCheck, dict[str, float]]
+
+
+def run(args: argparse.Namespace) -> tuple[list[Phase], str]:
     base = Settings()
     population = Population.at(args.facts, [args.facts_per_user], 0)
     embedder = MiniLmEmbedder(model_name=base.embedding_model)
     pool = synthetic.TextPool.embedded(args.distinct_texts, embedder, args.seed)
-    phases: list[tuple[str, float, IndexCheck]] = []
+    phases: list[Phase] = []
     with (
         services.endpoints(args, base, kafka=False) as ends,
         services.scratch_memory(base, ends, "index_verify", keep=args.keep) as settings,
@@ -71,12 +143,15 @@ def run(args: argparse.Namespace) -> tuple[list[tuple[str, float, IndexCheck]], 
             load(c, ends, collection, pool, users, range(n), args.seed)
         synthetic.analyze(c)
         load_s = time.perf_counter() - started
-        checker = wiring.index_checker(c)
 
         def timed(phase: str, repair: bool) -> None:
+            times = CallTimes()
+            checker = IndexChecker(
+                TimedFacts(wiring.indexed_facts(c), times), TimedContents(c.index, times)
+            )
             started = time.perf_counter()
             result = checker.check(repair=repair)
-            phases.append((phase, time.perf_counter() - started, result))
+            phases.append((phase, time.perf_counter() - started, result, dict(times.seconds)))
 
         timed("consistent, dry run", False)
         damage(c, ends.chroma_url, collection, args.lose)
@@ -105,14 +180,30 @@ def main(argv: Sequence[str] | None = None) -> None:
             ["phase", "seconds", *COLUMNS],
             [
                 [phase, f"{seconds:.1f}", *(f"{asdict(r)[k]:,}" for k in COLUMNS)]
-                for phase, seconds, r in phases
+                for phase, seconds, r, _ in phases
+            ],
+        )
+    )
+    print()
+    print("seconds in each call (`upsert` runs inside `repair`):")
+    print(
+        markdown_table(
+            ["phase", *CALLS, "upsert"],
+            [
+                [phase, *(f"{calls.get(k, 0.0):.1f}" for k in (*CALLS, "upsert"))]
+                for phase, _, _, calls in phases
             ],
         )
     )
     if args.json_out:
         rows = [
-            {"phase": phase, "seconds": round(seconds, 3), **{k: asdict(r)[k] for k in COLUMNS}}
-            for phase, seconds, r in phases
+            {
+                "phase": phase,
+                "seconds": round(seconds, 3),
+                **{k: asdict(r)[k] for k in COLUMNS},
+                "calls": {k: round(v, 3) for k, v in sorted(calls.items())},
+            }
+            for phase, seconds, r, calls in phases
         ]
         args.json_out.write_text(json.dumps({"facts": args.facts, "rows": rows}, indent=2))
 

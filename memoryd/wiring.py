@@ -196,8 +196,12 @@ def indexer(c: Core) -> FactIndexer:
     return FactIndexer(c.memory, c.index, c.prices, c.embedder.model_name, c.metrics, c.clock)
 
 
+def indexed_facts(c: Core) -> PostgresIndexedFacts:
+    return PostgresIndexedFacts(c.pool)
+
+
 def index_checker(c: Core) -> IndexChecker:
-    return IndexChecker(PostgresIndexedFacts(c.pool), c.index)
+    return IndexChecker(indexed_facts(c), c.index)
 
 
 def forgotten_events(c: Core) -> ForgottenEvents:
