@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.index_check import IndexChecker
+from consumers.index_check import IndexCheck, IndexChecker
 from domain.codec import fact_metadata
 from domain.model import Fact, FactStatus
 from domain.ports import StoredFact
@@ -166,6 +166,24 @@ def test_a_fact_being_written_is_skipped_not_waited_for(deployment: Deployment) 
         assert not waited, "the repair waited for a row another transaction holds"
         assert [[f.fact_id for f in batch] for batch in repaired] == [[second.fact_id]]
         assert set(c.index.stored([first.fact_id, second.fact_id])) == {second.fact_id}
+
+    deployment.with_core(check)
+
+
+@pytest.mark.parametrize("id_page", [3, 4, 8])
+def test_the_listing_by_pages_finds_every_id_of_the_collection(
+    deployment: Deployment, id_page: int
+) -> None:
+    facts = [make_fact("omar", f"omar visited {n} museums in May") for n in range(7)]
+    ghost = make_fact("omar", "omar's erased passport number", org="org-c")
+
+    def check(c: wiring.Core) -> None:
+        c.memory.insert_facts(facts)
+        wiring.indexer(c).drain_pending()
+        c.index.upsert([ghost])  # 8 ids: pages of 3 end short, of 4 and 8 end full
+        checker = IndexChecker(PostgresIndexedFacts(c.pool), c.index, page=2, id_page=id_page)
+        assert checker.check(repair=True) == IndexCheck(indexed=7, held=8, orphans=1, removed=1)
+        assert checker.check(repair=False) == IndexCheck(indexed=7, held=7)
 
     deployment.with_core(check)
 

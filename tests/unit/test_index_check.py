@@ -132,6 +132,30 @@ def test_ids_that_are_not_fact_ids_are_counted_and_left_alone() -> None:
     assert result.consistent
 
 
+class CountingListings(InMemoryVectorIndex):
+    """An index that records the offset of every listing of its ids."""
+
+    def __init__(self) -> None:
+        super().__init__(BagOfWordsEmbedder())
+        self.offsets: list[int] = []
+
+    def ids_page(self, offset: int, limit: int) -> list[str]:
+        self.offsets.append(offset)
+        return super().ids_page(offset, limit)
+
+
+def test_the_listing_ends_at_a_short_page_without_asking_past_it() -> None:
+    db, index = InMemoryDatabase(), CountingListings()
+    indexed(db, index, facts_of_two_organizations())
+    checker = IndexChecker(InMemoryIndexedFacts(db), index, page=4, id_page=3)
+    assert checker.check(repair=False) == IndexCheck(indexed=8, held=8)
+    assert index.offsets == [0, 3, 6]  # 3 + 3 + 2 ids: the third page is short
+    index.offsets.clear()
+    full_pages = IndexChecker(InMemoryIndexedFacts(db), index, page=4, id_page=4)
+    assert full_pages.check(repair=False) == IndexCheck(indexed=8, held=8)
+    assert index.offsets == [0, 4, 8]  # a full last page cannot tell it is the last
+
+
 class WithLegacyMetadata(InMemoryVectorIndex):
     """An index whose vectors carry a metadata key an older version wrote."""
 
