@@ -23,7 +23,13 @@ Reported per concurrency:
   own mean call time; per event: the same divided by the batch size;
 - indexing, which runs after the flush in one background thread per processor, coalescing
   finished runs: how many writes it took and their mean time (embedding, Chroma upsert,
-  marking the facts indexed), timed around `FactIndexer.index_ids`; it is in the wall time.
+  marking the facts indexed), timed around `FactIndexer.index_ids`; it is in the wall time;
+- CPU per event: the CPU time of every thread of this process but the bench's own (its main
+  thread publishes the events and polls Postgres for the end), from the first publish to the
+  last fact indexed, divided by the events: the flushes, the indexer, the model's threads,
+  the consumer's and the publisher's IO threads (the last about 0.05 ms an event), and what
+  the processor spends while it waits between batches. What a core consolidates per second,
+  the LLM aside.
 
 Services come from options, `MEMORYD_*` settings, or are started locally (bench.services).
 Every run writes to a scratch database, topics and collection of its own.
@@ -84,7 +90,7 @@ SUBJECTS = (
 HEADER = (
     "| concurrent consolidations | users/s | ideal users/s | wall (s) | peak LLM calls in flight"
     " | flush mean (ms) | LLM mean (ms) | overhead / batch (ms) | overhead / event (ms)"
-    " | index writes | index write mean (ms) |"
+    " | index writes | index write mean (ms) | CPU / event (ms) |"
 )
 
 
@@ -141,6 +147,7 @@ class Row:
     latency_s: float
     index_writes: int
     index_mean_ms: float
+    cpu_s: float
 
     @property
     def users_per_s(self) -> float:
@@ -157,6 +164,10 @@ class Row:
     @property
     def overhead_event_ms(self) -> float:
         return self.overhead_batch_ms / (self.events / self.users)
+
+    @property
+    def cpu_event_ms(self) -> float:
+        return 1000 * self.cpu_s / self.events
 
 
 def make_events(users: Sequence[str], per_user: int, week: int = 0) -> list[ContextEvent]:
@@ -276,6 +287,7 @@ def run_once(
                         publisher.publish(history)
                         wait_for(lambda: done(dsn, len(history)), 900, "the history consolidated")
                     before = flush_totals(c, backend), len(backend.calls), len(index_writes)
+                    cpu = ProcessorCpu()
                     started = time.perf_counter()
                     publisher.publish(events)
                 finally:
@@ -283,6 +295,7 @@ def run_once(
                 total = len(history) + len(events)
                 wait_for(lambda: done(dsn, total), 600, "every event consolidated")
                 wall = time.perf_counter() - started
+                cpu_s = cpu.spent()
             finally:
                 stop.set()
                 thread.join(timeout=120)
@@ -299,7 +312,20 @@ def run_once(
         latency_s=backend.latency_s,
         index_writes=len(index_writes) - writes,
         index_mean_ms=1000 * statistics.fmean(index_writes[writes:] or [0.0]),
+        cpu_s=cpu_s,
     )
+
+
+class ProcessorCpu:
+    """CPU time of this process since it was made, less the calling thread's: threads that
+    ended meanwhile count too (the process's clock keeps them, a thread's own clock goes with
+    it), and the caller (the bench's publishing and polling) does not."""
+
+    def __init__(self) -> None:
+        self._process, self._caller = time.process_time(), time.thread_time()
+
+    def spent(self) -> float:
+        return (time.process_time() - self._process) - (time.thread_time() - self._caller)
 
 
 def flush_totals(c: wiring.Core, backend: FixedLatencyBackend) -> tuple[float, float]:
@@ -316,12 +342,12 @@ def report(rows: Sequence[Row], args: argparse.Namespace) -> str:
         f" {args.events} events (one measured batch per user{after}),"
         " real Kafka + Postgres + Chroma"
     )
-    lines = [title, "", HEADER, "|---:" * 11 + "|"]
+    lines = [title, "", HEADER, "|---:" * 12 + "|"]
     lines += [
         f"| {r.concurrency} | {r.users_per_s:.2f} | {r.ideal_users_per_s:.2f} | {r.wall_s:.2f} "
         f"| {r.peak_overlap} | {r.flush_mean_ms:.0f} | {r.llm_mean_ms:.0f} "
         f"| {r.overhead_batch_ms:.0f} | {r.overhead_event_ms:.1f} | {r.index_writes} "
-        f"| {r.index_mean_ms:.0f} |"
+        f"| {r.index_mean_ms:.0f} | {r.cpu_event_ms:.1f} |"
         for r in rows
     ]
     return "\n".join(lines)
