@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+import uuid
 from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
@@ -98,10 +99,16 @@ def cmd_context(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_blank(text: str) -> str:
+    """An argument the erasure audit records: whitespace alone says nothing."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be blank")
+    return text
+
+
 def cmd_forget(settings: Settings, args: argparse.Namespace) -> int:
     """Erase a user's memory (or with --fact one fact) everywhere; prints the receipt."""
     import json  # noqa: PLC0415
-    import uuid  # noqa: PLC0415
 
     from memoryd.erasure import ErasureRequest  # noqa: PLC0415
 
@@ -117,7 +124,7 @@ def cmd_forget(settings: Settings, args: argparse.Namespace) -> int:
         request = ErasureRequest(args.actor or settings.erasure.actor, args.reason, args.request_id)
         key = memory_key(args)
         if args.fact:
-            receipt = eraser.erase_fact(key, uuid.UUID(args.fact), request)
+            receipt = eraser.erase_fact(key, args.fact, request)
         else:
             receipt = eraser.forget(key, request)
     print(json.dumps(receipt.to_json(), indent=2))
@@ -263,9 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("forget", help="erase a user's memory (or one fact) everywhere")
     p.add_argument("--org", help="the organization the user belongs to")
     p.add_argument("user", nargs="?")
-    p.add_argument("--fact", help="erase only this fact (its id), not the whole memory")
-    p.add_argument("--reason", default="erasure request", help="recorded in the erasure audit")
-    p.add_argument("--actor", help="who asked (recorded); default: erasure.actor")
+    p.add_argument(
+        "--fact", type=uuid.UUID, help="erase only this fact (its id), not the whole memory"
+    )
+    p.add_argument(
+        "--reason", type=_not_blank, default="erasure request", help="recorded in the erasure audit"
+    )
+    p.add_argument("--actor", type=_not_blank, help="who asked (recorded); default: erasure.actor")
     p.add_argument("--request-id", help="idempotency key: asked again, the same receipt")
     p.add_argument("--resume", action="store_true", help="finish erasures a crash left open")
     p.set_defaults(fn=cmd_forget)

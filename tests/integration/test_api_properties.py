@@ -126,6 +126,19 @@ def test_valid_requests_get_their_answer(
         assert [f["content"] for f in response.json()["facts"]] == ["Keeper drinks tea"]
 
 
+def test_a_blank_erasure_reason_is_a_422_not_a_500(client: TestClient) -> None:
+    """Found by the properties: a reason of whitespace only passed the route's check, and the
+    erasure audit refused it (a 500)."""
+    fact = "/v1/users/keeper/facts/00000000-0000-0000-0000-000000000001"
+    for path in ("/v1/users/keeper", "/v1/users/False", fact):
+        for reason in ("\r", " ", "\t\n"):
+            response = client.request("DELETE", path, params={"reason": reason}, headers=AUTH)
+            assert response.status_code == 422, (path, repr(reason), response.text)
+            assert "blank" in response.text
+    kept = client.request("GET", "/v1/users/keeper/memory", headers=AUTH)
+    assert [f["content"] for f in kept.json()["facts"]] == ["Keeper drinks tea"]
+
+
 def test_a_nul_in_stored_text_is_a_422_not_a_500(client: TestClient) -> None:
     """Found by the properties: NUL reached Postgres from a query, a reason or a user id."""
     calls = [
