@@ -27,9 +27,9 @@ Reported per concurrency:
 - CPU per event: the CPU time of every thread of this process but the bench's own (its main
   thread publishes the events and polls Postgres for the end), from the first publish to the
   last fact indexed, divided by the events: the flushes, the indexer, the model's threads,
-  the consumer's and the publisher's IO threads (the last about 0.05 ms an event), and what
-  the processor spends while it waits between batches. What a core consolidates per second,
-  the LLM aside.
+  the consumer's and the publisher's IO threads (the last at most 0.05 ms an event: a whole
+  producer's CPU in `bench.ingest`), and what the processor spends while it waits between
+  batches. What a core consolidates per second, the LLM aside.
 
 Services come from options, `MEMORYD_*` settings, or are started locally (bench.services).
 Every run writes to a scratch database, topics and collection of its own.
