@@ -50,6 +50,7 @@ from memoryd.api.models import (
     FactOut,
     MemoryResponse,
     Problem,
+    not_blank,
 )
 from memoryd.api.query_batches import QueryBatches
 from memoryd.api.turn_lane import TurnLane
@@ -115,14 +116,6 @@ def _no_nul_or_none(text: str | None) -> str | None:
     return None if text is None else reject_nul(text)
 
 
-def _not_blank(text: str) -> str:
-    # The erasure audit refuses a reason that says nothing (whitespace only): a 422 here,
-    # not a 500 from the store.
-    if not text.strip():
-        raise ValueError("must not be blank")
-    return text
-
-
 # A user id in a path is an event's user id: what no event can name has no memory either.
 UserId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN)]
 IdempotencyKey = Annotated[str | None, Query(max_length=200), AfterValidator(_no_nul_or_none)]
@@ -130,7 +123,8 @@ Reason = Annotated[
     str,
     Query(min_length=1, max_length=500),
     AfterValidator(reject_nul),
-    AfterValidator(_not_blank),
+    # The erasure audit refuses a reason of whitespace only: a 422 here, not a 500 there.
+    AfterValidator(not_blank),
 ]
 
 

@@ -18,11 +18,21 @@ from store.read.rendering import surface_group
 MAX_CONNECTIONS = 50
 MAX_EVENTS_PER_REQUEST = 500
 
-# Text that reaches Postgres: no NUL, which it cannot store.
+
+def not_blank(text: str) -> str:
+    """A pydantic validator of text that must say something: whitespace alone does not."""
+    if not text.strip():
+        raise ValueError("must not be blank")
+    return text
+
+
+# Text that reaches Postgres: no NUL, which it cannot store. A correction of whitespace only
+# would retract the fact and put nothing in its place: deleting is the other route's work.
 Text = Annotated[
     str,
     StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS),
     AfterValidator(reject_nul),
+    AfterValidator(not_blank),
 ]
 Key = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(reject_nul)]
 Query = Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS), AfterValidator(reject_nul)]

@@ -139,6 +139,19 @@ def test_a_blank_erasure_reason_is_a_422_not_a_500(client: TestClient) -> None:
     assert [f["content"] for f in kept.json()["facts"]] == ["Keeper drinks tea"]
 
 
+def test_a_correction_of_whitespace_only_is_a_422(client: TestClient) -> None:
+    """It would retract the fact and put nothing in its place."""
+    path = "/v1/users/keeper/facts/00000000-0000-0000-0000-000000000001/correction"
+    for content in (" ", "\r", "\t\n"):
+        response = client.post(path, json={"content": content}, headers=AUTH)
+        assert response.status_code == 422, (repr(content), response.text)
+        assert "blank" in response.text
+    # Still a 404 for a fact the user has not got, once the content says something.
+    assert (
+        client.post(path, json={"content": "Keeper drinks coffee"}, headers=AUTH).status_code == 404
+    )
+
+
 def test_a_nul_in_stored_text_is_a_422_not_a_500(client: TestClient) -> None:
     """Found by the properties: NUL reached Postgres from a query, a reason or a user id."""
     calls = [
