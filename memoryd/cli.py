@@ -78,11 +78,28 @@ def cmd_processor(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
-    from memoryd.sample_stream import read_jsonl  # noqa: PLC0415
-    from producers.contract import ContextEvent  # noqa: PLC0415
+# Bad lines of a file `memoryd produce` names one by one before it says how many there were.
+MAX_LINES_SHOWN = 20
 
-    events = [ContextEvent.from_bytes(raw) for _, raw in read_jsonl(Path(args.file))]
+
+def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
+    """Publish every event of a JSONL file, or none: a bad line is named with its number."""
+    from memoryd.sample_stream import read_events  # noqa: PLC0415
+
+    try:
+        events, problems = read_events(Path(args.file))
+    except OSError as e:
+        print(f"memoryd produce: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    if problems:
+        for problem in problems[:MAX_LINES_SHOWN]:
+            print(problem, file=sys.stderr)
+        print(
+            f"memoryd produce: {len(problems)} line(s) are not events"
+            f" ({len(events)} are); nothing published",
+            file=sys.stderr,
+        )
+        return 2
     with closing(wiring.publisher(settings)) as pub:
         pub.publish(events)
     print(f"published {len(events)} event(s) to {settings.kafka.topic}")

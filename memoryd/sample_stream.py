@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from consumers.decoding import Rejected, decode_event
 from memoryd.sample_content import PERSONAS, Inbox, Line, Note, Persona, Say, Tool
 from producers.chat import ChatObservations, ChatScope
 from producers.contract import ContextEvent
@@ -118,6 +119,20 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, bytes]]:
             raw = line.rstrip(b"\r\n")
             if raw.strip():
                 yield number, raw
+
+
+def read_events(path: Path) -> tuple[list[ContextEvent], list[str]]:
+    """The events of a JSONL file, and for each line that is not one, `path:line: reason`,
+    judged as the log writer judges a record (its dead letters carry the same reasons)."""
+    events: list[ContextEvent] = []
+    problems: list[str] = []
+    for number, raw in read_jsonl(path):
+        found = decode_event(raw)
+        if isinstance(found, Rejected):
+            problems.append(f"{path}:{number}: {found.reason}")
+        else:
+            events.append(found)
+    return events, problems
 
 
 def main(argv: Sequence[str] | None = None) -> None:
