@@ -7,10 +7,14 @@ import logging
 import signal
 import sys
 import threading
+import tomllib
 import uuid
 from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
+
+from kafka.errors import KafkaError
+from pydantic import ValidationError
 
 from memoryd import wiring
 from memoryd.analyst.commands import add_commands as add_analyst_commands
@@ -19,6 +23,7 @@ from memoryd.ops import commands as ops_commands
 from memoryd.ops.logs import configure_logging
 from memoryd.ops.topics import ensure_topics
 from memoryd.settings import Settings, load_settings
+from store.errors import StoreError
 
 log = logging.getLogger("memoryd")
 # Commands a person watches: text logs unless log_format is set explicitly.
@@ -78,6 +83,8 @@ def cmd_processor(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+# sysexits' EX_UNAVAILABLE: told apart from a check's 1 ("it differs") and a usage error's 2.
+EXIT_UNAVAILABLE = 69
 # Bad lines of a file `memoryd produce` names one by one before it says how many there were.
 MAX_LINES_SHOWN = 20
 
@@ -129,15 +136,15 @@ def cmd_forget(settings: Settings, args: argparse.Namespace) -> int:
 
     from memoryd.erasure import ErasureRequest  # noqa: PLC0415
 
+    if not args.resume and (args.user is None or args.org is None):
+        print("memoryd forget: --org ORG USER is required (or --resume)", file=sys.stderr)
+        return 2
     with wiring.core(settings) as c, closing(wiring.publisher(settings)) as pub:
         eraser = wiring.eraser(c, pub)
         if args.resume:
             receipts = eraser.resume_pending()
             print(json.dumps([r.to_json() for r in receipts], indent=2))
             return 0
-        if args.user is None or args.org is None:
-            print("memoryd forget: --org ORG USER is required (or --resume)", file=sys.stderr)
-            return 2
         request = ErasureRequest(args.actor or settings.erasure.actor, args.reason, args.request_id)
         key = memory_key(args)
         if args.fact:
@@ -315,12 +322,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(
         ops_commands.rewrite_argv(list(sys.argv[1:] if argv is None else argv))
     )
-    settings = load_settings(args.config)
+    try:
+        settings = load_settings(args.config)
+    except (OSError, tomllib.TOMLDecodeError, ValidationError) as e:
+        print(f"memoryd: the settings cannot be used: {e}", file=sys.stderr)
+        return 2
     fmt = settings.log_format
     if args.command in TERMINAL_COMMANDS and "log_format" not in settings.model_fields_set:
         fmt = "text"  # someone is reading the terminal, not a log pipeline
     configure_logging(settings.log_level, fmt)
-    code: int = args.fn(settings, args)
+    try:
+        code: int = args.fn(settings, args)
+    except (StoreError, KafkaError) as e:
+        # A service away or refusing (Postgres, Chroma, the broker, the model file, the
+        # schema's version) is the operator's to fix, not a bug: one line says which. The
+        # trace is logged for those who run with MEMORYD_LOG_LEVEL=DEBUG.
+        log.debug("memoryd %s failed", args.command, exc_info=True)
+        print(f"memoryd {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     return code
 
 

@@ -189,6 +189,10 @@ class Settings(BaseSettings):
 def load_settings(config_file: Path | None = None) -> Settings:
     if config_file is None:
         return Settings()
+    if not config_file.is_file():
+        # pydantic-settings skips a TOML file that is not there: a mistyped path would run
+        # on the defaults without a word.
+        raise FileNotFoundError(f"no settings file {config_file}")
 
     class FileSettings(Settings):
         model_config = SettingsConfigDict(toml_file=config_file)

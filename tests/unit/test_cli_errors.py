@@ -1,0 +1,76 @@
+"""What `memoryd` says when it cannot run: a line naming the cause and an exit code, not a
+traceback, for settings it cannot use and for a service that is away; a bug still raises."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from memoryd import cli
+from memoryd.settings import Settings
+from store.errors import DatabaseUnavailable
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "configure_logging", lambda *_args: None)
+
+
+def _failing_migrate(error: Exception, monkeypatch: pytest.MonkeyPatch) -> None:
+    def migrate(_settings: Settings, _args: argparse.Namespace) -> int:
+        raise error
+
+    monkeypatch.setattr(cli, "cmd_migrate", migrate)
+
+
+def test_a_settings_file_that_is_not_there_is_an_error_not_the_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "memoryd.toml"
+    assert cli.main(["--config", str(missing), "migrate"]) == 2
+    assert f"no settings file {missing}" in capsys.readouterr().err
+
+
+def test_a_settings_file_that_is_not_toml_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "memoryd.toml"
+    bad.write_text("[kafka\n")
+    assert cli.main(["--config", str(bad), "migrate"]) == 2
+    assert "the settings cannot be used" in capsys.readouterr().err
+
+
+def test_a_setting_of_the_wrong_type_is_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MEMORYD_PROCESSOR__MAX_BATCH", "many")
+    assert cli.main(["migrate"]) == 2
+    assert "processor.max_batch" in capsys.readouterr().err
+
+
+def test_a_service_away_is_one_line_and_exit_code_69(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _failing_migrate(DatabaseUnavailable("cannot connect to Postgres: refused"), monkeypatch)
+    assert cli.main(["migrate"]) == cli.EXIT_UNAVAILABLE == 69
+    err = capsys.readouterr().err
+    assert err == "memoryd migrate: DatabaseUnavailable: cannot connect to Postgres: refused\n"
+
+
+def test_a_bug_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    _failing_migrate(RuntimeError("a bug"), monkeypatch)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["migrate"])
+
+
+def test_forget_without_a_user_says_so_before_connecting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_core(*_args: object) -> None:
+        raise AssertionError("connected before checking the arguments")
+
+    monkeypatch.setattr(cli.wiring, "core", no_core)
+    assert cli.main(["forget"]) == 2
+    assert "--org ORG USER is required" in capsys.readouterr().err
