@@ -133,15 +133,28 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    try:
+        # Before the export is read, which can take a while for a long history.
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return _cannot_write(out, e)
     with analyst_core(settings) as (c, run_log):
         doc = export_document(c, run_log, memory_key(args), c.clock())
-    out = Path(args.out)
-    write_json(out, doc)
+    try:
+        write_json(out, doc)
+    except OSError as e:
+        return _cannot_write(out, e)
     print(
         f"exported {args.user}: {len(doc['events'])} event(s), {len(doc['runs'])} run(s),"
         f" {len(doc['facts'])} fact(s), {len(doc['ledger'])} ledger entr(ies) to {out}"
     )
     return 0
+
+
+def _cannot_write(out: Path, error: OSError) -> int:
+    print(f"memoryd export: cannot write {out}: {error.strerror or error}", file=sys.stderr)
+    return 1
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

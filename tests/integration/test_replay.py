@@ -299,6 +299,22 @@ def test_analyst_connections_are_read_only(deployment: Deployment) -> None:
         conn.execute("INSERT INTO user_credits (user_id, credit_micro_usd) VALUES ('x', 1)")
 
 
+def test_an_export_it_cannot_write_is_one_line_and_exit_1(
+    deployment: Deployment, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consolidate(deployment, batch(0))
+    (tmp_path / "a-file").write_text("")
+    under_a_file = tmp_path / "a-file" / "ada.json"  # its folder cannot be made
+    a_folder = tmp_path / "out" / "ada.json"  # the export's name is taken by a folder
+    a_folder.mkdir(parents=True)
+    for out in (under_a_file, a_folder):
+        args = build_parser().parse_args(["export", "--org", "org-a", USER, "--out", str(out)])
+        assert args.fn(deployment.settings, args) == 1
+        assert f"memoryd export: cannot write {out}: " in capsys.readouterr().err
+    # The temporary file the export was written to first is gone.
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["ada.json"]
+
+
 def test_export_has_events_runs_facts_with_history_memory_and_ledger(
     deployment: Deployment, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
