@@ -73,7 +73,10 @@ def cmd_maintenance(settings: Settings, args: argparse.Namespace) -> int:
     with wiring.core(settings) as c:
         jobs = ClusterJobs(c.pool, c.clock)
         if args.action == "status":
-            for state in jobs.states():
+            states = jobs.states()
+            if not states:
+                print("no cluster job has run yet")
+            for state in states:
                 finished = state.last_finished_at.isoformat() if state.last_finished_at else "-"
                 print(
                     f"{state.job:<24} {state.last_outcome or '-':<10}"

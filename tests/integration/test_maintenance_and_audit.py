@@ -165,6 +165,20 @@ def test_maintenance_from_two_processes_runs_once_and_a_second_run_changes_nothi
     assert "2 of 2 memories fold to live memory" in out
 
 
+def test_maintenance_status_says_when_nothing_ran_then_each_job_that_did(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(deployment, ["maintenance", "status"], capsys) == (
+        0,
+        "no cluster job has run yet\n",
+    )
+    assert cli(deployment, ["maintenance", "run", "--job", "retention"], capsys)[0] == 0
+    code, out = cli(deployment, ["maintenance", "status"], capsys)
+    assert code == 0
+    (line,) = out.splitlines()
+    assert line.split()[:2] == ["maintenance-retention", "succeeded"], out
+
+
 def test_explain_and_replay_verify_on_a_pipeline_run(
     deployment: Deployment, capsys: pytest.CaptureFixture[str]
 ) -> None:
