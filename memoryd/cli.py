@@ -134,7 +134,7 @@ def cmd_forget(settings: Settings, args: argparse.Namespace) -> int:
     """Erase a user's memory (or with --fact one fact) everywhere; prints the receipt."""
     import json  # noqa: PLC0415
 
-    from memoryd.erasure import ErasureRequest  # noqa: PLC0415
+    from memoryd.erasure import ErasureRequest, UnknownFact  # noqa: PLC0415
 
     if not args.resume and (args.user is None or args.org is None):
         print("memoryd forget: --org ORG USER is required (or --resume)", file=sys.stderr)
@@ -148,7 +148,11 @@ def cmd_forget(settings: Settings, args: argparse.Namespace) -> int:
         request = ErasureRequest(args.actor or settings.erasure.actor, args.reason, args.request_id)
         key = memory_key(args)
         if args.fact:
-            receipt = eraser.erase_fact(key, args.fact, request)
+            try:
+                receipt = eraser.erase_fact(key, args.fact, request)
+            except UnknownFact as e:
+                print(f"memoryd forget: {e}; nothing erased", file=sys.stderr)
+                return 1
         else:
             receipt = eraser.forget(key, request)
     print(json.dumps(receipt.to_json(), indent=2))

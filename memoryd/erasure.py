@@ -42,6 +42,10 @@ class ErasureIncomplete(StoreError):
     """A step could not be verified (vectors left in the index); run the erasure again."""
 
 
+class UnknownFact(LookupError):
+    """The memory has no such fact, and no erasure of it to finish or to answer again."""
+
+
 @dataclass(frozen=True)
 class ErasureRequest:
     actor: str
@@ -123,9 +127,22 @@ class Eraser:
     def erase_fact(
         self, key: MemoryKey, fact_id: uuid.UUID, request: ErasureRequest
     ) -> ErasureReceipt:
-        """Delete one fact and every copy of its text in the memory (not an archive)."""
-        record = self._open(key, ErasureScope.FACT, fact_id, request)
+        """Delete one fact and every copy of its text in the memory (not an archive).
+
+        Raises `UnknownFact`, auditing nothing, for a fact id the memory does not hold unless
+        an erasure of it is open (a crash left it midway: its row may be gone already) or was
+        made with this request id (a retry: its receipt is the answer). The vector index is
+        keyed by fact id alone, so without this check a fact id of another memory, even of
+        the same user id in another organization, would lose its vector here.
+        """
+        scope = ErasureScope.FACT
+        if self._earlier(key, scope, fact_id, request) is None and not self._holds(key, fact_id):
+            raise UnknownFact(f"{key} has no fact {fact_id}")
+        record = self._open(key, scope, fact_id, request)
         return self._run(key, fact_id, record.erasure_id)
+
+    def _holds(self, key: MemoryKey, fact_id: uuid.UUID) -> bool:
+        return any(f.key == key for f in self.memory.facts_by_id([fact_id]))
 
     def _erase_fact_steps(
         self, key: MemoryKey, fact_id: uuid.UUID, record: ErasureRecord
@@ -163,6 +180,21 @@ class Eraser:
         target = "" if fact_id is None else str(fact_id)
         return erasure_id_for(self.subjects(key), f"{scope.value}:{target}:{request_id}")
 
+    def _earlier(
+        self,
+        key: MemoryKey,
+        scope: ErasureScope,
+        fact_id: uuid.UUID | None,
+        request: ErasureRequest,
+    ) -> uuid.UUID | None:
+        """The audited erasure this request goes on with: the one made with its request id,
+        or without one, the erasure of the same target a crash left open."""
+        if request.request_id is not None:
+            erasure_id = self._erasure_id(key, scope, fact_id, request.request_id)
+            return erasure_id if self.erasures.get(erasure_id) is not None else None
+        running = self.erasures.open_erasure(self.subjects(key), scope, fact_id)
+        return None if running is None else running.erasure_id
+
     def _open(
         self,
         key: MemoryKey,
@@ -170,15 +202,12 @@ class Eraser:
         fact_id: uuid.UUID | None,
         request: ErasureRequest,
     ) -> ErasureRecord:
-        subject = self.subjects(key)
-        if request.request_id is not None:
+        erasure_id = self._earlier(key, scope, fact_id, request)
+        if erasure_id is None and request.request_id is not None:
             erasure_id = self._erasure_id(key, scope, fact_id, request.request_id)
-        else:
-            running = self.erasures.open_erasure(subject, scope, fact_id)
-            erasure_id = uuid.uuid4() if running is None else running.erasure_id
         return self.erasures.start(
-            erasure_id,
-            subject=subject,
+            erasure_id or uuid.uuid4(),
+            subject=self.subjects(key),
             scope=scope,
             key=key,
             fact_id=fact_id,

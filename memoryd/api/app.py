@@ -54,13 +54,13 @@ from memoryd.api.models import (
 )
 from memoryd.api.query_batches import QueryBatches
 from memoryd.api.turn_lane import TurnLane
-from memoryd.erasure import Eraser, ErasureRequest
+from memoryd.erasure import Eraser, ErasureIncomplete, ErasureRequest, UnknownFact
 from memoryd.ops.health import HealthMonitor
 from producers.contract import ID_PATTERN, MAX_ID_CHARS, ContextEvent, reject_nul
 from producers.corrections import FactCorrections
 from producers.errors import PublishError
 from producers.publisher import EventPublisher
-from store.errors import DatabaseUnavailable
+from store.errors import DatabaseUnavailable, VectorIndexUnavailable
 from store.read.context_service import ContextService
 from store.read.fact_queries import PostgresReadModel
 
@@ -195,6 +195,11 @@ def create_app(
     def _kafka_down(_request: Request, e: PublishError) -> JSONResponse:
         return JSONResponse({"detail": f"events not accepted: {e}"}, status_code=503)
 
+    for index_away in (VectorIndexUnavailable, ErasureIncomplete):
+        # The erasures need Chroma (a turn does without it, on its keyword side); one that
+        # fails there stays open, and the same request again finishes it.
+        app.add_exception_handler(index_away, _vector_index_unavailable)
+
     add_health_routes(app, health)
 
     # A turn's read holds the GIL for most of its time. Two threads overlap one turn's wait
@@ -289,17 +294,8 @@ def create_app(
     ) -> ErasureOut:
         """Delete a fact for real: its row, history and vector, and its text wherever the
         memory kept a copy (runs, W, S, the observations it came from). Not an archive."""
-        key = MemoryKey(org, user_id)
-        if idempotency_key is not None:
-            # A retried request: the fact is gone, its erasure's receipt is the answer.
-            earlier = deps.eraser.earlier_receipt(key, fact_id, idempotency_key)
-            if earlier is not None:
-                return ErasureOut.of(earlier, user_id)
-        _own_fact(deps, key, fact_id)
-        receipt = deps.eraser.erase_fact(
-            key, fact_id, ErasureRequest(f"api:{org}", reason, idempotency_key)
-        )
-        return ErasureOut.of(receipt, user_id)
+        request = ErasureRequest(f"api:{org}", reason, idempotency_key)
+        return _erase_fact(deps, MemoryKey(org, user_id), fact_id, request)
 
     @app.delete("/v1/users/{user_id}", tags=["erase"], responses=_UNAUTHORIZED)
     def forget_user(
@@ -340,6 +336,10 @@ def _database_unavailable(e: DatabaseUnavailable) -> JSONResponse:
     return JSONResponse({"detail": f"database unavailable: {e}"}, status_code=503)
 
 
+def _vector_index_unavailable(_request: Request, e: Exception) -> JSONResponse:
+    return JSONResponse({"detail": f"vector index unavailable: {e}"}, status_code=503)
+
+
 def _route(app: FastAPI, path: str) -> APIRoute:
     return next(r for r in app.routes if isinstance(r, APIRoute) and r.path == path)
 
@@ -348,10 +348,31 @@ def _own_fact(deps: ApiDependencies, key: MemoryKey, fact_id: uuid.UUID) -> Fact
     _known(deps, key)
     fact = deps.reads.user_fact(key, fact_id)
     if fact is None:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, f"user {excerpt(key.user_id)} has no fact {fact_id}"
-        )
+        raise _no_such_fact(key, fact_id)
     return fact
+
+
+def _erase_fact(
+    deps: ApiDependencies, key: MemoryKey, fact_id: uuid.UUID, request: ErasureRequest
+) -> ErasureOut:
+    if request.request_id is not None:
+        # A retried request: the fact is gone, its erasure's receipt is the answer.
+        earlier = deps.eraser.earlier_receipt(key, fact_id, request.request_id)
+        if earlier is not None:
+            return ErasureOut.of(earlier, key.user_id)
+    _known(deps, key)
+    try:
+        # A retry of an erasure a crash left midway finishes it (its fact may be gone).
+        receipt = deps.eraser.erase_fact(key, fact_id, request)
+    except UnknownFact as e:
+        raise _no_such_fact(key, fact_id) from e
+    return ErasureOut.of(receipt, key.user_id)
+
+
+def _no_such_fact(key: MemoryKey, fact_id: uuid.UUID) -> HTTPException:
+    return HTTPException(
+        status.HTTP_404_NOT_FOUND, f"user {excerpt(key.user_id)} has no fact {fact_id}"
+    )
 
 
 def _scoped(org: str, user_id: str, key: str | None) -> str | None:

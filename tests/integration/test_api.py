@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,7 +16,8 @@ from memoryd import wiring
 from memoryd.api.auth import hash_token
 from memoryd.settings import ApiSettings
 from producers.contract import EventType
-from tests.support.builders import make_event, make_fact
+from store.errors import VectorIndexUnavailable
+from tests.support.builders import key_of, make_event, make_fact
 from tests.support.deployment import Deployment, seed_core
 
 pytestmark = pytest.mark.integration
@@ -231,3 +232,31 @@ def test_a_deleted_fact_is_gone_and_a_corrected_one_leaves_retrieval(
         "SELECT count(*) FROM context_events WHERE strpos(content, %s) > 0", ("Pixel",)
     )
     assert pixel == [(0,)]
+
+
+def test_a_fact_erasure_chroma_refused_is_a_503_and_its_retry_finishes_it(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with api(deployment) as (client, c):
+        deployment.publish([make_event("ada", "My dog is called Pixel")])
+        deployment.run_both()
+        wiring.indexer(c).drain_pending()
+        (dog,) = [f.fact_id for f in c.memory.facts(key_of("ada"))]
+        delete = c.index.delete
+
+        def chroma_away(ids: Sequence[uuid.UUID]) -> None:
+            raise VectorIndexUnavailable("chroma is away")
+
+        monkeypatch.setattr(c.index, "delete", chroma_away)
+        url = f"/v1/users/ada/facts/{dog}?idempotency_key=k9"
+        refused = client.delete(url, headers=A)
+        assert refused.status_code == 503
+        assert refused.json() == {"detail": "vector index unavailable: chroma is away"}
+        monkeypatch.setattr(c.index, "delete", delete)
+        # Its row is gone already; the same request finishes the erasure instead of a 404.
+        retried = client.delete(url, headers=A)
+        assert retried.status_code == 200, retried.text
+        assert retried.json()["removed"]["postgres"]["memory_facts"] == 1
+        assert retried.json()["removed"]["chroma"] == {"vectors": 1}
+        assert c.index.embeddings([dog]) == {}
+        assert client.delete(f"/v1/users/ada/facts/{dog}", headers=A).status_code == 404

@@ -1,0 +1,126 @@
+"""Erasing one fact on real Kafka, Postgres and Chroma.
+
+The vector index is keyed by fact id alone, so the eraser must refuse a fact id its memory
+does not hold (org-b's "mira" has facts of its own that org-a's must not reach), and must
+still finish an erasure a crash left midway, whose fact row is already gone.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager
+
+import pytest
+
+from domain.ids import MemoryKey
+from memoryd import wiring
+from memoryd.cli import build_parser
+from memoryd.erasure import Eraser, ErasureRequest, UnknownFact
+from store.errors import VectorIndexUnavailable
+from tests.support.builders import key_of, make_event
+from tests.support.deployment import Deployment
+from tests.support.erasure import rows
+
+pytestmark = pytest.mark.integration
+
+MIRA, TWIN = key_of("mira", "org-a"), key_of("mira", "org-b")
+REQUEST = ErasureRequest("test", "asked by the user")
+
+
+def seed(deployment: Deployment) -> None:
+    deployment.publish(
+        [
+            make_event("mira", "I keep a pet quokka named Bramble", minutes=0, org="org-a"),
+            make_event("mira", "I play the cello on Sundays", minutes=1, org="org-a"),
+            make_event("mira", "I grow tomatoes on my balcony", minutes=0, org="org-b"),
+        ]
+    )
+    deployment.run_both()
+    deployment.with_core(lambda c: wiring.indexer(c).drain_pending())
+
+
+@contextmanager
+def eraser(deployment: Deployment) -> Iterator[tuple[wiring.Core, Eraser]]:
+    with wiring.core(deployment.settings) as c, closing(wiring.publisher(c.settings)) as pub:
+        yield c, wiring.eraser(c, pub)
+
+
+def fact_ids(c: wiring.Core, key: MemoryKey) -> list[uuid.UUID]:
+    return [f.fact_id for f in c.memory.facts(key)]
+
+
+def audit(dsn: str) -> list[str]:
+    return [r[0] for r in rows(dsn, "SELECT status FROM erasure_audit ORDER BY id")]
+
+
+def test_a_fact_id_the_memory_does_not_hold_erases_nothing_anywhere(
+    deployment: Deployment,
+) -> None:
+    seed(deployment)
+    with eraser(deployment) as (c, erase):
+        (twin_fact,) = fact_ids(c, TWIN)
+        mira_facts = fact_ids(c, MIRA)
+        for stranger in (twin_fact, uuid.uuid4()):
+            with pytest.raises(UnknownFact, match=str(stranger)):
+                erase.erase_fact(MIRA, stranger, REQUEST)
+        # org-b's fact keeps its row and its vector; org-a's memory is whole; nothing audited.
+        assert fact_ids(c, TWIN) == [twin_fact]
+        assert list(c.index.embeddings([twin_fact])) == [twin_fact]
+        assert fact_ids(c, MIRA) == mira_facts
+        assert audit(deployment.dsn) == []
+        # The owner's own erasure of it goes through.
+        receipt = erase.erase_fact(TWIN, twin_fact, REQUEST)
+        assert receipt.removed["postgres"]["memory_facts"] == 1
+        assert receipt.removed["chroma"] == {"vectors": 1}
+        assert c.index.embeddings([twin_fact]) == {}
+
+
+def test_memoryd_forget_refuses_a_fact_the_memory_does_not_hold(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed(deployment)
+    (twin_fact,) = deployment.with_core(lambda c: fact_ids(c, TWIN))
+    argv = ["forget", "--org", "org-a", "mira", "--fact", str(twin_fact), "--reason", "asked"]
+    args = build_parser().parse_args(argv)
+    assert args.fn(deployment.settings, args) == 1
+    assert capsys.readouterr().err == (
+        f"memoryd forget: org-a/mira has no fact {twin_fact}; nothing erased\n"
+    )
+    assert deployment.with_core(lambda c: list(c.index.embeddings([twin_fact]))) == [twin_fact]
+    assert audit(deployment.dsn) == []
+
+
+@pytest.mark.parametrize("request_id", [None, "retry-7"])
+def test_an_erasure_left_midway_is_finished_by_its_retry(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, request_id: str | None
+) -> None:
+    seed(deployment)
+    request = ErasureRequest("test", "asked by the user", request_id)
+    with eraser(deployment) as (c, erase):
+        quokka = next(f for f in c.memory.facts(MIRA) if "quokka" in f.content).fact_id
+        delete = c.index.delete
+
+        def chroma_away(ids: Sequence[uuid.UUID]) -> None:
+            raise VectorIndexUnavailable("chroma is away")
+
+        monkeypatch.setattr(c.index, "delete", chroma_away)
+        with pytest.raises(VectorIndexUnavailable):
+            erase.erase_fact(MIRA, quokka, request)
+        assert audit(deployment.dsn) == ["postgres_erased"]
+        assert quokka not in fact_ids(c, MIRA)  # its row went, its vector is left
+        assert list(c.index.embeddings([quokka])) == [quokka]
+
+        monkeypatch.setattr(c.index, "delete", delete)
+        receipt = erase.erase_fact(MIRA, quokka, request)
+        assert audit(deployment.dsn) == ["completed"]
+        assert receipt.removed["postgres"]["memory_facts"] == 1
+        assert receipt.removed["chroma"] == {"vectors": 1}
+        assert c.index.embeddings([quokka]) == {}
+        # Asked once more: with the request id, the same receipt; without, nothing to erase.
+        if request_id is None:
+            with pytest.raises(UnknownFact):
+                erase.erase_fact(MIRA, quokka, request)
+        else:
+            assert erase.erase_fact(MIRA, quokka, request) == receipt
+        assert audit(deployment.dsn) == ["completed"]
