@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
 
+from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.api.auth import hash_token
 from memoryd.settings import ApiSettings
@@ -260,3 +261,27 @@ def test_a_fact_erasure_chroma_refused_is_a_503_and_its_retry_finishes_it(
         assert retried.json()["removed"]["chroma"] == {"vectors": 1}
         assert c.index.embeddings([dog]) == {}
         assert client.delete(f"/v1/users/ada/facts/{dog}", headers=A).status_code == 404
+
+
+def test_a_forget_chroma_refused_is_a_503_and_asked_again_completes(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with api(deployment) as (client, c):
+        deployment.publish([make_event("ada", "My dog is called Pixel")])
+        deployment.run_both()
+        wiring.indexer(c).drain_pending()
+        delete_memory = c.index.delete_memory
+
+        def chroma_away(key: MemoryKey) -> None:
+            raise VectorIndexUnavailable("chroma is away")
+
+        monkeypatch.setattr(c.index, "delete_memory", chroma_away)
+        refused = client.delete("/v1/users/ada?idempotency_key=f1", headers=A)
+        assert refused.status_code == 503
+        assert refused.json() == {"detail": "vector index unavailable: chroma is away"}
+        assert c.index.count(key_of("ada")) == 1
+        monkeypatch.setattr(c.index, "delete_memory", delete_memory)
+        done = client.delete("/v1/users/ada?idempotency_key=f1", headers=A)
+        assert done.status_code == 200, done.text
+        assert done.json()["removed"]["chroma"] == {"vectors": 1}
+        assert c.index.count(key_of("ada")) == 0
