@@ -94,6 +94,14 @@ class TelemetryMetrics:
             "1 when the last run of a cluster job failed",
             ("cluster_job",),
         )
+        self.erasures_open = gauge(
+            "memoryd_erasures_open",
+            "Erasures started and not completed (a crash or an outage left them midway)",
+        )
+        self.erasure_oldest_open = gauge(
+            "memoryd_erasure_oldest_open_seconds",
+            "Age of the oldest erasure started and not completed (0 when none is open)",
+        )
         self.measurements = Counter(
             "memoryd_telemetry_measurements_total",
             "Cluster telemetry measurements by outcome (ok, or the part that failed)",

@@ -123,7 +123,7 @@ def cluster_telemetry(c: wiring.Core, admin: KafkaAdmin, jobs: ClusterJobs) -> C
         admin, k.topic, {"log-writer": k.log_writer_group, "processor": k.processor_group}
     )
     metrics = TelemetryMetrics(c.registry, expire_s=3 * c.settings.ops.telemetry_every_s)
-    return ClusterTelemetry(FreshnessProbe(c.pool), lag, jobs, metrics, c.clock)
+    return ClusterTelemetry(FreshnessProbe(c.pool), lag, jobs, c.erasures, metrics, c.clock)
 
 
 def run_processor(

@@ -1,4 +1,5 @@
-"""Cluster telemetry: freshness, consumer lag and cluster-job ages, measured by one process.
+"""Cluster telemetry: freshness, consumer lag, cluster-job ages and erasures left open,
+measured by one process.
 
 Measured once per `telemetry_every_s` in the whole cluster (see store.write.cluster_jobs):
 these are properties of the cluster, not of a process, and N processors asking the brokers
@@ -16,6 +17,7 @@ from consumers.lag import ConsumerLagProbe, KafkaUnavailable
 from memoryd.ops.metrics import TelemetryMetrics
 from store.errors import StoreError
 from store.write.cluster_jobs import ClusterJobs
+from store.write.erasure_log import PostgresErasureLog
 from store.write.freshness import FreshnessProbe
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,7 @@ class ClusterTelemetry:
     freshness: FreshnessProbe
     lag: ConsumerLagProbe
     jobs: ClusterJobs
+    erasures: PostgresErasureLog
     metrics: TelemetryMetrics
     clock: Callable[[], datetime]
 
@@ -40,10 +43,13 @@ class ClusterTelemetry:
             m.pending.publish({(): float(fresh.pending)})
             m.parked.publish({(): float(fresh.parked)})
             self._publish_jobs()
+            erasures = self.erasures.open_erasures()
+            m.erasures_open.publish({(): float(erasures.count)})
+            m.erasure_oldest_open.publish({(): erasures.oldest_age_s})
         except StoreError as e:
             ok = False
             m.measurements.labels("postgres_failed").inc()
-            log.warning("freshness not measured: %s", e)
+            log.warning("freshness, job ages and open erasures not measured: %s", e)
         try:
             lags = self.lag.measure()
             m.lag.publish({(x.consumer, str(x.partition)): float(x.lag) for x in lags})

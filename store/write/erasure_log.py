@@ -34,6 +34,12 @@ _AUDIT_COLUMNS = (
 
 
 @dataclass(frozen=True)
+class OpenErasures:
+    count: int
+    oldest_age_s: float  # 0 when none is open
+
+
+@dataclass(frozen=True)
 class ErasureRecord:
     """One erasure as audited: where it stands, and what it removed so far."""
 
@@ -113,6 +119,15 @@ class PostgresErasureLog:
                 (subject,),
             ).fetchall()
         return [_record(r) for r in rows]
+
+    def open_erasures(self) -> OpenErasures:
+        """How many erasures are started and not completed, and how long the oldest has been."""
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT count(*), coalesce(extract(epoch FROM now() - min(a.requested_at)), 0)"
+                " FROM erasure_audit a JOIN erasure_pending p USING (erasure_id)"
+            ).fetchone()
+        return OpenErasures(0, 0.0) if row is None else OpenErasures(int(row[0]), float(row[1]))
 
     def pending(self) -> list[PendingErasure]:
         with self._transaction() as conn:

@@ -8,7 +8,7 @@ still finish an erasure a crash left midway, whose fact row is already gone.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 
 import pytest
@@ -17,7 +17,9 @@ from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.cli import build_parser
 from memoryd.erasure import Eraser, ErasureRequest, UnknownFact
+from memoryd.ops import runtime
 from store.errors import VectorIndexUnavailable
+from store.write.cluster_jobs import ClusterJobs
 from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment
 from tests.support.erasure import rows
@@ -52,6 +54,24 @@ def fact_ids(c: wiring.Core, key: MemoryKey) -> list[uuid.UUID]:
 
 def audit(dsn: str) -> list[str]:
     return [r[0] for r in rows(dsn, "SELECT status FROM erasure_audit ORDER BY id")]
+
+
+@contextmanager
+def erasure_gauges(c: wiring.Core) -> Iterator[Callable[[], tuple[float | None, bool]]]:
+    """Measures the cluster telemetry once per call; gives its erasure gauges: the count, and
+    whether the oldest open erasure has an age."""
+    admin = runtime.kafka_admin(c.settings)
+    telemetry = runtime.cluster_telemetry(c, admin, ClusterJobs(c.pool, c.clock))
+
+    def measure() -> tuple[float | None, bool]:
+        telemetry.measure()
+        age = c.registry.get_sample_value("memoryd_erasure_oldest_open_seconds")
+        return c.registry.get_sample_value("memoryd_erasures_open"), age is not None and age > 0
+
+    try:
+        yield measure
+    finally:
+        admin.close()
 
 
 def test_a_fact_id_the_memory_does_not_hold_erases_nothing_anywhere(
@@ -97,7 +117,7 @@ def test_an_erasure_left_midway_is_finished_by_its_retry(
 ) -> None:
     seed(deployment)
     request = ErasureRequest("test", "asked by the user", request_id)
-    with eraser(deployment) as (c, erase):
+    with eraser(deployment) as (c, erase), erasure_gauges(c) as open_erasures:
         quokka = next(f for f in c.memory.facts(MIRA) if "quokka" in f.content).fact_id
         delete = c.index.delete
 
@@ -108,6 +128,7 @@ def test_an_erasure_left_midway_is_finished_by_its_retry(
         with pytest.raises(VectorIndexUnavailable):
             erase.erase_fact(MIRA, quokka, request)
         assert audit(deployment.dsn) == ["postgres_erased"]
+        assert open_erasures() == (1.0, True)  # what MemorydErasureStuck watches
         assert quokka not in fact_ids(c, MIRA)  # its row went, its vector is left
         assert list(c.index.embeddings([quokka])) == [quokka]
 
@@ -117,6 +138,7 @@ def test_an_erasure_left_midway_is_finished_by_its_retry(
         assert receipt.removed["postgres"]["memory_facts"] == 1
         assert receipt.removed["chroma"] == {"vectors": 1}
         assert c.index.embeddings([quokka]) == {}
+        assert open_erasures() == (0.0, False)
         # Asked once more: with the request id, the same receipt; without, nothing to erase.
         if request_id is None:
             with pytest.raises(UnknownFact):
