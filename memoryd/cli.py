@@ -8,7 +8,6 @@ import signal
 import sys
 import threading
 import tomllib
-import uuid
 from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
@@ -19,10 +18,12 @@ from pydantic import ValidationError
 from memoryd import wiring
 from memoryd.analyst.commands import add_commands as add_analyst_commands
 from memoryd.analyst.commands import add_memory_arguments, memory_key
+from memoryd.erasure_commands import add_commands as add_erasure_commands
 from memoryd.ops import commands as ops_commands
 from memoryd.ops.logs import configure_logging
 from memoryd.ops.topics import ensure_topics
 from memoryd.settings import Settings, load_settings
+from producers.errors import PublishError
 from store.errors import StoreError
 
 log = logging.getLogger("memoryd")
@@ -120,56 +121,6 @@ def cmd_context(settings: Settings, args: argparse.Namespace) -> int:
     with wiring.core(settings) as c, wiring.read_path(c) as service:
         bundle = service.assemble(key, args.query, args.connection or [], Budget(args.budget))
     print(bundle.prompt_block)
-    return 0
-
-
-def _not_blank(text: str) -> str:
-    """An argument the erasure audit records: whitespace alone says nothing."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be blank")
-    return text
-
-
-def cmd_forget(settings: Settings, args: argparse.Namespace) -> int:
-    """Erase a user's memory (or with --fact one fact) everywhere; prints the receipt."""
-    import json  # noqa: PLC0415
-
-    from memoryd.erasure import ErasureRequest, UnknownFact  # noqa: PLC0415
-
-    if not args.resume and (args.user is None or args.org is None):
-        print("memoryd forget: --org ORG USER is required (or --resume)", file=sys.stderr)
-        return 2
-    with wiring.core(settings) as c, closing(wiring.publisher(settings)) as pub:
-        eraser = wiring.eraser(c, pub)
-        if args.resume:
-            receipts = eraser.resume_pending()
-            print(json.dumps([r.to_json() for r in receipts], indent=2))
-            return 0
-        request = ErasureRequest(args.actor or settings.erasure.actor, args.reason, args.request_id)
-        key = memory_key(args)
-        if args.fact:
-            try:
-                receipt = eraser.erase_fact(key, args.fact, request)
-            except UnknownFact as e:
-                print(f"memoryd forget: {e}; nothing erased", file=sys.stderr)
-                return 1
-        else:
-            receipt = eraser.forget(key, request)
-    print(json.dumps(receipt.to_json(), indent=2))
-    return 0
-
-
-def cmd_erasures(settings: Settings, args: argparse.Namespace) -> int:
-    """The stored receipts of a user's erasures, found by the keyed digest of their ids."""
-    import json  # noqa: PLC0415
-
-    with wiring.core(settings) as c:
-        records = c.erasures.receipts(c.subjects(memory_key(args)))
-    doc = [
-        {**r.receipt().to_json(), "status": r.status.value, "stored_digest": r.digest}
-        for r in records
-    ]
-    print(json.dumps(doc, indent=2, default=str))
     return 0
 
 
@@ -295,22 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-s", type=float, default=3.0)
     p.set_defaults(fn=cmd_redrive)
     add_index_commands(sub)
-    p = sub.add_parser("forget", help="erase a user's memory (or one fact) everywhere")
-    p.add_argument("--org", help="the organization the user belongs to")
-    p.add_argument("user", nargs="?")
-    p.add_argument(
-        "--fact", type=uuid.UUID, help="erase only this fact (its id), not the whole memory"
-    )
-    p.add_argument(
-        "--reason", type=_not_blank, default="erasure request", help="recorded in the erasure audit"
-    )
-    p.add_argument("--actor", type=_not_blank, help="who asked (recorded); default: erasure.actor")
-    p.add_argument("--request-id", help="idempotency key: asked again, the same receipt")
-    p.add_argument("--resume", action="store_true", help="finish erasures a crash left open")
-    p.set_defaults(fn=cmd_forget)
-    p = sub.add_parser("erasures", help="the receipts of a user's erasures")
-    add_memory_arguments(p)
-    p.set_defaults(fn=cmd_erasures)
+    add_erasure_commands(sub)
     p = sub.add_parser("api", help="serve the HTTP API (and its metrics) with uvicorn")
     p.add_argument("--openapi", metavar="PATH", help="write the OpenAPI document and exit")
     p.add_argument(
@@ -337,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level, fmt)
     try:
         code: int = args.fn(settings, args)
-    except (StoreError, KafkaError) as e:
+    except (StoreError, KafkaError, PublishError) as e:
         # A service away or refusing (Postgres, Chroma, the broker, the model file, the
         # schema's version) is the operator's to fix, not a bug: one line says which. The
         # trace is logged for those who run with MEMORYD_LOG_LEVEL=DEBUG.

@@ -7,9 +7,11 @@ still finish an erasure a crash left midway, whose fact row is already gone.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
+from typing import Any
 
 import pytest
 
@@ -111,9 +113,18 @@ def test_memoryd_forget_refuses_a_fact_the_memory_does_not_hold(
     assert audit(deployment.dsn) == []
 
 
+def erasures_open(deployment: Deployment, capsys: pytest.CaptureFixture[str]) -> Any:
+    args = build_parser().parse_args(["erasures", "--open"])
+    assert args.fn(deployment.settings, args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 @pytest.mark.parametrize("request_id", [None, "retry-7"])
 def test_an_erasure_left_midway_is_finished_by_its_retry(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, request_id: str | None
+    deployment: Deployment,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request_id: str | None,
 ) -> None:
     seed(deployment)
     request = ErasureRequest("test", "asked by the user", request_id)
@@ -129,6 +140,13 @@ def test_an_erasure_left_midway_is_finished_by_its_retry(
             erase.erase_fact(MIRA, quokka, request)
         assert audit(deployment.dsn) == ["postgres_erased"]
         assert open_erasures() == (1.0, True)  # what MemorydErasureStuck watches
+        (left,) = erasures_open(deployment, capsys)  # what its runbook lists
+        assert (left["scope"], left["status"], left["fact_id"]) == (
+            "fact",
+            "postgres_erased",
+            str(quokka),
+        )
+        assert (left["organization_id"], left["user_id"]) == ("org-a", "mira")
         assert quokka not in fact_ids(c, MIRA)  # its row went, its vector is left
         assert list(c.index.embeddings([quokka])) == [quokka]
 
@@ -139,6 +157,7 @@ def test_an_erasure_left_midway_is_finished_by_its_retry(
         assert receipt.removed["chroma"] == {"vectors": 1}
         assert c.index.embeddings([quokka]) == {}
         assert open_erasures() == (0.0, False)
+        assert erasures_open(deployment, capsys) == []
         # Asked once more: with the request id, the same receipt; without, nothing to erase.
         if request_id is None:
             with pytest.raises(UnknownFact):

@@ -10,6 +10,7 @@ import pytest
 
 from memoryd import cli
 from memoryd.settings import Settings
+from producers.errors import PublishError
 from store.errors import DatabaseUnavailable
 
 
@@ -50,13 +51,20 @@ def test_a_setting_of_the_wrong_type_is_named(
     assert "processor.max_batch" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        DatabaseUnavailable("cannot connect to Postgres: refused"),
+        PublishError("events not acknowledged: KafkaTimeoutError"),
+    ],
+)
 def test_a_service_away_is_one_line_and_exit_code_69(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    error: Exception, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _failing_migrate(DatabaseUnavailable("cannot connect to Postgres: refused"), monkeypatch)
+    _failing_migrate(error, monkeypatch)
     assert cli.main(["migrate"]) == cli.EXIT_UNAVAILABLE == 69
     err = capsys.readouterr().err
-    assert err == "memoryd migrate: DatabaseUnavailable: cannot connect to Postgres: refused\n"
+    assert err == f"memoryd migrate: {type(error).__name__}: {error}\n"
 
 
 def test_a_bug_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
