@@ -202,12 +202,14 @@ class Eraser:
         fact_id: uuid.UUID | None,
         request: ErasureRequest,
     ) -> ErasureRecord:
-        erasure_id = self._earlier(key, scope, fact_id, request)
-        if erasure_id is None and request.request_id is not None:
+        subject = self.subjects(key)
+        if request.request_id is not None:
             erasure_id = self._erasure_id(key, scope, fact_id, request.request_id)
+        else:
+            erasure_id = self._earlier(key, scope, fact_id, request) or uuid.uuid4()
         return self.erasures.start(
-            erasure_id or uuid.uuid4(),
-            subject=self.subjects(key),
+            erasure_id,
+            subject=subject,
             scope=scope,
             key=key,
             fact_id=fact_id,

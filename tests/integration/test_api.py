@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -12,7 +12,6 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
 
-from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.api.auth import hash_token
 from memoryd.settings import ApiSettings
@@ -235,25 +234,35 @@ def test_a_deleted_fact_is_gone_and_a_corrected_one_leaves_retrieval(
     assert pixel == [(0,)]
 
 
+def indexed_dog(deployment: Deployment, c: wiring.Core) -> uuid.UUID:
+    deployment.publish([make_event("ada", "My dog is called Pixel")])
+    deployment.run_both()
+    wiring.indexer(c).drain_pending()
+    (dog,) = [f.fact_id for f in c.memory.facts(key_of("ada"))]
+    return dog
+
+
+def chroma_refuses(monkeypatch: pytest.MonkeyPatch, c: wiring.Core, method: str) -> None:
+    def away(*_args: object) -> None:
+        raise VectorIndexUnavailable("chroma is away")
+
+    monkeypatch.setattr(c.index, method, away)
+
+
+def assert_refused_for_chroma(response: Any) -> None:
+    assert response.status_code == 503
+    assert response.json() == {"detail": "vector index unavailable: chroma is away"}
+
+
 def test_a_fact_erasure_chroma_refused_is_a_503_and_its_retry_finishes_it(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with api(deployment) as (client, c):
-        deployment.publish([make_event("ada", "My dog is called Pixel")])
-        deployment.run_both()
-        wiring.indexer(c).drain_pending()
-        (dog,) = [f.fact_id for f in c.memory.facts(key_of("ada"))]
-        delete = c.index.delete
-
-        def chroma_away(ids: Sequence[uuid.UUID]) -> None:
-            raise VectorIndexUnavailable("chroma is away")
-
-        monkeypatch.setattr(c.index, "delete", chroma_away)
+        dog = indexed_dog(deployment, c)
+        chroma_refuses(monkeypatch, c, "delete")
         url = f"/v1/users/ada/facts/{dog}?idempotency_key=k9"
-        refused = client.delete(url, headers=A)
-        assert refused.status_code == 503
-        assert refused.json() == {"detail": "vector index unavailable: chroma is away"}
-        monkeypatch.setattr(c.index, "delete", delete)
+        assert_refused_for_chroma(client.delete(url, headers=A))
+        monkeypatch.undo()
         # Its row is gone already; the same request finishes the erasure instead of a 404.
         retried = client.delete(url, headers=A)
         assert retried.status_code == 200, retried.text
@@ -267,20 +276,11 @@ def test_a_forget_chroma_refused_is_a_503_and_asked_again_completes(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with api(deployment) as (client, c):
-        deployment.publish([make_event("ada", "My dog is called Pixel")])
-        deployment.run_both()
-        wiring.indexer(c).drain_pending()
-        delete_memory = c.index.delete_memory
-
-        def chroma_away(key: MemoryKey) -> None:
-            raise VectorIndexUnavailable("chroma is away")
-
-        monkeypatch.setattr(c.index, "delete_memory", chroma_away)
-        refused = client.delete("/v1/users/ada?idempotency_key=f1", headers=A)
-        assert refused.status_code == 503
-        assert refused.json() == {"detail": "vector index unavailable: chroma is away"}
+        indexed_dog(deployment, c)
+        chroma_refuses(monkeypatch, c, "delete_memory")
+        assert_refused_for_chroma(client.delete("/v1/users/ada?idempotency_key=f1", headers=A))
         assert c.index.count(key_of("ada")) == 1
-        monkeypatch.setattr(c.index, "delete_memory", delete_memory)
+        monkeypatch.undo()
         done = client.delete("/v1/users/ada?idempotency_key=f1", headers=A)
         assert done.status_code == 200, done.text
         assert done.json()["removed"]["chroma"] == {"vectors": 1}
