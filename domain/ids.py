@@ -20,6 +20,7 @@ RUN_NAMESPACE = uuid.UUID("0f5e7c1a-2d4b-4c8e-9e1f-6a7b8c9d0e1f")
 LEDGER_NAMESPACE = uuid.UUID("9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f")
 MAINTENANCE_NAMESPACE = uuid.UUID("5e0b3c2a-7d1f-4e6a-9b8c-1f2e3d4c5b6a")
 ERASURE_NAMESPACE = uuid.UUID("5e2a7c41-0d3b-4f6e-a819-2c7b4d6e8f03")
+TURN_NAMESPACE = uuid.UUID("3d6f0a4e-9b2c-4f7a-8e1d-5c4b3a291807")
 
 # Chroma metadata cannot hold null: "no connection" is stored as this sentinel.
 NO_CONNECTION = "__none__"
@@ -91,6 +92,13 @@ def maintenance_run_id_for(
     return uuid.uuid5(
         MAINTENANCE_NAMESPACE, f"{job}\x1f{organization_id}\x1f{user_id}\x1f{base_version}"
     )
+
+
+def turn_log_id_for(key: MemoryKey, turn_id: str) -> uuid.UUID:
+    """The audit row of a chat turn the caller named: asked again, the same row and charges.
+    The memory is part of it: turn ids are the caller's (a conversation's counter, say), and
+    two users' first turns must not be one turn."""
+    return uuid.uuid5(TURN_NAMESPACE, f"{key.joined}{KEY_SEPARATOR}{turn_id}")
 
 
 def read_entry_id_for(log_id: uuid.UUID, operation: str) -> uuid.UUID:

@@ -34,7 +34,7 @@ from pydantic import AfterValidator
 from starlette.concurrency import run_in_threadpool
 
 from consumers.decoding import excerpt
-from domain.ids import MemoryKey
+from domain.ids import MemoryKey, turn_log_id_for
 from domain.model import Fact, FactStatus
 from memoryd.api.auth import TokenTable
 from memoryd.api.errors import validation_problems
@@ -65,7 +65,6 @@ from store.read.context_service import ContextService
 from store.read.fact_queries import PostgresReadModel
 
 API_VERSION = "1.0.0"
-TURN_NAMESPACE = uuid.UUID("3d6f0a4e-9b2c-4f7a-8e1d-5c4b3a291807")
 
 
 @dataclass(frozen=True)
@@ -135,9 +134,10 @@ def _known(deps: ApiDependencies, key: MemoryKey) -> None:
 
 
 def _turn(deps: ApiDependencies, org: str, body: ContextRequest) -> ContextResponse:
-    log_id = None if body.turn_id is None else uuid.uuid5(TURN_NAMESPACE, f"{org}:{body.turn_id}")
+    key = MemoryKey(org, body.user_id)
+    log_id = None if body.turn_id is None else turn_log_id_for(key, body.turn_id)
     bundle = deps.context.assemble(
-        MemoryKey(org, body.user_id),
+        key,
         body.query,
         body.active_connection_ids,
         body.budget,

@@ -285,3 +285,19 @@ def test_a_forget_chroma_refused_is_a_503_and_asked_again_completes(
         assert done.status_code == 200, done.text
         assert done.json()["removed"]["chroma"] == {"vectors": 1}
         assert c.index.count(key_of("ada")) == 0
+
+
+def test_a_turn_id_names_a_turn_of_one_memory(deployment: Deployment) -> None:
+    """Callers number turns per conversation: ada's and bob's "t-1" are two audited turns,
+    and ada's "t-1" asked again is still one."""
+    with api(deployment) as (client, c):
+        for user in ("ada", "bob"):
+            seed_core(c, user, [make_fact(user, f"{user} rides a green bike")])
+        for user in ("ada", "bob", "ada"):
+            turn = {"user_id": user, "query": "Which bike?", "turn_id": "t-1"}
+            assert client.post("/v1/context", json=turn, headers=A).status_code == 200
+    audited = deployment.query(
+        "SELECT organization_id, user_id, count(*) FROM context_logs"
+        " GROUP BY organization_id, user_id ORDER BY user_id"
+    )
+    assert audited == [("org-a", "ada", 1), ("org-a", "bob", 1)]
