@@ -147,14 +147,23 @@ class Eraser:
     def _erase_fact_steps(
         self, key: MemoryKey, fact_id: uuid.UUID, record: ErasureRecord
     ) -> ErasureRecord:
+        # An erasure opened before `erase_fact` checked the owner may name another memory's
+        # fact (resumed by `resume_pending`): Postgres erases nothing of it (the owner is in
+        # its WHERE), and its vector, keyed by the fact id alone, must stay too.
+        foreign = any(f.key != key for f in self.memory.facts_by_id([fact_id]))
         if record.status is ErasureStatus.STARTED:
-            vectors = len(self.index.embeddings([fact_id]))
+            vectors = 0 if foreign else len(self.index.embeddings([fact_id]))
             self.erasures.erase_fact(
                 record.erasure_id, key, fact_id, {"chroma": {"vectors": vectors}}
             )
-        self.index.delete([fact_id])
-        if self.index.embeddings([fact_id]):
-            raise ErasureIncomplete(f"erasure {record.erasure_id}: the fact's vector is left")
+        if foreign:
+            log.warning(
+                "erasure %s: the fact is another memory's; nothing erased", record.erasure_id
+            )
+        else:
+            self.index.delete([fact_id])
+            if self.index.embeddings([fact_id]):
+                raise ErasureIncomplete(f"erasure {record.erasure_id}: the fact's vector is left")
         self.on_erased(key)
         return self.erasures.complete(record.erasure_id)
 

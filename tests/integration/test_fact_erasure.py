@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from domain.erasure import ErasureScope
 from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.cli import build_parser
@@ -165,3 +166,28 @@ def test_an_erasure_left_midway_is_finished_by_its_retry(
         else:
             assert erase.erase_fact(MIRA, quokka, request) == receipt
         assert audit(deployment.dsn) == ["completed"]
+
+
+def test_an_open_erasure_naming_another_memorys_fact_completes_erasing_nothing(
+    deployment: Deployment,
+) -> None:
+    """Erasures opened before the owner was checked may name another memory's fact; resumed,
+    they must leave it whole."""
+    seed(deployment)
+    with eraser(deployment) as (c, erase):
+        (twin_fact,) = fact_ids(c, TWIN)
+        c.erasures.start(
+            uuid.uuid4(),
+            subject=c.subjects(MIRA),
+            scope=ErasureScope.FACT,
+            key=MIRA,
+            fact_id=twin_fact,
+            actor="test",
+            reason="opened by an older version",
+        )
+        (receipt,) = erase.resume_pending()
+        assert receipt.removed["postgres"] == {}
+        assert receipt.removed["chroma"] == {"vectors": 0}
+        assert audit(deployment.dsn) == ["completed"]
+        assert fact_ids(c, TWIN) == [twin_fact]
+        assert list(c.index.embeddings([twin_fact])) == [twin_fact]
