@@ -8,6 +8,7 @@ true, which the consolidation turns into a fact like any other observation.
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from producers._user_events import UserEventClient
@@ -47,7 +48,7 @@ class FactCorrections(UserEventClient):
             EventType.CORRECTION,
             content,
             SourceMetadata(source=Source.INTERACTIVE, connection_id=connection_id),
-            key=None if idempotency_key is None else f"{idempotency_key}:new",
+            key=_event_key(idempotency_key, fact_id, EventType.CORRECTION.value),
             at=retraction.occurred_at,
         )
         events = [retraction, correction]
@@ -65,5 +66,14 @@ class FactCorrections(UserEventClient):
             EventType.FACT_RETRACTION,
             FactRetraction(fact_id=fact_id, reason=reason).model_dump_json(),
             SourceMetadata(source=Source.INTERACTIVE, connection_id=connection_id),
-            key=idempotency_key,
+            key=_event_key(idempotency_key, fact_id, reason.value),
         )
+
+
+def _event_key(idempotency_key: str | None, fact_id: uuid.UUID, role: str) -> str | None:
+    """The key of one event of a request: the caller's key is reused across facts and kinds
+    of request, and may hold any character, so the parts go in a JSON array, which no other
+    parts can spell."""
+    if idempotency_key is None:
+        return None
+    return json.dumps([idempotency_key, str(fact_id), role])

@@ -177,3 +177,21 @@ def test_fact_corrections_publish_retraction_then_correction() -> None:
     again = Recorder()
     FactCorrections(again, "ada", "org-a").delete_fact(LISBON.fact_id, idempotency_key="k1")
     assert again.events[0].event_id == recorder.events[0].event_id
+
+
+def test_a_correction_key_names_one_request_of_one_fact() -> None:
+    """The key "k" and the key "k:new" were one event each way; and one key on two facts was
+    one retraction, so the second fact was never retracted."""
+    recorder = Recorder()
+    corrections = FactCorrections(recorder, "ada", "org-a")
+    corrections.correct_fact(LISBON.fact_id, "I live in Porto", idempotency_key="k")
+    corrections.correct_fact(LISBON.fact_id, "I live in Braga", idempotency_key="k:new")
+    corrections.correct_fact(PINNED.fact_id, "Ada's daughter is Maria", idempotency_key="k")
+    corrections.delete_fact(LISBON.fact_id, idempotency_key="k")
+    ids = [e.event_id for e in recorder.events]
+    assert len(set(ids)) == len(ids) == 7
+    retried = Recorder()
+    FactCorrections(retried, "ada", "org-a").correct_fact(
+        LISBON.fact_id, "I live in Porto", idempotency_key="k"
+    )
+    assert [e.event_id for e in retried.events] == ids[:2]
