@@ -20,6 +20,7 @@ from pydantic_settings import (
 from consumers.settings import ProcessorSettings
 from memoryd.ops.config import MaintenanceSettings, OpsSettings
 from processors.cost import ModelPrice
+from producers.contract import Identifier
 from store.embedding_models import FLOAT_PRODUCTS_MODEL, INTEGER_PRODUCTS_MODEL, ModelName
 from store.read.background import WriterSettings
 
@@ -103,8 +104,9 @@ class ApiSettings(BaseModel):
     # allocations instead of 700 promote far fewer turns in flight, so full collections are rare.
     gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] = (10_000, 20, 10)
     # sha256 (hex) of each bearer token -> the organization it acts for. Only digests are
-    # configured, so neither the settings file nor the environment holds a usable secret.
-    tokens: dict[str, str] = Field(default_factory=dict)
+    # configured, so neither the settings file nor the environment holds a usable secret. The
+    # organization is an identifier like every other: ids derived from it join it with others.
+    tokens: dict[str, Identifier] = Field(default_factory=dict)
 
 
 class ErasureSettings(BaseModel):

@@ -4,6 +4,7 @@ traceback, for settings it cannot use and for a service that is away; a bug stil
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,14 @@ def test_forget_without_a_user_says_so_before_connecting(
     monkeypatch.setattr(cli.wiring, "core", no_core)
     assert cli.main(["forget"]) == 2
     assert "--org ORG USER is required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("organization", ["acme\x1feu", "acme eu", ""])
+def test_a_token_for_an_organization_that_is_no_identifier_is_refused(
+    organization: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ids derived from the organization join it with the user and the caller's keys: an
+    organization spelled with the separator could meet another's."""
+    monkeypatch.setenv("MEMORYD_API__TOKENS", json.dumps({"0" * 64: organization}))
+    assert cli.main(["migrate"]) == 2
+    assert "api.tokens" in capsys.readouterr().err
