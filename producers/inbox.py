@@ -18,7 +18,8 @@ class InboxContextUpdates(UserEventClient):
         *,
         cycle_id: str | None = None,
     ) -> list[ContextEvent]:
-        """One `scaffold_update` event per key and one `learned_fact` per addition, sent together.
+        """One `scaffold_update` event per key and one `learned_fact` per distinct addition, sent
+        together.
 
         With a `cycle_id` the event ids are derived from it, so re-running the same inbox cycle
         publishes the same events and downstream deduplicates them.
@@ -27,7 +28,9 @@ class InboxContextUpdates(UserEventClient):
         meta = SourceMetadata(source=Source.AUTONOMOUS, session_id=cycle_id)
 
         def key(*parts: str) -> str | None:
-            return None if cycle_id is None else "\x1f".join((self._user_id, cycle_id, *parts))
+            # A JSON array (a cycle id or a key may hold any character), and a learned fact
+            # keyed by its text, not its place: a cycle run again in another order is the same.
+            return None if cycle_id is None else json.dumps([self._user_id, cycle_id, *parts])
 
         events = [
             self._event(
@@ -41,10 +44,8 @@ class InboxContextUpdates(UserEventClient):
             for name, value in scaffold_updates.items()
         ]
         events += [
-            self._event(
-                EventType.LEARNED_FACT, text, meta, key=key("learned", str(i), text), at=now
-            )
-            for i, text in enumerate(persistent_info_additions)
+            self._event(EventType.LEARNED_FACT, text, meta, key=key("learned", text), at=now)
+            for text in dict.fromkeys(persistent_info_additions)
         ]
         if events:
             self._publisher.publish(events)

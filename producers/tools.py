@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from producers._user_events import UserEventClient
 from producers.contract import (
     MAX_CONTENT_CHARS,
@@ -26,8 +28,9 @@ class ToolContextPublisher(UserEventClient):
     ) -> list[ContextEvent]:
         """Index a tool result or an attachment's text, split into contract-sized chunks.
 
-        Ids derive from (tool, message, attachment, chunk) when the caller names the message or
-        attachment, so re-indexing the same output is a no-op downstream.
+        Ids derive from (tool, connection, message, attachment, chunk) when the caller names
+        the message or attachment, so re-indexing the same output is a no-op downstream, and
+        two mailboxes' message "1" are two messages.
         """
         if not content.strip():
             raise ValueError("tool output is empty")
@@ -44,8 +47,9 @@ class ToolContextPublisher(UserEventClient):
         now = utc_now()
 
         def key(i: int) -> str | None:
-            parts = (self._user_id, tool_id, message_id or "", attachment_id or "", str(i))
-            return "\x1f".join(parts) if stable else None
+            # A JSON array: labels may hold any character, so no separator could be trusted.
+            parts = [self._user_id, tool_id, connection_id, message_id, attachment_id, i]
+            return json.dumps(parts) if stable else None
 
         events = [
             self._event(EventType.TOOL_OUTPUT, chunk, meta, key=key(i), at=now)

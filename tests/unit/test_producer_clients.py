@@ -68,3 +68,38 @@ def test_connection_context() -> None:
         "Acme is a key account",
     )
     assert sent.batches == [[event]]
+
+
+def test_an_inbox_cycle_run_again_in_another_order_publishes_the_same_events() -> None:
+    inbox = InboxContextUpdates(Published(), "ada", "org-a")
+    learned = ["Pays in EUR", "Prefers calls", "Pays in EUR"]
+    first = inbox.update_user_context({"Role": "Designer"}, learned, cycle_id="c1")
+    again = inbox.update_user_context({"Role": "Designer"}, learned[::-1], cycle_id="c1")
+    assert len(first) == 3  # the repeated addition is one event
+    assert {e.event_id for e in first} == {e.event_id for e in again}
+
+
+def test_inbox_and_tool_ids_cannot_be_spelled_by_other_parts() -> None:
+    inbox = InboxContextUpdates(Published(), "ada", "org-a")
+    (one,) = inbox.update_user_context({"x\x1fscaffold\x1fy": 1}, [], cycle_id="c")
+    (two,) = inbox.update_user_context({"y": 1}, [], cycle_id="c\x1fscaffold\x1fx")
+    assert one.event_id != two.event_id
+    tools = ToolContextPublisher(Published(), "ada", "org-a")
+    (a,) = tools.index_tool_output("hi", tool_id="t", message_id="m\x1f", attachment_id="a")
+    (b,) = tools.index_tool_output("hi", tool_id="t", message_id="m", attachment_id="\x1fa")
+    assert a.event_id != b.event_id
+
+
+def test_two_connections_messages_of_one_id_are_two_outputs() -> None:
+    tools = ToolContextPublisher(Published(), "ada", "org-a")
+    (work,) = tools.index_tool_output(
+        "Invoice due", tool_id="imap", connection_id="work", message_id="1"
+    )
+    (home,) = tools.index_tool_output(
+        "Dentist at 9", tool_id="imap", connection_id="home", message_id="1"
+    )
+    (again,) = tools.index_tool_output(
+        "Invoice due", tool_id="imap", connection_id="work", message_id="1"
+    )
+    assert work.event_id != home.event_id
+    assert again.event_id == work.event_id
