@@ -191,3 +191,31 @@ def test_an_open_erasure_naming_another_memorys_fact_completes_erasing_nothing(
         assert audit(deployment.dsn) == ["completed"]
         assert fact_ids(c, TWIN) == [twin_fact]
         assert list(c.index.embeddings([twin_fact])) == [twin_fact]
+
+
+def test_a_fact_written_over_still_redacts_the_observations_of_its_earlier_versions(
+    deployment: Deployment,
+) -> None:
+    """A run that re-adds a fact it was not shown (contradicted, say) writes its row over with
+    only the new sources, in a wording that may differ in case: the first observation is
+    still the fact's and loses its text with it."""
+    first = make_event("mira", "My sister Ingrid moved to Oslo last spring", org="org-a")
+    again = make_event("mira", "my sister ingrid moved to oslo last spring", minutes=5)
+    deployment.publish([first])
+    deployment.run_both()
+    deployment.publish([again])
+    deployment.run_both()
+    with eraser(deployment) as (c, erase):
+        (fact,) = c.memory.facts(MIRA)
+        assert first.event_id in fact.provenance.source_event_ids
+        # What the upsert leaves when the re-adding run did not have the fact among its own.
+        deployment.query(
+            "UPDATE memory_facts SET content = %s, source_event_ids = %s WHERE fact_id = %s"
+            " RETURNING fact_id",
+            (again.content, [again.event_id], fact.fact_id),
+        )
+        erase.erase_fact(MIRA, fact.fact_id, REQUEST)
+    contents = dict(
+        deployment.query("SELECT event_id, content FROM context_events WHERE user_id = 'mira'")
+    )
+    assert contents == {first.event_id: "[erased]", again.event_id: "[erased]"}
