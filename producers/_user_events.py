@@ -3,6 +3,7 @@ organization) that every event they build is about."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from producers.contract import ContextEvent, EventType, SourceMetadata, new_event_id, utc_now
@@ -36,3 +37,10 @@ class UserEventClient:
             source_metadata=meta,
             occurred_at=at or utc_now(),
         )
+
+
+def derived_key(*parts: object) -> str:
+    """The idempotency key of an event derived from these parts. Labels and callers' keys may
+    hold any character, so no separator could be trusted: the parts go in a JSON array, which
+    no other parts can spell."""
+    return json.dumps(list(parts))

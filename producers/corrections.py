@@ -8,10 +8,9 @@ true, which the consolidation turns into a fact like any other observation.
 
 from __future__ import annotations
 
-import json
 import uuid
 
-from producers._user_events import UserEventClient
+from producers._user_events import UserEventClient, derived_key
 from producers.contract import (
     ContextEvent,
     EventType,
@@ -72,8 +71,5 @@ class FactCorrections(UserEventClient):
 
 def _event_key(idempotency_key: str | None, fact_id: uuid.UUID, role: str) -> str | None:
     """The key of one event of a request: the caller's key is reused across facts and kinds
-    of request, and may hold any character, so the parts go in a JSON array, which no other
-    parts can spell."""
-    if idempotency_key is None:
-        return None
-    return json.dumps([idempotency_key, str(fact_id), role])
+    of request."""
+    return None if idempotency_key is None else derived_key(idempotency_key, str(fact_id), role)

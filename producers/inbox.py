@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from producers._user_events import UserEventClient
+from producers._user_events import UserEventClient, derived_key
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata, utc_now
 
 
@@ -28,9 +28,9 @@ class InboxContextUpdates(UserEventClient):
         meta = SourceMetadata(source=Source.AUTONOMOUS, session_id=cycle_id)
 
         def key(*parts: str) -> str | None:
-            # A JSON array (a cycle id or a key may hold any character), and a learned fact
-            # keyed by its text, not its place: a cycle run again in another order is the same.
-            return None if cycle_id is None else json.dumps([self._user_id, cycle_id, *parts])
+            # A learned fact is keyed by its text, not its place: a cycle run again in another
+            # order is the same.
+            return None if cycle_id is None else derived_key(self._user_id, cycle_id, *parts)
 
         events = [
             self._event(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
-from producers._user_events import UserEventClient
+from producers._user_events import UserEventClient, derived_key
 from producers.contract import (
     MAX_CONTENT_CHARS,
     ContextEvent,
@@ -47,9 +45,8 @@ class ToolContextPublisher(UserEventClient):
         now = utc_now()
 
         def key(i: int) -> str | None:
-            # A JSON array: labels may hold any character, so no separator could be trusted.
-            parts = [self._user_id, tool_id, connection_id, message_id, attachment_id, i]
-            return json.dumps(parts) if stable else None
+            parts = (self._user_id, tool_id, connection_id, message_id, attachment_id, i)
+            return derived_key(*parts) if stable else None
 
         events = [
             self._event(EventType.TOOL_OUTPUT, chunk, meta, key=key(i), at=now)
