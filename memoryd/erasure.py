@@ -68,7 +68,11 @@ class Eraser:
 
     def forget(self, key: MemoryKey, request: ErasureRequest) -> ErasureReceipt:
         """Erase the memory everywhere and return the receipt (resuming an open erasure)."""
-        record = self._open(key, ErasureScope.MEMORY, None, request)
+        scope = ErasureScope.MEMORY
+        erasure_id = self._earlier(key, scope, None, request) or self._new_id(
+            key, scope, None, request
+        )
+        record = self._open(key, scope, None, request, erasure_id)
         return self._run(key, None, record.erasure_id)
 
     def _run(
@@ -136,9 +140,12 @@ class Eraser:
         the same user id in another organization, would lose its vector here.
         """
         scope = ErasureScope.FACT
-        if self._earlier(key, scope, fact_id, request) is None and not self._holds(key, fact_id):
-            raise UnknownFact(f"{key} has no fact {fact_id}")
-        record = self._open(key, scope, fact_id, request)
+        erasure_id = self._earlier(key, scope, fact_id, request)
+        if erasure_id is None:
+            if not self._holds(key, fact_id):
+                raise UnknownFact(f"{key} has no fact {fact_id}")
+            erasure_id = self._new_id(key, scope, fact_id, request)
+        record = self._open(key, scope, fact_id, request, erasure_id)
         return self._run(key, fact_id, record.erasure_id)
 
     def _holds(self, key: MemoryKey, fact_id: uuid.UUID) -> bool:
@@ -204,21 +211,29 @@ class Eraser:
         running = self.erasures.open_erasure(self.subjects(key), scope, fact_id)
         return None if running is None else running.erasure_id
 
+    def _new_id(
+        self,
+        key: MemoryKey,
+        scope: ErasureScope,
+        fact_id: uuid.UUID | None,
+        request: ErasureRequest,
+    ) -> uuid.UUID:
+        """A request id names its erasure; without one, every erasure is its own."""
+        if request.request_id is not None:
+            return self._erasure_id(key, scope, fact_id, request.request_id)
+        return uuid.uuid4()
+
     def _open(
         self,
         key: MemoryKey,
         scope: ErasureScope,
         fact_id: uuid.UUID | None,
         request: ErasureRequest,
+        erasure_id: uuid.UUID,
     ) -> ErasureRecord:
-        subject = self.subjects(key)
-        if request.request_id is not None:
-            erasure_id = self._erasure_id(key, scope, fact_id, request.request_id)
-        else:
-            erasure_id = self._earlier(key, scope, fact_id, request) or uuid.uuid4()
         return self.erasures.start(
             erasure_id,
-            subject=subject,
+            subject=self.subjects(key),
             scope=scope,
             key=key,
             fact_id=fact_id,
