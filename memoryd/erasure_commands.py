@@ -15,7 +15,7 @@ from contextlib import closing
 from typing import Any
 
 from memoryd import wiring
-from memoryd.analyst.commands import memory_key
+from memoryd.analyst.commands import add_memory_arguments, memory_key
 from memoryd.erasure import ErasureRequest, UnknownFact
 from memoryd.settings import Settings
 from store.write.erasure_log import PendingErasure
@@ -92,8 +92,7 @@ def _open_json(p: PendingErasure) -> dict[str, Any]:
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("forget", help="erase a user's memory (or one fact) everywhere")
-    p.add_argument("--org", help="the organization the user belongs to")
-    p.add_argument("user", nargs="?")
+    add_memory_arguments(p, required=False)
     p.add_argument(
         "--fact", type=uuid.UUID, help="erase only this fact (its id), not the whole memory"
     )
@@ -105,8 +104,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--resume", action="store_true", help="finish erasures a crash left open")
     p.set_defaults(fn=cmd_forget)
     p = sub.add_parser("erasures", help="the receipts of a user's erasures, or those left open")
-    p.add_argument("--org", help="the organization the user belongs to")
-    p.add_argument("user", nargs="?")
+    add_memory_arguments(p, required=False)
     p.add_argument(
         "--open", action="store_true", help="every erasure started and not completed, whoever's"
     )

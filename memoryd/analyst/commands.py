@@ -47,10 +47,11 @@ def memory_key(args: argparse.Namespace) -> MemoryKey:
     return MemoryKey(args.org, args.user)
 
 
-def add_memory_arguments(p: argparse.ArgumentParser) -> None:
-    """--org ORG USER: a user id names a memory only within its organization."""
-    p.add_argument("--org", required=True, help="the organization the user belongs to")
-    p.add_argument("user")
+def add_memory_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """--org ORG USER: a user id names a memory only within its organization. Not `required`:
+    the command checks them itself (it has another way to say what it acts on)."""
+    p.add_argument("--org", required=required, help="the organization the user belongs to")
+    p.add_argument("user", nargs=None if required else "?")
 
 
 def parse_time(text: str) -> datetime:
