@@ -35,7 +35,7 @@ from consumers.forgetting import ForgottenEvents
 from consumers.indexer import IndexQueue
 from consumers.observers import FlushObserver
 from consumers.splitting import isolate
-from domain.ids import MemoryKey, run_id_for
+from domain.ids import MemoryKey, occurrence_run_id, run_id_for
 from domain.model import FlushReads, MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage
 from domain.ports import Clock, FactSearch, MemoryStore
 from processors.candidates import CandidatePolicy, select_candidates
@@ -388,13 +388,3 @@ def _with_output(update: MemoryUpdate, **notes: str) -> MemoryUpdate:
     """The run's output says what shaped it (a budget policy, a degraded search), for audit."""
     output = {**(update.run.output or {}), **notes}
     return replace(update, run=replace(update.run, output=output))
-
-
-def occurrence_run_id() -> uuid.UUID:
-    """The id of a failed, deferred or discarded run: one occurrence, not a function of its events.
-
-    The same events can fail again after a redrive, or succeed; each occurrence needs its own
-    record. An id derived from the events would collide with the succeeded run's id
-    (`run_id_for`), and `ON CONFLICT DO NOTHING` would then silently drop that run's record.
-    """
-    return uuid.uuid4()

@@ -81,6 +81,16 @@ def run_id_for(key: MemoryKey, event_ids: frozenset[uuid.UUID], attempt: int = 0
     return uuid.uuid5(RUN_NAMESPACE, f"{key.joined}{KEY_SEPARATOR}{attempt}{KEY_SEPARATOR}{joined}")
 
 
+def occurrence_run_id() -> uuid.UUID:
+    """The id of a failed, deferred or discarded run: one occurrence, not a function of its events.
+
+    The same events can fail again after a redrive, or succeed; each occurrence needs its own
+    record. An id derived from the events would collide with the succeeded run's id
+    (`run_id_for`), and `ON CONFLICT DO NOTHING` would then silently drop that run's record.
+    """
+    return uuid.uuid4()
+
+
 def ledger_entry_id_for(run_id: uuid.UUID, operation: str, detail: str = "") -> uuid.UUID:
     return uuid.uuid5(LEDGER_NAMESPACE, f"{run_id}\x1f{operation}\x1f{detail}")
 
