@@ -205,9 +205,11 @@ class UserFlusher:
         failed run and raised. `known_facts`: as read under the lock, until a run is applied."""
         request, degraded = self._request(state, events, now, known_facts)
         response, duration_ms = self._call(request, attempt)
+        unshown_ids = self._consolidator.unshown_ids(request, response)
         update = self._consolidator.plan(
             request,
             response,
+            unshown=self._store.facts_with_ids(request.key, unshown_ids),
             run_id=run_id_for(request.key, request.event_ids),
             backend=self._backend.name,
             prompt_version=self._backend.prompt_version,

@@ -158,7 +158,7 @@ def shadow_consolidate(
             memory.state(), facts, list(batch.events), batch.now, known_facts=known
         )
         try:
-            run = _plan(request, backend, consolidator, sleep)
+            run = _plan(request, backend, consolidator, sleep, memory.facts)
         except BackendError as error:
             failed.append(FailedBatch(tuple(x.event_id for x in batch.events), str(error)))
             continue
@@ -172,6 +172,7 @@ def _plan(
     backend: ConsolidationBackend,
     consolidator: Consolidator,
     sleep: Callable[[float], None],
+    stored: Mapping[uuid.UUID, Fact],
 ) -> RunRecord:
     attempt = 0
     while True:
@@ -193,5 +194,6 @@ def _plan(
         started_at=request.now,
         duration_ms=int((time.monotonic() - started) * 1000),
         attempt=attempt,
+        unshown=[stored[i] for i in consolidator.unshown_ids(request, response) if i in stored],
     )
     return update.run

@@ -150,6 +150,10 @@ class MemoryStore(Protocol):
         """The memory's facts with these statuses, by creation time then fact id."""
         ...
 
+    def facts_with_ids(self, key: MemoryKey, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
+        """The memory's facts among these ids, whatever their status."""
+        ...
+
     def connections(
         self, key: MemoryKey, connection_ids: Sequence[str]
     ) -> list[ConnectionContext]: ...

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
 from domain.codec import fact_to_json
 from domain.model import (
+    Fact,
     FactChange,
     LedgerEntry,
     MemoryState,
@@ -82,17 +83,13 @@ class Consolidator:
         started_at: datetime,
         duration_ms: int,
         attempt: int = 0,
+        unshown: Sequence[Fact] = (),
     ) -> MemoryUpdate:
+        """The run's update. `unshown`: the memory's stored facts (any status) among
+        `unshown_ids`, so that a fact stated again goes on with its row."""
         asked, request = request, self._planned_on(request)
         output = response.output
-        ledger = FactLedger(
-            key=request.key,
-            run_id=run_id,
-            now=request.now,
-            active=request.active_facts,
-            observations=request.observations,
-            gate=self._gate,
-        )
+        ledger = self._ledger(request, run_id, unshown)
         proposals = output.all_proposals()
         self._gate.prepare(proposals, request.active_facts)
         for proposal in proposals:
@@ -149,6 +146,30 @@ class Consolidator:
             ledger=(entry,),
         )
         return self._completed(asked, planned)
+
+    def unshown_ids(
+        self, request: ConsolidationRequest, response: BackendResponse
+    ) -> list[uuid.UUID]:
+        """The ids the response's proposals would give facts, less those of the facts the run
+        was shown: the caller looks them up in the memory and passes them to `plan`."""
+        request = self._planned_on(request)
+        ledger = self._ledger(request, uuid.UUID(int=0))  # only derives ids: no run
+        shown = {f.fact_id for f in request.active_facts}
+        derived = {ledger.derived_id(p) for p in response.output.all_proposals()}
+        return sorted(derived - shown)
+
+    def _ledger(
+        self, request: ConsolidationRequest, run_id: uuid.UUID, unshown: Sequence[Fact] = ()
+    ) -> FactLedger:
+        return FactLedger(
+            key=request.key,
+            run_id=run_id,
+            now=request.now,
+            active=request.active_facts,
+            observations=request.observations,
+            gate=self._gate,
+            unshown=unshown,
+        )
 
     def _planned_on(self, request: ConsolidationRequest) -> ConsolidationRequest:
         """The request as the gate and the ledger see it (a subclass may narrow it)."""

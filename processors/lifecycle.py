@@ -53,6 +53,7 @@ class FactLedger:
         active: Sequence[Fact],
         observations: Sequence[Observation],
         gate: WriteGate,
+        unshown: Sequence[Fact] = (),
     ) -> None:
         self._key = key
         self._run_id = run_id
@@ -60,6 +61,10 @@ class FactLedger:
         self._gate = gate
         self._initial: dict[uuid.UUID, Fact] = {f.fact_id: f for f in active}
         self._facts: dict[uuid.UUID, Fact] = dict(self._initial)
+        # Stored facts of the memory the run was not shown (contradicted, stale, or not among
+        # its candidates) whose content a proposal repeats: stated again, such a fact's row
+        # goes on with its earlier evidence and counters instead of being written over.
+        self._unshown = {f.fact_id: f for f in unshown if f.fact_id not in self._initial}
         self._before: dict[uuid.UUID, Fact | None] = {}
         self._kind: dict[uuid.UUID, FactChangeKind] = {}
         self._by_label = {o.label: o.event for o in observations}
@@ -89,6 +94,10 @@ class FactLedger:
                 self._add(proposal, supersedes=target)
             case FactOp.CLOSE_LOOP:
                 self._close_loop(target, proposal)
+
+    def derived_id(self, proposal: FactProposal) -> uuid.UUID:
+        """The id a fact added from `proposal` has: its content's, within its connection."""
+        return fact_id_for(self._key, proposal.content, self._provenance(proposal).connection_id)
 
     def changes(self) -> tuple[FactChange, ...]:
         return tuple(
@@ -121,7 +130,7 @@ class FactLedger:
             return
         provenance = self._provenance(proposal)
         fact_id = fact_id_for(self._key, proposal.content, provenance.connection_id)
-        existing = self._facts.get(fact_id)
+        existing = self._facts.get(fact_id) or self._unshown.get(fact_id)
         if existing is not None and existing.status is FactStatus.ACTIVE:
             self._reinforce(existing, proposal, "same content as an active fact")
             return
@@ -144,6 +153,8 @@ class FactLedger:
             event_date=proposal.event_date,
             subject=proposal.subject,
         )
+        if existing is not None:
+            fact = _stated_again(existing, fact)
         self._put(fact, FactChangeKind.ADD if supersedes is None else FactChangeKind.CONTRADICT)
         self._record(proposal, decision.verdict, decision.reason, fact_id)
         if supersedes is not None and status is FactStatus.ACTIVE:
@@ -243,9 +254,9 @@ class FactLedger:
     def _put(self, fact: Fact, kind: FactChangeKind) -> None:
         fid = fact.fact_id
         if fid not in self._before:
-            self._before[fid] = self._initial.get(fid)
+            self._before[fid] = self._initial.get(fid) or self._unshown.get(fid)
         # A fact born in this run keeps the kind it was born with; an old one takes the latest.
-        if fid in self._initial or fid not in self._kind:
+        if fid in self._initial or fid in self._unshown or fid not in self._kind:
             self._kind[fid] = kind
         self._facts[fid] = fact
 
@@ -301,6 +312,29 @@ _TARGETABLE = frozenset({FactStatus.ACTIVE, FactStatus.HELD})
 
 def _latest(a: datetime | None, b: datetime) -> datetime:
     return b if a is None else max(a, b)
+
+
+def _stated_again(stored: Fact, fact: Fact) -> Fact:
+    """`fact`, new from a proposal, over the stored fact of the same content: what the
+    statement says now (status, type, scores, dates) on the row that keeps its evidence,
+    counters and creation."""
+    return replace(
+        stored,
+        content=fact.content,
+        fact_type=fact.fact_type,
+        surface=fact.surface,
+        status=fact.status,
+        confidence=fact.confidence,
+        salience=fact.salience,
+        superseded_by=None,
+        updated_at=fact.updated_at,
+        observed_at=max((t for t in (stored.observed_at, fact.observed_at) if t), default=None),
+        event_date=fact.event_date or stored.event_date,
+        subject=fact.subject or stored.subject,
+        provenance=_merge_evidence(stored.provenance, fact.provenance.source_event_ids),
+        indexed_at=None,
+        version=stored.version + 1,
+    )
 
 
 def _merge_evidence(provenance: Provenance, event_ids: tuple[uuid.UUID, ...]) -> Provenance:

@@ -49,6 +49,11 @@ class InMemoryMemoryStore:
         with self._db.lock:
             return [f for f in self._db.user_facts(key) if f.status in statuses]
 
+    def facts_with_ids(self, key: MemoryKey, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
+        wanted = set(fact_ids)
+        with self._db.lock:
+            return [f for f in self._db.user_facts(key) if f.fact_id in wanted]
+
     def facts_by_id(self, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
         with self._db.lock:
             return [self._db.facts[i] for i in dict.fromkeys(fact_ids) if i in self._db.facts]

@@ -91,6 +91,17 @@ class PostgresMemoryStore:
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
+    def facts_with_ids(self, key: MemoryKey, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
+        if not fact_ids:
+            return []
+        with statement(self._pool) as conn:
+            rows = conn.execute(
+                f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} WHERE {_MEMORY}"
+                " AND fact_id = ANY(%s) ORDER BY fact_id",
+                (key.organization_id, key.user_id, list(fact_ids)),
+            ).fetchall()
+        return [fact_rows.from_row(r) for r in rows]
+
     def facts_by_id(self, fact_ids: Sequence[uuid.UUID]) -> list[Fact]:
         if not fact_ids:
             return []

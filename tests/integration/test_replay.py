@@ -149,6 +149,30 @@ def test_fold_of_the_runs_equals_live_memory(deployment: Deployment) -> None:
     assert fold_runs(runs) == folded  # deterministic
 
 
+def test_a_contradicted_fact_stated_again_keeps_its_evidence_in_live_and_fold(
+    deployment: Deployment,
+) -> None:
+    first, correction = batch(0), batch(1)
+    consolidate(deployment, first)
+    consolidate(deployment, correction)
+    again = make_event(USER, BATCHES[0][0][0], EventType.FACT, minutes=100)
+    consolidate(deployment, [again])
+
+    live, folded, _ = images(deployment)
+    [initech] = [f for f in live.facts.values() if "Initech" in f.content]
+    assert initech.status is FactStatus.ACTIVE
+    assert initech.provenance.source_event_ids == (first[0].event_id, again.event_id)
+    # The fold does not track indexing; everything else is the live row.
+    assert replace(folded.facts[initech.fact_id], indexed_at=initech.indexed_at) == initech
+    assert diff_memory(live, folded).identical
+    history = deployment.query(
+        "SELECT operation, before IS NULL FROM fact_history h"
+        " JOIN consolidation_runs r USING (run_id) WHERE fact_id = %s ORDER BY r.started_at",
+        (initech.fact_id,),
+    )
+    assert history == [("add", True), ("contradict", False), ("add", False)]
+
+
 def test_memory_at_a_time_is_the_fold_of_the_runs_committed_by_then(
     deployment: Deployment, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,9 +10,9 @@ import pytest
 from consumers.batching import Rejection
 from consumers.flush import BudgetPolicy, FlushKind
 from domain.ids import ledger_entry_id_for
-from domain.model import Fact, LedgerEntry, RunStatus
+from domain.model import Fact, FactStatus, LedgerEntry, RunStatus
 from store.errors import MemoryBeingErased, VectorIndexUnavailable
-from tests.support.builders import BASE_TIME, buffered, key_of, make_event
+from tests.support.builders import BASE_TIME, buffered, key_of, make_event, make_fact
 from tests.support.fakes import FlakyBackend
 from tests.support.inmemory import SUBJECTS, InMemoryMemoryd
 
@@ -180,3 +180,34 @@ def test_a_memory_being_erased_waits() -> None:
         flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
     flusher.close()
     assert backend.calls == 0
+
+
+def test_a_fact_stated_again_after_it_was_contradicted_keeps_its_earlier_evidence() -> None:
+    m = InMemoryMemoryd()
+    earlier = uuid.uuid4()
+    lisbon = make_fact(
+        "ada",
+        "The user lives in Lisbon",
+        status=FactStatus.CONTRADICTED,
+        source_event_ids=(earlier,),
+        reinforce_count=2,
+    )
+    m.seed("ada", [lisbon])
+    flusher = m.flusher(FlakyBackend())
+    event = make_event("ada", "I live in Lisbon")
+    flusher.flush(key_of("ada"), buffered([event]), attempt=0)
+    flusher.close()
+
+    [row] = m.memory.facts_with_ids(key_of("ada"), [lisbon.fact_id])
+    assert row.status is FactStatus.ACTIVE
+    assert row.provenance.source_event_ids == (earlier, event.event_id)
+    assert row.reinforce_count == 2
+    # The run's recorded effect (what replay folds) says the same.
+    (_, run) = m.runs.runs(key_of("ada"))
+    assert run.run.output is not None
+    [applied] = [
+        f["after"]
+        for f in run.run.output["applied"]["facts"]
+        if f["after"]["fact_id"] == str(lisbon.fact_id)
+    ]
+    assert applied["source_event_ids"] == [str(earlier), str(event.event_id)]

@@ -60,7 +60,7 @@ def fact(
     )
 
 
-def ledger(*active: Fact) -> FactLedger:
+def ledger(*active: Fact, unshown: tuple[Fact, ...] = ()) -> FactLedger:
     return FactLedger(
         key=MemoryKey("org-a", "ada"),
         run_id=RUN,
@@ -68,6 +68,7 @@ def ledger(*active: Fact) -> FactLedger:
         active=active,
         observations=[Observation("E1", EVENT)],
         gate=WriteGate(None),
+        unshown=unshown,
     )
 
 
@@ -252,3 +253,43 @@ def test_every_proposal_leaves_a_decision() -> None:
         run.apply(p)
     assert [d.verdict for d in run.decisions] == ["discard", "allow", "reinforce", "hold"]
     assert run.counts() == GateCounts(allowed=1, held=1, discarded=1, reinforced=1)
+
+
+DESIGN = "The user works in design."
+
+
+def test_a_stored_fact_stated_again_goes_on_with_its_evidence_and_counters() -> None:
+    # Contradicted earlier and not shown to this run: its row continues, not written over.
+    stored = fact(
+        DESIGN,
+        status=FactStatus.CONTRADICTED,
+        superseded_by=ENGINEERING.fact_id,
+        reinforce_count=3,
+        last_reinforced_at=EARLIER,
+        version=4,
+    )
+    run = ledger(ENGINEERING, unshown=(stored,))
+    proposal = propose(FactOp.CONTRADICT, DESIGN, ENGINEERING)
+    assert run.derived_id(proposal) == stored.fact_id
+    run.apply(proposal)
+    change = by_id(run.changes())[stored.fact_id]
+    assert (change.kind, change.before) == (FactChangeKind.CONTRADICT, stored)
+    again = change.after
+    assert (again.status, again.superseded_by) == (FactStatus.ACTIVE, None)
+    assert again.provenance.source_event_ids == (uuid.UUID(int=1), EVENT.event_id)
+    assert (again.reinforce_count, again.last_reinforced_at) == (3, EARLIER)
+    assert (again.created_at, again.created_by_run) == (stored.created_at, stored.created_by_run)
+    assert (again.version, again.indexed_at, again.observed_at) == (5, None, NOW)
+    assert again.confidence == 0.9
+    assert by_id(run.changes())[ENGINEERING.fact_id].after.superseded_by == stored.fact_id
+
+
+def test_an_active_fact_the_run_was_not_shown_is_reinforced_when_stated_again() -> None:
+    stored = fact(DESIGN, reinforce_count=1)
+    run = ledger(unshown=(stored,))
+    run.apply(propose(FactOp.ADD, DESIGN))
+    [change] = run.changes()
+    assert (change.kind, change.before) == (FactChangeKind.REINFORCE, stored)
+    assert change.after.reinforce_count == 2
+    assert change.after.provenance.source_event_ids == (uuid.UUID(int=1), EVENT.event_id)
+    assert run.counts() == GateCounts(reinforced=1)
