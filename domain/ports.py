@@ -31,7 +31,7 @@ from domain.model import (
     MemoryUpdate,
     RunRecord,
 )
-from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Recall, Scope
+from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Scope
 
 __all__ = [
     "Appended",
@@ -328,10 +328,8 @@ class ReadModel(InjectionReads, Protocol):
         """The version and recall counters of these facts that are still in scope."""
         ...
 
-    def record_recalls(self, recalls: Sequence[Recall]) -> None: ...
-
     def write_context_logs(self, rows: Sequence[ContextLogRow]) -> None:
-        """Idempotent on log_id."""
+        """Idempotent on log_id; counts the recalls of the rows it writes."""
         ...
 
 

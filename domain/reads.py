@@ -71,14 +71,6 @@ class FactCounters:
 
 
 @dataclass(frozen=True)
-class Recall:
-    """The facts one turn retrieved: one queued item a turn, not one a fact."""
-
-    fact_ids: tuple[uuid.UUID, ...]
-    at: datetime
-
-
-@dataclass(frozen=True)
 class ContextLogRow:
     """One AgentContextLog: what a read injected and retrieved, how fast, degraded or not."""
 
@@ -97,5 +89,9 @@ class ContextLogRow:
     degraded_reason: str | None
     created_at: datetime
     # The memory's generation the turn read (None: the memory did not exist). A row written
-    # once the memory was erased since is dropped: its query may say what was erased.
+    # once the memory was erased since (or while an erasure of it is open) is dropped: its
+    # query may say what was erased.
     generation: uuid.UUID | None = None
+    # The facts the turn retrieved: their recall counters go up when the row is first
+    # written, so a retried turn (same log id) counts its recalls once.
+    recalled: tuple[uuid.UUID, ...] = ()

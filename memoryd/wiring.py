@@ -292,7 +292,7 @@ def query_rewriter(c: Core) -> TimeBoundRewriter | None:
 def context_service(
     c: Core, metrics: ReadPathMetrics | None = None, watch: StampWatch | None = None
 ) -> ContextService:
-    """The read path, with its background writers (audit rows, recall counters), which start on
+    """The read path, with its background writers (audit rows and recalls, costs), which start on
     first use and stop when idle: `close()` the service (or use `read_path`) to write what they
     still hold before the pool goes away."""
     r = c.settings.read_path
@@ -305,7 +305,6 @@ def context_service(
         cache=InjectionCache(reads, r.cache_max_users, watch),
         rewriter=query_rewriter(c),
         audit=BatchWriter("context-log", reads.write_context_logs, r.writer, **hooks),
-        recalls=BatchWriter("recall-counts", reads.record_recalls, r.writer, **hooks),
         observer=metrics,
         charges=read_charges(c),
         ledger=BatchWriter("read-costs", ReadLedger(c.pool).write, r.writer, **hooks),

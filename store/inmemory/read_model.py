@@ -16,7 +16,7 @@ from typing import Any
 
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
-from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Recall, Scope
+from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Scope
 from store.inmemory.database import InMemoryDatabase
 from store.read.fact_queries import BM25_B, BM25_K1
 
@@ -130,29 +130,29 @@ class InMemoryReadModel:
 
     # -- off the hot path -----------------------------------------------------------------
 
-    def record_recalls(self, recalls: Sequence[Recall]) -> None:
-        with self._db.lock:
-            for recall in recalls:
-                for fact_id in recall.fact_ids:
-                    fact = self._db.facts.get(fact_id)
-                    if fact is None:
-                        continue  # gone since: skipped, as the Postgres update skips it
-                    last = fact.last_recalled_at
-                    self._db.facts[fact_id] = replace(
-                        fact,
-                        recall_count=fact.recall_count + 1,
-                        last_recalled_at=recall.at if last is None else max(last, recall.at),
-                    )
-
     def write_context_logs(self, rows: Sequence[ContextLogRow]) -> None:
-        """Only rows of the memory's generation the turn read, as the Postgres one."""
+        """Only rows of the memory the turn read, as the Postgres one; a row's recalls are
+        counted when the row is first written."""
         with self._db.lock:
             for row in rows:
                 key = MemoryKey(row.organization_id, row.user_id)
-                if self._db.generations.get(key) == row.generation or (
-                    row.generation is None and key not in self._db.erasing
-                ):
-                    self._db.context_logs.setdefault(row.log_id, row)
+                current = row.generation is None or self._db.generations.get(key) == row.generation
+                if key in self._db.erasing or not current or row.log_id in self._db.context_logs:
+                    continue
+                self._db.context_logs[row.log_id] = row
+                self._count_recalls(row)
+
+    def _count_recalls(self, row: ContextLogRow) -> None:
+        for fact_id in row.recalled:
+            fact = self._db.facts.get(fact_id)
+            if fact is None:
+                continue  # gone since: skipped, as the Postgres update skips it
+            last = fact.last_recalled_at
+            self._db.facts[fact_id] = replace(
+                fact,
+                recall_count=fact.recall_count + 1,
+                last_recalled_at=row.created_at if last is None else max(last, row.created_at),
+            )
 
     # -- inspection -----------------------------------------------------------------------
 

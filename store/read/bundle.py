@@ -91,4 +91,5 @@ def audit_row(
         degraded_reason=bundle.degraded_reason,
         created_at=at,
         generation=injection.generation,
+        recalled=tuple(r.fact.fact_id for r in bundle.facts),
     )

@@ -9,8 +9,9 @@ for a fact's status and scope: should one have changed since the entry was read 
 committing during the turn), the turn ranks again on Postgres's current rows of all its
 candidates, so a fact contradicted meanwhile is never shown. Without an entry the keyword
 search is Postgres's and every candidate's row is read from it. With Chroma down the bundle
-still comes back from the keyword search, marked degraded. Recall counters and the audit row
-are handed to background writers: `assemble` never waits for them.
+still comes back from the keyword search, marked degraded. The audit row (which carries the
+turn's recalls) and the turn's costs are handed to background writers: `assemble` never waits
+for them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus, LedgerEntry
 from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
-from domain.reads import ContextLogRow, Injection, MemoryStamp, Recall, Scope
+from domain.reads import ContextLogRow, Injection, MemoryStamp, Scope
 from store.errors import VectorIndexUnavailable
 from store.read.background import BatchWriter
 from store.read.bundle import ContextBundle, RetrievedFact, audit_row
@@ -32,7 +33,7 @@ from store.read.dense import DenseSearch
 from store.read.injection import InjectionCache
 from store.read.query_rewrite import Rewrite, RewriteOutcome
 from store.read.ranking import PROFILES, Budget, BudgetProfile
-from store.read.read_ledger import ReadCharge
+from store.read.read_ledger import ReadCharge, ReadCost
 from store.read.rendering import render_prompt_block
 from store.read.turn_ranking import Candidates, rank
 
@@ -80,10 +81,9 @@ class ContextService:
         cache: InjectionCache | None = None,
         rewriter: Callable[[str], Rewrite] | None = None,
         audit: BatchWriter[ContextLogRow] | None = None,
-        recalls: BatchWriter[Recall] | None = None,
         observer: ReadPathObserver | None = None,
         charges: Callable[[ReadCharge], Sequence[LedgerEntry]] | None = None,
-        ledger: BatchWriter[LedgerEntry] | None = None,
+        ledger: BatchWriter[ReadCost] | None = None,
         dense: DenseSearch | None = None,
     ) -> None:
         self._reads = reads
@@ -95,7 +95,6 @@ class ContextService:
         self._cache = cache or InjectionCache(reads)
         self._rewriter = rewriter
         self._audit = audit
-        self._recalls = recalls
         self._observer = observer
 
     def assemble(
@@ -157,7 +156,7 @@ class ContextService:
         bundle = replace(bundle, latency_ms=watch.total_ms, timings_ms=dict(watch.laps))
         self._observe(bundle, hit, rewrite)
         self._hand_off(bundle, injection, found.candidates)
-        self._book(bundle, found.embedded_query, rewrite)
+        self._book(bundle, injection, found.embedded_query, rewrite)
         return bundle
 
     def forget(self, key: MemoryKey) -> None:
@@ -269,13 +268,12 @@ class ContextService:
     # -- off the hot path -----------------------------------------------------------------
 
     def _hand_off(self, bundle: ContextBundle, injection: Injection, candidates: int) -> None:
-        at = self._clock()
-        if self._recalls is not None and bundle.facts:
-            self._recalls.submit(Recall(tuple(r.fact.fact_id for r in bundle.facts), at))
         if self._audit is not None:
-            self._audit.submit(audit_row(bundle, injection, candidates, at))
+            self._audit.submit(audit_row(bundle, injection, candidates, self._clock()))
 
-    def _book(self, bundle: ContextBundle, embedded: bool, rewrite: Rewrite) -> None:
+    def _book(
+        self, bundle: ContextBundle, injection: Injection, embedded: bool, rewrite: Rewrite
+    ) -> None:
         """Hand the read's costs (query embedding, query rewrite) to the ledger writer."""
         if self._charges is None or self._ledger is None or bundle.log_id is None:
             return
@@ -288,7 +286,7 @@ class ContextService:
             rewrite.usage,
         )
         for entry in self._charges(charge):
-            self._ledger.submit(entry)
+            self._ledger.submit(ReadCost(entry, injection.generation))
 
     def _observe(self, bundle: ContextBundle, hit: bool, rewrite: Rewrite) -> None:
         if self._observer is not None:
@@ -296,8 +294,8 @@ class ContextService:
             self._observer.assembled(bundle, hit, outcome)
 
     def close(self) -> None:
-        """Write what the background writers hold (recall counters, audit rows)."""
-        for writer in (self._recalls, self._audit, self._ledger):
+        """Write what the background writers hold (audit rows with their recalls, costs)."""
+        for writer in (self._audit, self._ledger):
             if writer is not None:
                 writer.close()
 

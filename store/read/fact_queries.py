@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 from domain.codec import fact_from_json
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
-from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Recall, Scope
+from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Scope
 from store import fact_rows
 from store.postgres import memory_params, statement, transaction
 
@@ -31,14 +31,30 @@ _SCOPE = (
     " AND (cardinality(%(context_types)s::text[]) = 0 OR context_type = ANY(%(context_types)s))"
 )
 _MEMORY = "organization_id = %s AND user_id = %s"
-# A background audit row is only written while its memory is the generation the turn read
-# (for a turn on a memory that did not exist: while no erasure of it is running).
-# Parameters: generation, organization, user, organization, user, generation.
-_STILL_THE_MEMORY_READ = (
-    "CASE WHEN %s::uuid IS NULL THEN NOT EXISTS (SELECT 1 FROM erasure_pending p"
-    " WHERE p.organization_id = %s AND p.user_id = %s AND p.fact_id IS NULL)"
-    " ELSE EXISTS (SELECT 1 FROM user_memory m WHERE m.organization_id = %s"
-    " AND m.user_id = %s AND m.generation = %s) END"
+
+
+def still_the_memory_read(generation: str, org: str, user: str) -> str:
+    """SQL true while the memory is the one a turn read: its generation (for a turn on a
+    memory that did not exist, any), and no erasure of the whole memory open. What a turn
+    leaves behind in the background (its audit row, its costs) is written under this guard:
+    from the moment an erasure opens, nothing of the memory's is written with its ids."""
+    return (
+        f"NOT EXISTS (SELECT 1 FROM erasure_pending p WHERE p.organization_id = {org}"
+        f" AND p.user_id = {user} AND p.fact_id IS NULL) AND ({generation} IS NULL OR EXISTS"
+        f" (SELECT 1 FROM user_memory m WHERE m.organization_id = {org}"
+        f" AND m.user_id = {user} AND m.generation = {generation}))"
+    )
+
+
+_LOGGED_WHILE_READ = still_the_memory_read("%(generation)s::uuid", "%(org)s", "%(user_id)s")
+_INSERT_CONTEXT_LOG = (
+    "INSERT INTO context_logs (log_id, user_id, organization_id, query, rewritten_query,"
+    " memory_version, budget, connection_ids, injected, retrieved, latency_ms, degraded,"
+    " degraded_reason, created_at)"
+    " SELECT %(log_id)s, %(user_id)s, %(org)s, %(query)s, %(rewritten_query)s,"
+    " %(memory_version)s, %(budget)s, %(connection_ids)s, %(injected)s, %(retrieved)s,"
+    " %(latency_ms)s, %(degraded)s, %(degraded_reason)s, %(created_at)s"
+    f" WHERE {_LOGGED_WHILE_READ} ON CONFLICT (log_id) DO NOTHING RETURNING log_id"
 )
 
 # OR of the query's lexemes: plainto_tsquery ANDs them, which a chat turn rarely satisfies.
@@ -252,72 +268,71 @@ class PostgresReadModel:
 
     # -- off the hot path -----------------------------------------------------------------
 
-    def record_recalls(self, recalls: Sequence[Recall]) -> None:
-        """Add each fact's recalls in one statement; a fact gone since is skipped.
-
-        Counted in `fact_recalls`, not in the fact's own wide row (migration 0009). A fact
-        erased between the check and the insert fails the batch on its foreign key; the
-        writer retries it, and then the check skips the fact.
-        """
-        counts: dict[uuid.UUID, tuple[int, datetime]] = {}
-        for r in recalls:
-            for fact_id in r.fact_ids:
-                n, at = counts.get(fact_id, (0, r.at))
-                counts[fact_id] = (n + 1, max(at, r.at))
-        if not counts:
-            return
-        # Sorted ids: concurrent batches lock rows in one order and cannot deadlock each other.
-        ids = sorted(counts)
-        with self._transaction() as conn:
-            conn.execute(
-                "INSERT INTO fact_recalls AS c (fact_id, recall_count, last_recalled_at)"
-                " SELECT r.fact_id, r.n, r.at"
-                " FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[]) AS r(fact_id, n, at)"
-                " WHERE EXISTS (SELECT 1 FROM memory_facts f WHERE f.fact_id = r.fact_id)"
-                " ORDER BY r.fact_id ON CONFLICT (fact_id) DO UPDATE SET"
-                " recall_count = c.recall_count + EXCLUDED.recall_count,"
-                " last_recalled_at = greatest(c.last_recalled_at, EXCLUDED.last_recalled_at)",
-                (ids, [counts[i][0] for i in ids], [counts[i][1] for i in ids]),
-            )
-
     def write_context_logs(self, rows: Sequence[ContextLogRow]) -> None:
-        """Idempotent on log_id, so a retried batch writes each row once.
+        """Idempotent on log_id, so a retried batch (or turn) writes each row once, and
+        counts the recalls of the rows it wrote, in the same transaction.
 
         Written in the background, a row can arrive after its memory was erased: it is only
-        inserted while the memory is still the generation the turn read.
+        inserted while the memory is still the one the turn read (`still_the_memory_read`).
         """
-        if not rows:
+        first = {r.log_id: r for r in reversed(rows)}
+        if not first:
             return
+        # In log id order: two batches retrying the same turns cannot deadlock on them.
+        ordered = [first[i] for i in sorted(first)]
         with self._transaction() as conn, conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO context_logs (log_id, user_id, organization_id, query,"
-                " rewritten_query, memory_version, budget, connection_ids, injected, retrieved,"
-                " latency_ms, degraded, degraded_reason, created_at)"
-                " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
-                f" WHERE {_STILL_THE_MEMORY_READ} ON CONFLICT (log_id) DO NOTHING",
-                [
-                    (
-                        r.log_id,
-                        r.user_id,
-                        r.organization_id,
-                        r.query,
-                        r.rewritten_query,
-                        r.memory_version,
-                        r.budget,
-                        list(r.connection_ids),
-                        Jsonb(dict(r.injected)),
-                        Jsonb([dict(x) for x in r.retrieved]),
-                        r.latency_ms,
-                        r.degraded,
-                        r.degraded_reason,
-                        r.created_at,
-                        r.generation,
-                        r.organization_id,
-                        r.user_id,
-                        r.organization_id,
-                        r.user_id,
-                        r.generation,
-                    )
-                    for r in rows
-                ],
-            )
+            cur.executemany(_INSERT_CONTEXT_LOG, [_log_params(r) for r in ordered], returning=True)
+            written: set[uuid.UUID] = set()
+            while True:
+                written.update(row[0] for row in cur.fetchall())
+                if not cur.nextset():
+                    break
+            _count_recalls(cur, [r for r in ordered if r.log_id in written])
+
+
+def _log_params(r: ContextLogRow) -> dict[str, Any]:
+    return {
+        "log_id": r.log_id,
+        "user_id": r.user_id,
+        "org": r.organization_id,
+        "query": r.query,
+        "rewritten_query": r.rewritten_query,
+        "memory_version": r.memory_version,
+        "budget": r.budget,
+        "connection_ids": list(r.connection_ids),
+        "injected": Jsonb(dict(r.injected)),
+        "retrieved": Jsonb([dict(x) for x in r.retrieved]),
+        "latency_ms": r.latency_ms,
+        "degraded": r.degraded,
+        "degraded_reason": r.degraded_reason,
+        "created_at": r.created_at,
+        "generation": r.generation,
+    }
+
+
+def _count_recalls(cur: psycopg.Cursor[Any], rows: Sequence[ContextLogRow]) -> None:
+    """Add each fact's recalls in one statement; a fact gone since is skipped.
+
+    Counted in `fact_recalls`, not in the fact's own wide row (migration 0009). A fact
+    erased between the check and the insert fails the transaction on its foreign key, audit
+    rows included; the writer retries the batch, and then the check skips the fact.
+    """
+    counts: dict[uuid.UUID, tuple[int, datetime]] = {}
+    for r in rows:
+        for fact_id in r.recalled:
+            n, at = counts.get(fact_id, (0, r.created_at))
+            counts[fact_id] = (n + 1, max(at, r.created_at))
+    if not counts:
+        return
+    # Sorted ids: concurrent batches lock rows in one order and cannot deadlock each other.
+    ids = sorted(counts)
+    cur.execute(
+        "INSERT INTO fact_recalls AS c (fact_id, recall_count, last_recalled_at)"
+        " SELECT r.fact_id, r.n, r.at"
+        " FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[]) AS r(fact_id, n, at)"
+        " WHERE EXISTS (SELECT 1 FROM memory_facts f WHERE f.fact_id = r.fact_id)"
+        " ORDER BY r.fact_id ON CONFLICT (fact_id) DO UPDATE SET"
+        " recall_count = c.recall_count + EXCLUDED.recall_count,"
+        " last_recalled_at = greatest(c.last_recalled_at, EXCLUDED.last_recalled_at)",
+        (ids, [counts[i][0] for i in ids], [counts[i][1] for i in ids]),
+    )

@@ -5,6 +5,10 @@ booked to the user's credit ledger like consolidation's costs. The price table l
 processors, so the read path only says what happened (`ReadCharge`) and the composition root
 turns that into ledger entries; entry ids derive from the read's audit row id, so a retried
 turn is booked once (`ON CONFLICT DO NOTHING`).
+
+A cost is written in the background, so it can arrive once an erasure of its memory has
+opened (or completed): it is then booked under the erasure's pseudonym, as the erasure
+anonymises the memory's earlier rows, never with the ids the user asked to have forgotten.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from psycopg_pool import ConnectionPool
 
 from domain.model import LedgerEntry, TokenUsage
 from store.postgres import transaction
-from store.write.run_rows import insert_ledger
+from store.read.fact_queries import still_the_memory_read
 
 
 @dataclass(frozen=True)
@@ -31,10 +35,57 @@ class ReadCharge:
     rewrite_usage: TokenUsage | None  # tokens of the query rewrite call, if one answered
 
 
+@dataclass(frozen=True)
+class ReadCost:
+    """A ledger entry of a read, with the memory generation the read saw."""
+
+    entry: LedgerEntry
+    generation: uuid.UUID | None
+
+
+# The erasure open on the memory, if any: its pseudonym is the one `erase_memory` gives the
+# memory's ledger rows. One that completed before the cost arrived is no longer known here:
+# the cost goes under a pseudonym naming no erasure. Off the memory's ids, the entry id is
+# derived anew (the erasure re-keys the rows it anonymises for the same reason).
+_BOOK = (
+    "WITH e AS (SELECT %(entry_id)s::uuid AS entry_id, %(org)s::text AS org,"
+    " %(user_id)s::text AS user_id, %(generation)s::uuid AS generation),"
+    f" s AS (SELECT e.*, {still_the_memory_read('e.generation', 'e.org', 'e.user_id')} AS ours,"
+    " (SELECT p.erasure_id::text FROM erasure_pending p WHERE p.organization_id = e.org"
+    " AND p.user_id = e.user_id AND p.fact_id IS NULL ORDER BY p.erasure_id LIMIT 1) AS erasure"
+    " FROM e)"
+    " INSERT INTO credit_ledger (entry_id, user_id, organization_id, run_id, operation, model,"
+    " units, cost_micro_usd, occurred_at)"
+    " SELECT CASE WHEN ours THEN entry_id"
+    " ELSE md5(entry_id::text || ':' || coalesce(erasure, 'unknown'))::uuid END,"
+    " CASE WHEN ours THEN user_id ELSE 'erased:' || coalesce(erasure, 'unknown') END,"
+    " org, NULL, %(operation)s, %(model)s, %(units)s, %(cost)s, %(at)s FROM s"
+    " ON CONFLICT (entry_id) DO NOTHING"
+)
+
+
 class ReadLedger:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
 
-    def write(self, entries: Sequence[LedgerEntry]) -> None:
-        with transaction(self._pool, f"booking {len(entries)} read cost(s)") as conn:
-            insert_ledger(conn, entries)
+    def write(self, costs: Sequence[ReadCost]) -> None:
+        with (
+            transaction(self._pool, f"booking {len(costs)} read cost(s)") as conn,
+            conn.cursor() as cur,
+        ):
+            cur.executemany(_BOOK, [_params(c) for c in costs])
+
+
+def _params(cost: ReadCost) -> dict[str, object]:
+    e = cost.entry
+    return {
+        "entry_id": e.entry_id,
+        "org": e.organization_id,
+        "user_id": e.user_id,
+        "generation": cost.generation,
+        "operation": e.operation,
+        "model": e.model,
+        "units": e.units,
+        "cost": e.cost_micro_usd,
+        "at": e.occurred_at,
+    }

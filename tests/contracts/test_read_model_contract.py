@@ -12,9 +12,9 @@ import pytest
 
 from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus, LedgerEntry
-from domain.reads import ContextLogRow, FactCounters, Recall, Scope
+from domain.reads import ContextLogRow, FactCounters, Scope
 from tests.contracts.conftest import Stores
-from tests.support.builders import BASE_TIME, key_of, make_fact, seed
+from tests.support.builders import BASE_TIME, key_of, log_row, make_fact, seed
 
 ADA = Scope(key_of("ada"))
 
@@ -172,20 +172,45 @@ def test_indexed_ids_and_facts_in_scope(stores: Stores) -> None:
     assert stores.reads.facts_in_scope(ADA, []) == []
 
 
-def test_recalls_add_up(stores: Stores) -> None:
+def generation_of(stores: Stores, key: MemoryKey) -> uuid.UUID:
+    injection = stores.reads.injection(key)
+    assert injection is not None
+    return injection.generation
+
+
+def test_a_turns_recalls_are_counted_once_with_its_audit_row(stores: Stores) -> None:
+    berlin, tea = make_fact("ada", "Ada lives in Berlin"), make_fact("ada", "Ada likes tea")
+    seed(stores.memory, "ada", [berlin, tea])
+    generation = generation_of(stores, ADA.key)
+    later = BASE_TIME + timedelta(minutes=5)
+    first = log_row(ADA.key, generation=generation, recalled=[berlin], at=later)
+    second = log_row(ADA.key, generation=generation, recalled=[berlin, tea])
+    stores.reads.write_context_logs([first, second, first])
+    stores.reads.write_context_logs([second])  # a retried turn (same log id)
+    stores.reads.write_context_logs([])
+    # Another generation's turn (the memory was erased since) writes and counts nothing.
+    stores.reads.write_context_logs([log_row(ADA.key, generation=uuid.uuid4(), recalled=[tea])])
+    stored = {f.fact_id: f for f in stores.memory.facts_by_id([berlin.fact_id, tea.fact_id])}
+    assert (stored[berlin.fact_id].recall_count, stored[berlin.fact_id].last_recalled_at) == (
+        2,
+        later,
+    )
+    assert (stored[tea.fact_id].recall_count, stored[tea.fact_id].last_recalled_at) == (
+        1,
+        BASE_TIME,
+    )
+    assert len(stores.reads.context_logs(ADA.key)) == 2
+
+
+def test_a_recall_of_a_fact_gone_since_is_skipped(stores: Stores) -> None:
     berlin = make_fact("ada", "Ada lives in Berlin")
     seed(stores.memory, "ada", [berlin])
-    later = BASE_TIME + timedelta(minutes=5)
-    stores.reads.record_recalls(
-        [
-            Recall((berlin.fact_id,), later),
-            Recall((berlin.fact_id, uuid.uuid4()), BASE_TIME),
-            Recall((uuid.uuid4(),), later),
-        ]
-    )
-    stores.reads.record_recalls([])
+    gone = make_fact("ada", "Ada lived in Rome")
+    row = log_row(ADA.key, generation=generation_of(stores, ADA.key), recalled=[gone, berlin])
+    stores.reads.write_context_logs([row])
     (stored,) = stores.memory.facts_by_id([berlin.fact_id])
-    assert (stored.recall_count, stored.last_recalled_at) == (2, later)
+    assert stored.recall_count == 1
+    assert stores.memory.facts_by_id([gone.fact_id]) == []
 
 
 def test_fact_counters_are_the_stored_versions_and_recalls_of_facts_in_scope(
@@ -197,8 +222,9 @@ def test_fact_counters_are_the_stored_versions_and_recalls_of_facts_in_scope(
     seed(stores.memory, "ada", [berlin, tea, jira])
     (unrecalled,) = stores.memory.facts_by_id([berlin.fact_id])
     later = BASE_TIME + timedelta(minutes=5)
-    stores.reads.record_recalls(
-        [Recall((berlin.fact_id,), later), Recall((berlin.fact_id,), later)]
+    generation = generation_of(stores, ADA.key)
+    stores.reads.write_context_logs(
+        [log_row(ADA.key, generation=generation, recalled=[berlin], at=later) for _ in range(2)]
     )
     ids = [berlin.fact_id, tea.fact_id, jira.fact_id, uuid.uuid4()]
     counters = stores.reads.fact_counters(ADA, ids)
@@ -220,24 +246,8 @@ def test_fact_counters_are_the_stored_versions_and_recalls_of_facts_in_scope(
     assert stores.reads.fact_counters(ADA, []) == {}
 
 
-def log_row(**changes: object) -> ContextLogRow:
-    row = ContextLogRow(
-        log_id=uuid.uuid4(),
-        user_id="ada",
-        organization_id="org-a",
-        query="where does ada live?",
-        rewritten_query=None,
-        memory_version=1,
-        budget="balanced",
-        connection_ids=("mail",),
-        injected={"working_memory_chars": 10},
-        retrieved=[{"fact_id": "x"}],
-        latency_ms=3.5,
-        degraded=False,
-        degraded_reason=None,
-        created_at=BASE_TIME,
-    )
-    return replace(row, **changes)  # type: ignore[arg-type]
+def ada_row(**changes: object) -> ContextLogRow:
+    return replace(log_row(ADA.key, generation=None), **changes)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("times", [1, 2])
@@ -245,7 +255,7 @@ def test_context_logs_are_written_once(stores: Stores, times: int) -> None:
     seed(stores.memory, "ada", [])
     injection = stores.reads.injection(key_of("ada"))
     assert injection is not None
-    row = log_row(generation=injection.generation)
+    row = ada_row(generation=injection.generation)
     for _ in range(times):
         stores.reads.write_context_logs([row])
     stores.reads.write_context_logs([])
@@ -260,8 +270,8 @@ def test_context_logs_are_written_once(stores: Stores, times: int) -> None:
 def test_a_context_log_of_another_generation_is_not_written(stores: Stores) -> None:
     """A turn that read a memory since erased: its audit row, written later, is dropped."""
     seed(stores.memory, "ada", [])
-    stores.reads.write_context_logs([log_row(generation=uuid.uuid4())])
+    stores.reads.write_context_logs([ada_row(generation=uuid.uuid4())])
     assert stores.reads.context_logs(key_of("ada")) == []
     # A turn on a memory that did not exist yet is written (nothing is being erased).
-    stores.reads.write_context_logs([log_row(user_id="newcomer", generation=None)])
+    stores.reads.write_context_logs([ada_row(user_id="newcomer", generation=None)])
     assert len(stores.reads.context_logs(key_of("newcomer"))) == 1

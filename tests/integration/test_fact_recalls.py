@@ -11,11 +11,11 @@ from psycopg_pool import ConnectionPool
 
 from domain.erasure import ErasureScope
 from domain.ids import MemoryKey
-from domain.reads import Recall, Scope
+from domain.reads import Scope
 from store.read.fact_queries import PostgresReadModel
 from store.write.erasure_log import PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore
-from tests.support.builders import BASE_TIME, key_of, make_fact, seed
+from tests.support.builders import BASE_TIME, key_of, log_row, make_fact, seed
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +51,14 @@ def test_recalls_leave_the_fact_row_as_it_is_and_add_up_in_every_read(
     seed(memory, "ada", [berlin])
     before = row_version(pool, berlin.fact_id)
     later = BASE_TIME + timedelta(minutes=5)
-    reads.record_recalls([Recall((berlin.fact_id,), BASE_TIME)])
-    reads.record_recalls([Recall((berlin.fact_id,), later), Recall((berlin.fact_id,), BASE_TIME)])
+    generation = generation_of(reads, ADA)
+    reads.write_context_logs([log_row(ADA, generation=generation, recalled=[berlin])])
+    reads.write_context_logs(
+        [
+            log_row(ADA, generation=generation, recalled=[berlin], at=later),
+            log_row(ADA, generation=generation, recalled=[berlin]),
+        ]
+    )
     assert row_version(pool, berlin.fact_id) == before
     (stored,) = memory.facts_by_id([berlin.fact_id])
     assert (stored.recall_count, stored.last_recalled_at) == (3, later)
@@ -66,15 +72,27 @@ def test_an_erasure_takes_the_recall_counts_with_the_facts(pool: ConnectionPool)
     bob_fact = make_fact("bob", "Bob lives in Oslo")
     seed(memory, "ada", [ada_fact])
     seed(memory, "bob", [bob_fact])
-    reads.record_recalls([Recall((ada_fact.fact_id, bob_fact.fact_id), BASE_TIME)])
+    bob = key_of("bob")
+    reads.write_context_logs(
+        [
+            log_row(ADA, generation=generation_of(reads, ADA), recalled=[ada_fact]),
+            log_row(bob, generation=generation_of(reads, bob), recalled=[bob_fact]),
+        ]
+    )
     assert recall_rows(pool) == 2
     erase(pool, ADA)
     assert recall_rows(pool) == 1
     (bob_stored,) = memory.facts_by_id([bob_fact.fact_id])
     assert bob_stored.recall_count == 1
-    # Counted after the erasure: the fact is gone, the count is skipped.
-    reads.record_recalls([Recall((ada_fact.fact_id,), BASE_TIME)])
+    # A turn that read the memory before the erasure, written after it: nothing counted.
+    reads.write_context_logs([log_row(ADA, generation=None, recalled=[ada_fact])])
     assert recall_rows(pool) == 1
+
+
+def generation_of(reads: PostgresReadModel, key: MemoryKey) -> uuid.UUID:
+    injection = reads.injection(key)
+    assert injection is not None
+    return injection.generation
 
 
 def erase(pool: ConnectionPool, key: MemoryKey) -> None:

@@ -25,7 +25,7 @@ from domain.model import (
     SurfacePolicy,
 )
 from domain.ports import MemoryStore, VectorHit, VectorIndex
-from domain.reads import Scope
+from domain.reads import ContextLogRow, Scope
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
 
 BASE_TIME = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
@@ -210,3 +210,32 @@ def seed(store: MemoryStore, user_id: str, facts: Sequence[Fact], **kw: Any) -> 
     update = seed_update(store, user_id, facts, **kw)
     store.apply(update)
     return update
+
+
+def log_row(
+    key: MemoryKey,
+    *,
+    generation: uuid.UUID | None,
+    recalled: Sequence[Fact] = (),
+    at: datetime = BASE_TIME,
+    log_id: uuid.UUID | None = None,
+) -> ContextLogRow:
+    """A chat turn's audit row on the memory `key` at `generation`, which recalled `recalled`."""
+    return ContextLogRow(
+        log_id=log_id or uuid.uuid4(),
+        user_id=key.user_id,
+        organization_id=key.organization_id,
+        query="where does ada live?",
+        rewritten_query=None,
+        memory_version=1,
+        budget="balanced",
+        connection_ids=("mail",),
+        injected={"working_memory_chars": 10},
+        retrieved=[{"fact_id": str(f.fact_id)} for f in recalled],
+        latency_ms=3.5,
+        degraded=False,
+        degraded_reason=None,
+        created_at=at,
+        generation=generation,
+        recalled=tuple(f.fact_id for f in recalled),
+    )

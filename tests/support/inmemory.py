@@ -138,7 +138,6 @@ class InMemoryMemoryd:
             index or self.index,
             self.clock,
             audit=BatchWriter("context-log", self.reads.write_context_logs, QUICK_WRITER),
-            recalls=BatchWriter("recall-counts", self.reads.record_recalls, QUICK_WRITER),
             observer=observer,
         )
 

@@ -156,4 +156,9 @@ def test_the_audit_row_recalls_and_observer_get_every_turn() -> None:
     assert row["log_id"] == first.log_id == second.log_id
     assert row["retrieved"][0]["fact_id"] == str(bees.fact_id)
     (stored,) = m.memory.facts_by_id([bees.fact_id])
+    assert stored.recall_count == 1  # the retried turn counts its recalls once
+    another = m.context_service()
+    another.assemble(key_of("ada"), "bees")
+    another.close()
+    (stored,) = m.memory.facts_by_id([bees.fact_id])
     assert stored.recall_count == 2
