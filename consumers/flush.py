@@ -28,18 +28,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from consumers.batching import BufferedEvent, Rejection, first_by_id
 from consumers.forgetting import ForgottenEvents
 from consumers.indexer import IndexQueue
 from consumers.observers import FlushObserver
 from consumers.splitting import isolate
-from domain.ids import MemoryKey, occurrence_run_id, run_id_for
-from domain.model import FlushReads, MemoryState, MemoryUpdate, RunRecord, RunStatus, TokenUsage
+from consumers.unapplied_runs import UnappliedRuns
+from domain.ids import MemoryKey, run_id_for
+from domain.model import FlushReads, MemoryState, MemoryUpdate, RunStatus
 from domain.ports import Clock, FactSearch, MemoryStore
 from processors.candidates import CandidatePolicy, select_candidates
-from processors.consolidate import Consolidator, failed_run, shown_facts, unapplied_ledger
+from processors.consolidate import Consolidator, shown_facts
 from processors.errors import UnusableAnswer
 from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
@@ -127,6 +127,7 @@ class UserFlusher:
         self._budget_policy = budget_policy
         self._candidate_policy = candidate_policy or CandidatePolicy()
         self._max_split_calls = max_split_calls
+        self._unapplied = UnappliedRuns(store, backend, consolidator.prices, observer)
 
     @property
     def backend_name(self) -> str:
@@ -159,7 +160,7 @@ class UserFlusher:
         dead-lettered; idempotent on the rejection's run id, so it may be retried."""
         state = self._store.load_state(key)
         request = ConsolidationRequest.build(state, (), list(events), self._clock())
-        run = self._unapplied(
+        run = self._unapplied.record(
             request,
             attempt,
             request.now,
@@ -242,7 +243,7 @@ class UserFlusher:
             with self._index_queue.foreground.waiting():
                 response = self._backend.consolidate(request)
         except UnusableAnswer as e:
-            self._unapplied(
+            self._unapplied.record(
                 request,
                 attempt,
                 request.now,
@@ -316,7 +317,7 @@ class UserFlusher:
             self._observer.probed(usable=False)
             return str(e)
         self._observer.probed(usable=True)
-        self._unapplied(
+        self._unapplied.record(
             request,
             attempt,
             now,
@@ -331,43 +332,6 @@ class UserFlusher:
 
     # -- runs that change nothing ---------------------------------------------------------
 
-    def _unapplied(
-        self,
-        request: ConsolidationRequest,
-        attempt: int,
-        started_at: datetime,
-        status: RunStatus,
-        *,
-        run_id: uuid.UUID | None = None,
-        usage: TokenUsage | None = None,
-        error: str | None = None,
-        raw: str | None = None,
-        model: str | None = None,
-        duration_ms: int = 0,
-        output: dict[str, Any] | None = None,
-    ) -> RunRecord:
-        """Record a run that changed nothing, with what its call cost, in one transaction."""
-        prices = self._consolidator.prices
-        run = failed_run(
-            request,
-            run_id=run_id or occurrence_run_id(),
-            backend=self._backend.name,
-            model=model or self._backend.model,
-            prompt_version=self._backend.prompt_version,
-            started_at=started_at,
-            duration_ms=duration_ms,
-            error=error,
-            raw_response=raw,
-            attempt=attempt,
-            status=status,
-            usage=usage,
-            prices=prices,
-            output=output,
-        )
-        self._store.record_run(run, unapplied_ledger(prices, run))
-        self._observer.charged(run)
-        return run
-
     def _defer(
         self,
         state: MemoryState,
@@ -378,7 +342,7 @@ class UserFlusher:
     ) -> FlushResult:
         request = ConsolidationRequest.build(state, (), fresh, now)
         reason = f"credit exhausted ({balance}): consolidation deferred"
-        run = self._unapplied(request, attempt, now, RunStatus.DEFERRED, error=reason)
+        run = self._unapplied.record(request, attempt, now, RunStatus.DEFERRED, error=reason)
         return FlushResult(FlushKind.DEFERRED, len(fresh), reason=reason, deferred_run=run.run_id)
 
 

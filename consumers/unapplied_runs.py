@@ -1,0 +1,66 @@
+"""Runs that changed nothing (failed, deferred, discarded), recorded with what their calls
+cost: a call the backend answered is paid for whether or not its answer was applied."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from consumers.observers import FlushObserver
+from domain.ids import occurrence_run_id
+from domain.model import RunRecord, RunStatus, TokenUsage
+from domain.ports import MemoryStore
+from processors.consolidate import failed_run, unapplied_ledger
+from processors.cost import PriceTable
+from processors.schema import ConsolidationBackend, ConsolidationRequest
+
+
+class UnappliedRuns:
+    def __init__(
+        self,
+        store: MemoryStore,
+        backend: ConsolidationBackend,
+        prices: PriceTable,
+        observer: FlushObserver,
+    ) -> None:
+        self._store = store
+        self._backend = backend
+        self._prices = prices
+        self._observer = observer
+
+    def record(
+        self,
+        request: ConsolidationRequest,
+        attempt: int,
+        started_at: datetime,
+        status: RunStatus,
+        *,
+        run_id: uuid.UUID | None = None,
+        usage: TokenUsage | None = None,
+        error: str | None = None,
+        raw: str | None = None,
+        model: str | None = None,
+        duration_ms: int = 0,
+        output: dict[str, Any] | None = None,
+    ) -> RunRecord:
+        """Record a run that changed nothing, with what its call cost, in one transaction."""
+        run = failed_run(
+            request,
+            run_id=run_id or occurrence_run_id(),
+            backend=self._backend.name,
+            model=model or self._backend.model,
+            prompt_version=self._backend.prompt_version,
+            started_at=started_at,
+            duration_ms=duration_ms,
+            error=error,
+            raw_response=raw,
+            attempt=attempt,
+            status=status,
+            usage=usage,
+            prices=self._prices,
+            output=output,
+        )
+        self._store.record_run(run, unapplied_ledger(self._prices, run))
+        self._observer.charged(run)
+        return run
