@@ -43,6 +43,7 @@ from processors.consolidate import Consolidator, shown_facts
 from processors.errors import UnusableAnswer
 from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
+from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion
 
 # Enough probes to isolate one failing event in a batch of up to 64.
 MAX_SPLIT_CALLS = 12
@@ -222,7 +223,23 @@ class UserFlusher:
             update = _with_output(update, budget_action=self._budget_policy.value)
         if degraded is not None:
             update = _with_output(update, candidates_degraded=degraded)
-        self._store.apply(update)
+        try:
+            self._store.apply(update)
+        except (StaleMemoryVersion, EventsAlreadyConsolidated) as e:
+            # Not applied (another run changed the memory first; the processor plans again),
+            # but the call was made: it is recorded as discarded and its tokens are booked.
+            self._unapplied.record(
+                request,
+                attempt,
+                now,
+                RunStatus.DISCARDED,
+                usage=response.usage,
+                raw=response.raw_response,
+                model=response.model,
+                duration_ms=duration_ms,
+                output={"discarded": f"not applied: {e}", "candidates": shown_facts(request)},
+            )
+            raise
         self._observer.consolidated(update.run)
         return update
 

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from consumers.batching import Rejection
 from consumers.flush import BudgetPolicy, FlushKind
 from domain.ids import ledger_entry_id_for
-from domain.model import Fact, FactStatus, LedgerEntry, RunStatus
-from store.errors import MemoryBeingErased, VectorIndexUnavailable
-from tests.support.builders import BASE_TIME, buffered, key_of, make_event, make_fact
+from domain.model import Fact, FactStatus, LedgerEntry, MemoryUpdate, RunStatus, TokenUsage
+from processors.schema import BackendResponse, ConsolidationRequest
+from store.errors import MemoryBeingErased, StaleMemoryVersion, VectorIndexUnavailable
+from tests.support.builders import BASE_TIME, buffered, key_of, make_event, make_fact, seed_update
 from tests.support.fakes import FlakyBackend
 from tests.support.inmemory import SUBJECTS, InMemoryMemoryd
 
@@ -45,6 +47,7 @@ class BrokenIndex:
 
 
 EVENTS = [make_event("ada", "I live in Lisbon"), make_event("ada", "I like green tea")]
+USAGE = TokenUsage(prompt_tokens=300, completion_tokens=40)
 
 
 def test_a_flush_consolidates_then_indexes_in_the_background() -> None:
@@ -211,3 +214,37 @@ def test_a_fact_stated_again_after_it_was_contradicted_keeps_its_earlier_evidenc
         if f["after"]["fact_id"] == str(lisbon.fact_id)
     ]
     assert applied["source_event_ids"] == [str(earlier), str(event.event_id)]
+
+
+class Costly(FlakyBackend):
+    """Answers as the offline backend does, with the tokens a model's call would report."""
+
+    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+        return replace(super().consolidate(request), usage=USAGE)
+
+
+def test_an_answer_the_memory_moved_past_is_not_applied_but_its_call_is_booked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    m = InMemoryMemoryd()
+    flusher = m.flusher(Costly())
+    apply = m.memory.apply
+
+    def another_run_first(update: MemoryUpdate) -> None:
+        apply(seed_update(m.memory, "ada", []))  # commits between the read and this apply
+        apply(update)
+
+    monkeypatch.setattr(m.memory, "apply", another_run_first)
+    with pytest.raises(StaleMemoryVersion):
+        flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
+    flusher.close()
+
+    runs = [logged.run for logged in m.runs.runs(key_of("ada"))]
+    [discarded] = [r for r in runs if r.status is RunStatus.DISCARDED]
+    assert discarded.output is not None
+    assert "not applied: memory" in discarded.output["discarded"]
+    assert discarded.usage == USAGE
+    assert set(discarded.input_event_ids) == {e.event_id for e in EVENTS}
+    booked = [e for e in m.db.ledger.values() if e.run_id == discarded.run_id]
+    assert [(e.operation, e.units) for e in booked] == [("llm", USAGE.total)]
+    assert m.observer.charged_runs == [discarded]
