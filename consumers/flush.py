@@ -141,17 +141,20 @@ class UserFlusher:
     def flush(self, key: MemoryKey, items: Sequence[BufferedEvent], attempt: int) -> FlushResult:
         """Raises the backend's and the store's errors; the runtime decides retry or dead letter."""
         started = time.monotonic()
-        at_work = self._index_queue.foreground.working()
-        with at_work, self._forgotten.locked(key, items) as (reads, kept):
-            if kept:
-                result = self._consolidate(reads, [i.event for i in kept], attempt)
-            else:
-                result = FlushResult(FlushKind.FORGOTTEN, 0)
-            result = replace(result, forgotten=len(items) - len(kept))
+        try:
+            at_work = self._index_queue.foreground.working()
+            with at_work, self._forgotten.locked(key, items) as (reads, kept):
+                if kept:
+                    result = self._consolidate(reads, [i.event for i in kept], attempt)
+                else:
+                    result = FlushResult(FlushKind.FORGOTTEN, 0)
+                result = replace(result, forgotten=len(items) - len(kept))
+        finally:
+            # A flush that raised (a timeout, a backend error) took its time too.
+            self._observer.flushed(self._backend.name, time.monotonic() - started)
         if not result.skip_embeddings:
             for update in result.updates:
                 self._index_queue.submit(update)
-        self._observer.flushed(self._backend.name, time.monotonic() - started)
         return result
 
     def record_failure(

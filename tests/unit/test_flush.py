@@ -12,6 +12,7 @@ from consumers.batching import Rejection
 from consumers.flush import BudgetPolicy, FlushKind
 from domain.ids import ledger_entry_id_for
 from domain.model import Fact, FactStatus, LedgerEntry, MemoryUpdate, RunStatus, TokenUsage
+from processors.errors import TransientBackendError
 from processors.schema import BackendResponse, ConsolidationRequest
 from store.errors import MemoryBeingErased, StaleMemoryVersion, VectorIndexUnavailable
 from tests.support.builders import BASE_TIME, buffered, key_of, make_event, make_fact, seed_update
@@ -248,3 +249,12 @@ def test_an_answer_the_memory_moved_past_is_not_applied_but_its_call_is_booked(
     booked = [e for e in m.db.ledger.values() if e.run_id == discarded.run_id]
     assert [(e.operation, e.units) for e in booked] == [("llm", USAGE.total)]
     assert m.observer.charged_runs == [discarded]
+
+
+def test_a_flush_that_raises_is_timed_too() -> None:
+    m = InMemoryMemoryd()
+    flusher = m.flusher(FlakyBackend([TransientBackendError("timed out")]))
+    with pytest.raises(TransientBackendError):
+        flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
+    flusher.close()
+    assert [backend for backend, _ in m.observer.flushes] == ["offline"]
