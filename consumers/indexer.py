@@ -31,7 +31,7 @@ from consumers.observers import IndexObserver
 from domain.model import Fact, LedgerEntry, MemoryUpdate
 from domain.ports import Clock, IndexOutbox, VectorIndex
 from processors.cost import PriceTable, embedding_entry
-from store.errors import StoreError
+from store.errors import StoreError, VectorIndexUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +61,25 @@ class FactIndexer:
         SKIP_EMBEDDINGS budget policy); they are indexed by the first drain after a top-up.
         """
         total = 0
-        while True:
-            facts = self.store.pending_index(limit=batch, skip_out_of_credit=skip_out_of_credit)
-            if not facts:
-                break
-            done = self._index_facts(facts)
-            total += done
-            if done == 0:
-                break  # another indexer got them first, or only stale versions were read
-        self.observer.pending(self.store.pending_count())
+        try:
+            while True:
+                facts = self.store.pending_index(limit=batch, skip_out_of_credit=skip_out_of_credit)
+                if not facts:
+                    break
+                done = self._index_facts(facts)
+                total += done
+                if done == 0:
+                    break  # another indexer got them first, or only stale versions were read
+        except VectorIndexUnavailable:
+            # The backlog an outage grows is what the pending gauge is for.
+            self.publish_pending()
+            raise
+        self.publish_pending()
         return total
+
+    def publish_pending(self) -> None:
+        """Set the pending gauge from Postgres (the count is of the whole cluster)."""
+        self.observer.pending(self.store.pending_count())
 
     def _index_facts(self, facts: Sequence[Fact]) -> int:
         if not facts:

@@ -73,6 +73,10 @@ def resume_erasures_once(c: wiring.Core, older_than_s: float = ERASURE_RESUME_AF
 def _drain_job(c: wiring.Core) -> None:
     try:
         n = drain_index_once(c)
+        if n is None:
+            # Another processor drains. Every one still sets the gauge, so that a processor
+            # that stopped draining does not go on exporting the backlog it last saw.
+            wiring.indexer(c).publish_pending()
     except StoreError as e:
         # The facts stay pending; the next tick tries again. The pending gauge shows the backlog.
         log.warning("index drain failed, retrying next tick: %s", e)

@@ -18,14 +18,14 @@ import pytest
 from domain.model import Fact, LedgerEntry
 from memoryd import wiring
 from memoryd.dev import LocalChroma, free_port
-from memoryd.jobs import drain_index_once
+from memoryd.jobs import INDEX_DRAIN_LOCK, _drain_job, drain_index_once
 from memoryd.settings import ChromaSettings
 from processors.cost import embedding_entry
 from processors.schema import ConsolidationRequest
 from producers.contract import EventType
 from store.chroma import close_client, http_client
-from tests.support.builders import key_of, make_event
-from tests.support.deployment import Deployment
+from tests.support.builders import key_of, make_event, make_fact
+from tests.support.deployment import Deployment, seed_core
 from tests.support.fakes import FlakyBackend
 
 pytestmark = pytest.mark.integration
@@ -168,3 +168,17 @@ def test_two_indexers_marking_the_same_pending_facts_book_them_once(
     indexed = d.query("SELECT indexed_at IS NOT NULL FROM memory_facts WHERE fact_id = %s",
                       (fact_id,))  # fmt: skip
     assert indexed == [(True,)]
+
+
+def test_a_processor_that_does_not_drain_still_sets_the_pending_gauge(
+    deployment: Deployment,
+) -> None:
+    def check(c: wiring.Core) -> tuple[float | None, int]:
+        seed_core(c, "ada", [make_fact("ada", "Ada lives in Porto")], index=False)
+        with c.pool.connection() as holder:  # another processor is draining
+            holder.execute("SELECT pg_advisory_lock(%s)", (INDEX_DRAIN_LOCK,))
+            _drain_job(c)
+            holder.execute("SELECT pg_advisory_unlock(%s)", (INDEX_DRAIN_LOCK,))
+        return c.registry.get_sample_value("memoryd_facts_pending_index"), c.index.count()
+
+    assert deployment.with_core(check) == (1.0, 0)

@@ -138,6 +138,9 @@ def test_an_index_outage_leaves_the_facts_pending() -> None:
     assert m.observer.index_failures == 1
     pending = m.memory.pending_count()
     assert pending == len(m.memory.facts(key_of("ada"))) > 0
+    with pytest.raises(VectorIndexUnavailable):  # still down: the gauge shows the backlog
+        m.indexer(BrokenIndex()).drain_pending()  # type: ignore[arg-type]
+    assert m.observer.pending_facts == pending
     assert m.indexer().drain_pending() == pending  # the drain picks them up
     assert m.memory.pending_count() == 0
     assert m.observer.pending_facts == 0
