@@ -317,9 +317,14 @@ def _latest(a: datetime | None, b: datetime) -> datetime:
 def _stated_again(stored: Fact, fact: Fact) -> Fact:
     """`fact`, new from a proposal, over the stored fact of the same content: what the
     statement says now (status, type, scores, dates) on the row that keeps its evidence,
-    counters and creation."""
+    counters and creation. The statement counts as a reinforcement, so the fact ages from now;
+    a duplicate the sweep merged into another fact handed its reinforcements to that one and
+    counts afresh (a later merge would count them twice)."""
+    merged = stored.status is FactStatus.ARCHIVED and stored.superseded_by is not None
     return replace(
         stored,
+        reinforce_count=0 if merged else stored.reinforce_count + 1,
+        last_reinforced_at=fact.updated_at,
         content=fact.content,
         fact_type=fact.fact_type,
         surface=fact.surface,

@@ -208,7 +208,7 @@ def test_a_fact_stated_again_after_it_was_contradicted_keeps_its_earlier_evidenc
     [row] = m.memory.facts_with_ids(key_of("ada"), [lisbon.fact_id])
     assert row.status is FactStatus.ACTIVE
     assert row.provenance.source_event_ids == (earlier, event.event_id)
-    assert row.reinforce_count == 2
+    assert row.reinforce_count == 3  # stated once more
     # The run's recorded effect (what replay folds) says the same.
     (_, run) = m.runs.runs(key_of("ada"))
     assert run.run.output is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from domain.model import (
 )
 from processors.gate import WriteGate
 from processors.lifecycle import REINFORCE_CONFIDENCE_STEP, FactLedger
+from processors.maintenance import LifecyclePolicy, lifecycle_rule
 from processors.schema import FactOp, FactProposal, Observation
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
 from tests.support.builders import make_fact
@@ -277,7 +278,7 @@ def test_a_stored_fact_stated_again_goes_on_with_its_evidence_and_counters() -> 
     again = change.after
     assert (again.status, again.superseded_by) == (FactStatus.ACTIVE, None)
     assert again.provenance.source_event_ids == (uuid.UUID(int=1), EVENT.event_id)
-    assert (again.reinforce_count, again.last_reinforced_at) == (3, EARLIER)
+    assert (again.reinforce_count, again.last_reinforced_at) == (4, NOW)  # ages from now
     assert (again.created_at, again.created_by_run) == (stored.created_at, stored.created_by_run)
     assert (again.version, again.indexed_at, again.observed_at) == (5, None, NOW)
     assert again.confidence == 0.9
@@ -293,3 +294,29 @@ def test_an_active_fact_the_run_was_not_shown_is_reinforced_when_stated_again() 
     assert change.after.reinforce_count == 2
     assert change.after.provenance.source_event_ids == (uuid.UUID(int=1), EVENT.event_id)
     assert run.counts() == GateCounts(reinforced=1)
+
+
+def test_a_merged_duplicate_stated_again_counts_afresh() -> None:
+    # The sweep gave its reinforcements to the fact it was merged into.
+    stored = fact(
+        DESIGN, status=FactStatus.ARCHIVED, superseded_by=ENGINEERING.fact_id, reinforce_count=3
+    )
+    run = ledger(unshown=(stored,))
+    run.apply(propose(FactOp.ADD, DESIGN))
+    [change] = run.changes()
+    assert (change.kind, change.before) == (FactChangeKind.ADD, stored)
+    again = change.after
+    assert (again.status, again.superseded_by) == (FactStatus.ACTIVE, None)
+    assert (again.reinforce_count, again.last_reinforced_at) == (0, NOW)
+    assert again.provenance.source_event_ids == (uuid.UUID(int=1), EVENT.event_id)
+
+
+def test_a_stale_fact_stated_again_is_not_aged_out_by_its_old_evidence() -> None:
+    long_ago = EARLIER - timedelta(days=400)
+    stored = replace(fact(DESIGN, status=FactStatus.STALE), created_at=long_ago)
+    run = ledger(unshown=(stored,))
+    run.apply(propose(FactOp.ADD, DESIGN))
+    [change] = run.changes()
+    assert change.after.status is FactStatus.ACTIVE
+    assert lifecycle_rule(change.after, NOW + timedelta(days=1), LifecyclePolicy()) is None
+    assert lifecycle_rule(replace(change.after, last_reinforced_at=None), NOW, LifecyclePolicy())
