@@ -84,7 +84,8 @@ def lifecycle_rule(fact: Fact, now: datetime, policy: LifecyclePolicy) -> Rule |
         return None
     if fact.fact_type is FactType.OPEN_LOOP:
         due = due_date(fact.content, fact.created_at)
-        if due is not None and now >= due + policy.open_loop_grace:
+        # Not `due + grace`: a loop "until 9999-12-31" would overflow the calendar.
+        if due is not None and now - policy.open_loop_grace >= due:
             return Rule.LOOP_PAST_DUE
         if now - _last_activity(fact) >= policy.open_loop_silent_after:
             return Rule.LOOP_SILENT
@@ -153,11 +154,11 @@ _MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 _MONTH_DAY = re.compile(
     rf"\b(?P<month>{_MONTH})\.?\s+(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(?P<year>\d{{4}}))?",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,  # Unicode folding matches "Aprıl" and "ſept": no such months
 )
 _DAY_MONTH = re.compile(
     rf"\b(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<month>{_MONTH})\b(?:,?\s+(?P<year>\d{{4}}))?",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
 
 

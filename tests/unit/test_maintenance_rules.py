@@ -142,6 +142,11 @@ LIFECYCLE_TABLE: list[tuple[str, Fact, Rule | None]] = [
         None,
     ),
     (
+        "open loop due on the calendar's last day is open",
+        fact("Keep the lease until 9999-12-31", FactType.OPEN_LOOP, age=30),
+        None,
+    ),
+    (
         "open loop never recalled is not staled by age alone",
         fact("Call the plumber", FactType.OPEN_LOOP, age=59),
         None,
@@ -194,6 +199,10 @@ DUE_TABLE = [
     ("call Bo next Friday", datetime(2026, 11, 1, tzinfo=UTC), None),
     ("meet on February 30", datetime(2026, 11, 1, tzinfo=UTC), None),
     ("may I ask Grace", datetime(2026, 11, 1, tzinfo=UTC), None),
+    # Case-insensitive matching must stay ASCII: "ı" and "ſ" fold to "i" and "s" in Unicode.
+    ("call by Aprıl 5", datetime(2026, 11, 1, tzinfo=UTC), None),
+    ("pay ſept 3", datetime(2026, 11, 1, tzinfo=UTC), None),
+    ("keep until 9999-12-31", datetime(2026, 11, 1, tzinfo=UTC), "9999-12-31"),
 ]
 
 
