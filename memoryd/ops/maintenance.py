@@ -166,6 +166,15 @@ class MaintenanceRunner:
         totals: dict[str, int] = {}
         for key in keys:
             with memory.memory_lock(key):
+                if self._queries.erasure_open(key):
+                    # The erasure decides what stays: merging a fact being erased into another
+                    # would have its erasure redact the other's evidence. Next pass, then.
+                    log.info(
+                        "maintenance %s skips a memory an erasure is open on",
+                        job,
+                        extra={"organization_id": key.organization_id, "user_id": key.user_id},
+                    )
+                    continue
                 state = memory.load_state(key)
                 facts = memory.facts(key, statuses)
                 changes = plan(facts)

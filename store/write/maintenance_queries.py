@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -14,6 +14,9 @@ from psycopg_pool import ConnectionPool
 
 from domain.ids import MemoryKey
 from store.postgres import transaction
+
+# Longer than a flush can take from its start to its commit (model calls, bisecting probes).
+DUPLICATE_LOOKBACK = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -64,16 +67,30 @@ class MaintenanceQueries:
         return [MemoryKey(*r) for r in rows]
 
     def duplicate_candidates(self, changed_since: datetime | None) -> list[MemoryKey]:
-        """Memories with two active facts or more, one of them changed since the last sweep."""
+        """Memories with two active facts or more, one of them changed since `changed_since`
+        less `DUPLICATE_LOOKBACK`: a flush stamps its facts when it starts, before its model
+        call, and commits later, so facts committed while the last sweep ran can carry a time
+        before its start."""
+        since = None if changed_since is None else changed_since - DUPLICATE_LOOKBACK
         with transaction(self._pool) as conn:
             rows = conn.execute(
                 "SELECT organization_id, user_id FROM memory_facts WHERE status = 'active'"
                 " GROUP BY organization_id, user_id HAVING count(*) > 1"
                 " AND (%(since)s::timestamptz IS NULL OR max(updated_at) >= %(since)s)"
                 " ORDER BY organization_id, user_id",
-                {"since": changed_since},
+                {"since": since},
             ).fetchall()
         return [MemoryKey(*r) for r in rows]
+
+    def erasure_open(self, key: MemoryKey) -> bool:
+        """Whether an erasure of the memory, or of one of its facts, is under way."""
+        with transaction(self._pool) as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM erasure_pending"
+                " WHERE organization_id = %s AND user_id = %s)",
+                (key.organization_id, key.user_id),
+            ).fetchone()
+        return bool(row and row[0])
 
     def delete_context_logs(self, before: datetime, batch: int = 10_000) -> int:
         """Delete read audit rows older than `before`, a batch per transaction."""
