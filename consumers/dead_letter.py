@@ -27,6 +27,10 @@ HEADER_TOPIC = "dlq.source.topic"
 HEADER_PARTITION = "dlq.source.partition"
 HEADER_OFFSET = "dlq.source.offset"
 HEADER_CONSUMER = "dlq.consumer"
+# Where a record is dead-lettered (`dlq.stage`): any consumer of the topic can fail to decode
+# or validate it; only the processor consolidates and applies a budget.
+READ_STAGES = ("decode", "validate")
+PROCESSOR_STAGES = (*READ_STAGES, "consolidate", "budget")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import time
 from kafka.errors import KafkaError
 
 from consumers.batching import TopicPartition
-from consumers.dead_letter import DeadLetter, DeadLetterSink
+from consumers.dead_letter import READ_STAGES, DeadLetter, DeadLetterSink
 from consumers.decoding import Rejected, decode_record
 from consumers.kafka_client import (
     EventConsumer,
@@ -67,6 +67,7 @@ class LogWriter:
         self._poll_timeout_ms = poll_timeout_ms
         self._liveness = liveness or ConsumerLiveness()
         self.outage = Outage(CONSUMER_NAME, metrics, backoff)
+        metrics.expect(CONSUMER_NAME, READ_STAGES)
 
     @property
     def liveness(self) -> ConsumerLiveness:

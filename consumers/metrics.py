@@ -8,6 +8,7 @@ themselves.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -125,6 +126,16 @@ class PipelineMetrics:
             ("reinforce", run.gate.reinforced),
         ):
             self.gate_verdicts.labels(verdict).inc(count)
+
+    def expect(
+        self, consumer: str, stages: Iterable[str], budget_policy: str | None = None
+    ) -> None:
+        """Start the consumer's dead-letter series (and its budget policy's) at 0: an alert
+        on their increase misses a series born at 1, the first bad record."""
+        for stage in stages:
+            self.dead_letters.labels(consumer, stage)
+        if budget_policy is not None:
+            self.budget_actions.labels(budget_policy)
 
     def budget_applied(self, policy: str) -> None:
         self.budget_actions.labels(policy).inc()

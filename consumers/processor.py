@@ -25,7 +25,7 @@ from consumers.batching import (
     TopicPartition,
     UserBuffers,
 )
-from consumers.dead_letter import DeadLetter, DeadLetterSink, event_letters
+from consumers.dead_letter import PROCESSOR_STAGES, DeadLetter, DeadLetterSink, event_letters
 from consumers.decoding import Rejected, decode_record
 from consumers.flush import FlushKind, FlushResult, UserFlusher
 from consumers.forgetting import drop_held, held_events
@@ -87,6 +87,7 @@ class MemoryProcessor:
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="flush")
         self._paused = False
         self.outage = Outage(CONSUMER_NAME, metrics, settings.backoff)
+        metrics.expect(CONSUMER_NAME, PROCESSOR_STAGES, settings.budget_policy.value)
         # Undecodable records whose letters the dead-letter topic did not take yet.
         self._letters = HeldLetters(
             dead_letters, CONSUMER_NAME, metrics, self.outage, monotonic, consumer.group_metadata

@@ -73,6 +73,10 @@ class MetricsSettings(BaseModel):
     processor_port: int = 9401
     api_port: int = 9402
     enabled: bool = True
+    # A process whose read path gave rows up as it stopped keeps its metrics port open this
+    # long after its work ended, so that Prometheus scrapes the count (MemorydReadAuditDropped):
+    # longer than the scrape interval.
+    final_scrape_s: float = Field(default=20.0, ge=0)
 
 
 class ReadPathSettings(BaseModel):

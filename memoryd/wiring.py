@@ -141,7 +141,9 @@ def price_table(
     table = PriceTable(
         settings.prices, settings.default_price, lambda model: unpriced.labels(model).inc()
     )
-    table.require(models_in_use(settings, embedding_model))
+    for model in table.require(models_in_use(settings, embedding_model)):
+        # At 0 from the start: an alert on the increase misses a series born at 1.
+        unpriced.labels(model)
     return table
 
 
@@ -297,17 +299,22 @@ def context_service(
     still hold before the pool goes away."""
     r = c.settings.read_path
     reads = read_model(c)
-    hooks = metrics.writer_hooks() if metrics else {}
+
+    def hooks(writer: str) -> dict[str, Any]:
+        return metrics.writer_hooks(writer) if metrics else {}
+
     return ContextService(
         reads,
         c.index,
         c.clock,
         cache=InjectionCache(reads, r.cache_max_users, watch),
         rewriter=query_rewriter(c),
-        audit=BatchWriter("context-log", reads.write_context_logs, r.writer, **hooks),
+        audit=BatchWriter(
+            "context-log", reads.write_context_logs, r.writer, **hooks("context-log")
+        ),
         observer=metrics,
         charges=read_charges(c),
-        ledger=BatchWriter("read-costs", ReadLedger(c.pool).write, r.writer, **hooks),
+        ledger=BatchWriter("read-costs", ReadLedger(c.pool).write, r.writer, **hooks("read-costs")),
         dense=DenseSearch(DenseReads(c.pool), c.index, c.embedder, c.dense_cache),
     )
 

@@ -45,13 +45,16 @@ class PriceTable:
         self._default = default
         self._on_unpriced = on_unpriced
 
-    def require(self, models: Iterable[str]) -> None:
+    def require(self, models: Iterable[str]) -> list[str]:
+        """Refuses models without a price unless there is a default; returns those the default
+        will price."""
         missing = sorted({m for m in models if m not in self._prices})
         if missing and self._default is None:
             raise UnknownModelPrice(
                 f"no price for {', '.join(missing)}: add it to the prices setting"
                 " (MEMORYD_PRICES) or configure default_price"
             )
+        return missing
 
     def price(self, model: str) -> ModelPrice:
         known = self._prices.get(model)

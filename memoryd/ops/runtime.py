@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ from memoryd.ops.telemetry import ClusterTelemetry
 from memoryd.settings import Settings
 from processors.schema import ConsolidationBackend
 from store.errors import EmbeddingModelMismatch, VectorIndexUnavailable
+from store.read.read_metrics import given_up
 from store.write.cluster_jobs import ClusterJobs
 from store.write.freshness import FreshnessProbe
 
@@ -101,8 +103,23 @@ def ops_port(
         yield monitor
     finally:
         if server is not None:
+            _last_scrape(c)
             server.stop()
         monitor.stop()
+
+
+def _last_scrape(c: wiring.Core) -> None:
+    """Rows given up are counted as the process stops: without one more scrape the count,
+    and the alert on it, would go with the process."""
+    wait_s = c.settings.metrics.final_scrape_s
+    dropped = given_up(c.registry)
+    if dropped and wait_s:
+        log.warning(
+            "%d read-path row(s) given up: metrics stay up %.0f s for a last scrape",
+            dropped,
+            wait_s,
+        )
+        time.sleep(wait_s)
 
 
 def run_log_writer(c: wiring.Core, stop: threading.Event) -> None:

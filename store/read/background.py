@@ -53,6 +53,13 @@ class WriterSettings(BaseModel):
         return Backoff(self.backoff_s, self.backoff_max_s)
 
 
+# Why a writer gives items up: it was closed before they were submitted, or the process
+# stopped with them unwritten (the pool closed, or Postgres away past the close timeout).
+WRITER_CLOSED = "writer closed"
+SHUTDOWN = "shutdown"
+DROP_REASONS = (WRITER_CLOSED, SHUTDOWN)
+
+
 class BatchWriter(Generic[T]):
     def __init__(
         self,
@@ -97,7 +104,7 @@ class BatchWriter(Generic[T]):
                     break
             time.sleep(_ROOM_POLL_S)  # back-pressure: the worker frees room as it writes
         if self._closed:
-            self._dropped(1, "writer closed")
+            self._dropped(1, WRITER_CLOSED)
             return False
         self._report_pending(pending)
         return True
@@ -192,7 +199,7 @@ class BatchWriter(Generic[T]):
                     log.error(
                         "%s: %d item(s) not written at shutdown: %s", self.name, len(batch), e
                     )
-                    self._dropped(len(batch), "shutdown")
+                    self._dropped(len(batch), SHUTDOWN)
                     return
                 wait = backoff.delay(failures)
                 failures += 1
@@ -219,7 +226,7 @@ class BatchWriter(Generic[T]):
     def _dropped(self, n: int, reason: str) -> None:
         if self._on_dropped is not None:
             self._on_dropped(self.name, reason, n)
-        if reason == "writer closed":
+        if reason == WRITER_CLOSED:
             log.warning("%s: dropped %d item(s): %s", self.name, n, reason)
 
 

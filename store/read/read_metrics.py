@@ -11,6 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from store.read.background import DROP_REASONS
 from store.read.bundle import ContextBundle
 from store.read.query_rewrite import RewriteOutcome
 
@@ -59,8 +60,12 @@ class ReadPathMetrics:
             ["writer"],
         )
 
-    def writer_hooks(self) -> dict[str, Any]:
-        """The background writers' callbacks (`BatchWriter`'s keyword arguments)."""
+    def writer_hooks(self, writer: str) -> dict[str, Any]:
+        """The callbacks of the background writer named `writer` (`BatchWriter`'s keyword
+        arguments). Its drop counts start at 0: an alert on their increase misses a series
+        born at n."""
+        for reason in DROP_REASONS:
+            self.writer_dropped.labels(writer, reason)
         return {"on_dropped": self.dropped, "on_written": self.written, "on_pending": self.pending}
 
     def pending(self, writer: str, n: int) -> None:
@@ -83,3 +88,14 @@ class ReadPathMetrics:
         self.injection_cache.labels("hit" if cache_hit else "miss").inc()
         if rewrite is not None:
             self.rewrites.labels(rewrite.value).inc()
+
+
+def given_up(registry: CollectorRegistry) -> float:
+    """How many items the read path's background writers gave up in this process."""
+    return sum(
+        sample.value
+        for family in registry.collect()
+        if family.name == "memoryd_background_dropped"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
