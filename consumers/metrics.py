@@ -81,7 +81,8 @@ class PipelineMetrics:
             "memoryd_facts_indexed_total", "Fact versions written to the vector index"
         )
         self.buffered = gauge(
-            "memoryd_buffered_events", "Events buffered in memory, not yet consolidated"
+            "memoryd_buffered_events",
+            "Events held in memory (buffered, in flight, waiting for a retry), not consolidated",
         )
         self.in_flight = gauge("memoryd_flushes_in_flight", "User flushes running now")
         self.pending_index = gauge(

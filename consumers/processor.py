@@ -154,8 +154,8 @@ class MemoryProcessor:
         self._launch(force=False)
         self._letters.send_due(self._offsets)
         self._commit()
-        self._backpressure()
-        self._metrics.buffered.set(len(self._buffers))
+        # What the pause is decided on, so the gauge shows how near it is.
+        self._metrics.buffered.set(self._backpressure())
         self._metrics.in_flight.set(sum(1 for b in self._batches.values() if b.future))
         return polled
 
@@ -333,7 +333,9 @@ class MemoryProcessor:
                 self._offsets.committed(positions)
         self._metrics.commit_lag.labels(CONSUMER_NAME).set(self._offsets.open_count())
 
-    def _backpressure(self) -> None:
+    def _backpressure(self) -> int:
+        """Pause reading while too many events are held (buffered, in flight or waiting for a
+        retry); returns how many are."""
         held = len(self._buffers) + sum(len(b.items) for b in self._batches.values())
         if not self._paused and held >= self._settings.max_buffered:
             self._consumer.pause(*self._consumer.assignment())
@@ -341,6 +343,7 @@ class MemoryProcessor:
         elif self._paused and held < self._settings.max_buffered // 2:
             self._consumer.resume(*self._consumer.paused())
             self._paused = False
+        return held
 
     def revoke(self, tps: Sequence[TopicPartition], *, lost: bool = False) -> None:
         """Partitions are leaving (called on kafka-python's IO thread, inside `poll`).

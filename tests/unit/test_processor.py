@@ -234,11 +234,27 @@ def test_lost_partitions_commit_nothing() -> None:
 def test_backpressure_pauses_and_resumes_the_consumer() -> None:
     m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
     gate = Gate()
-    events = [make_event(f"user-{i}", "I live in Lisbon") for i in range(6)]
+    # One user's events: held back by the gate, they are in flight, not in the buffer.
+    events = [make_event("ada", f"I read chapter {i}", minutes=i) for i in range(6)]
     publish(consumer, 0, *events)
-    settings = FAST.model_copy(update={"max_buffered": 4, "concurrency": 1})
-    processor = started(m.processor(consumer, gate, letters, settings))
+    settings = FAST.model_copy(update={"max_buffered": 4, "concurrency": 1, "max_batch": 10})
+    registry = CollectorRegistry()
+    processor = started(
+        MemoryProcessor(
+            consumer,
+            TOPIC,
+            m.flusher(gate, settings.budget_policy),
+            letters,
+            PipelineMetrics(registry),
+            settings,
+        )
+    )
     step_until(processor, lambda: bool(consumer.paused()))
+    step_until(processor, lambda: registry.get_sample_value("memoryd_flushes_in_flight") == 1)
+    # The gauge counts what the pause is decided on: the batch in flight too.
+    held = registry.get_sample_value("memoryd_buffered_events")
+    assert held is not None
+    assert held >= settings.max_buffered
     gate.opened.set()
     step_until(processor, lambda: not consumer.paused())
     step_until(processor, lambda: consolidated(m, events))
