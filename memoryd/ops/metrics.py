@@ -86,7 +86,7 @@ class TelemetryMetrics:
         )
         self.job_age = gauge(
             "memoryd_cluster_job_age_seconds",
-            "Seconds since a cluster job last finished successfully",
+            "Seconds since a cluster job last succeeded (since its first start if it never has)",
             ("cluster_job",),
         )
         self.job_failed = gauge(

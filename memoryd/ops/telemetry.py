@@ -68,7 +68,7 @@ class ClusterTelemetry:
             if state.job == TELEMETRY_JOB:
                 continue
             failed[(state.job,)] = 1.0 if state.last_outcome == "failed" else 0.0
-            if state.last_outcome == "succeeded" and state.last_finished_at is not None:
-                ages[(state.job,)] = max(0.0, (now - state.last_finished_at).total_seconds())
+            # Whatever the last run did (failed, still running, left running by a crash).
+            ages[(state.job,)] = state.age_s(now)
         self.metrics.job_age.publish(ages)
         self.metrics.job_failed.publish(failed)

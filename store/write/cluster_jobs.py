@@ -42,6 +42,12 @@ class JobState:
     last_started_at: datetime
     last_finished_at: datetime | None
     last_outcome: str | None
+    last_succeeded_at: datetime | None
+    first_started_at: datetime
+
+    def age_s(self, now: datetime) -> float:
+        """Seconds since the job last succeeded (since it first started, if it never has)."""
+        return max(0.0, (now - (self.last_succeeded_at or self.first_started_at)).total_seconds())
 
 
 class ClusterJobs:
@@ -79,10 +85,11 @@ class ClusterJobs:
             if row is not None and not force and now - row[0] < every:
                 return JobOutcome(ran=False, skipped="not due")
             conn.execute(
-                "INSERT INTO scheduled_jobs (job, last_started_at) VALUES (%s, %s)"
+                "INSERT INTO scheduled_jobs (job, last_started_at, first_started_at, last_outcome)"
+                " VALUES (%s, %s, %s, 'running')"
                 " ON CONFLICT (job) DO UPDATE SET last_started_at = EXCLUDED.last_started_at,"
                 " last_finished_at = NULL, last_outcome = 'running', last_error = NULL",
-                (job, now),
+                (job, now, now),
             )
         try:
             result = fn()
@@ -95,15 +102,16 @@ class ClusterJobs:
     def _finish(self, job: str, outcome: str, error: str | None) -> None:
         with transaction(self._pool) as conn:
             conn.execute(
-                "UPDATE scheduled_jobs SET last_finished_at = %s, last_outcome = %s,"
-                " last_error = %s WHERE job = %s",
-                (self._clock(), outcome, error, job),
+                "UPDATE scheduled_jobs SET last_finished_at = %(at)s, last_outcome = %(outcome)s,"
+                " last_error = %(error)s, last_succeeded_at = CASE WHEN %(outcome)s = 'succeeded'"
+                " THEN %(at)s ELSE last_succeeded_at END WHERE job = %(job)s",
+                {"at": self._clock(), "outcome": outcome, "error": error, "job": job},
             )
 
     def states(self) -> list[JobState]:
         with transaction(self._pool) as conn:
             rows = conn.execute(
-                "SELECT job, last_started_at, last_finished_at, last_outcome"
-                " FROM scheduled_jobs ORDER BY job"
+                "SELECT job, last_started_at, last_finished_at, last_outcome, last_succeeded_at,"
+                " first_started_at FROM scheduled_jobs ORDER BY job"
             ).fetchall()
         return [JobState(*r) for r in rows]

@@ -92,6 +92,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "fact_write_transactions",
             "fact_erasure_sources",
             "forgotten_ledger_ids",
+            "job_successes",
         ]
     finally:
         pool.close()
