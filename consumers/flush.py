@@ -35,7 +35,7 @@ from consumers.indexer import IndexQueue
 from consumers.observers import FlushObserver
 from consumers.splitting import isolate
 from consumers.unapplied_runs import UnappliedRuns
-from domain.ids import MemoryKey, run_id_for
+from domain.ids import MemoryKey, deferred_run_id_for, run_id_for
 from domain.model import FlushReads, MemoryState, MemoryUpdate, RunStatus
 from domain.ports import Clock, FactSearch, MemoryStore
 from processors.candidates import CandidatePolicy, select_candidates
@@ -145,7 +145,10 @@ class UserFlusher:
             at_work = self._index_queue.foreground.working()
             with at_work, self._forgotten.locked(key, items) as (reads, kept):
                 if kept:
-                    result = self._consolidate(reads, [i.event for i in kept], attempt)
+                    deferral = deferred_run_id_for(
+                        key, [(i.tp.topic, i.tp.partition, i.offset) for i in kept]
+                    )
+                    result = self._consolidate(reads, [i.event for i in kept], attempt, deferral)
                 else:
                     result = FlushResult(FlushKind.FORGOTTEN, 0)
                 result = replace(result, forgotten=len(items) - len(kept))
@@ -179,7 +182,11 @@ class UserFlusher:
     # -- one flush ------------------------------------------------------------------------
 
     def _consolidate(
-        self, reads: FlushReads, events: Sequence[ContextEvent], attempt: int
+        self,
+        reads: FlushReads,
+        events: Sequence[ContextEvent],
+        attempt: int,
+        deferral: uuid.UUID,
     ) -> FlushResult:
         fresh = [e for e in first_by_id(events) if e.event_id not in reads.consumed]
         if not fresh:
@@ -190,7 +197,8 @@ class UserFlusher:
         if exhausted:
             self._observer.budget_applied(self._budget_policy.value)
             if self._budget_policy is BudgetPolicy.DEFER:
-                return self._defer(state, fresh, now, attempt, f"balance {balance} micro-USD")
+                reason = f"balance {balance} micro-USD"
+                return self._defer(state, fresh, now, attempt, reason, deferral)
         try:
             update = self._attempt(state, fresh, now, attempt, exhausted, reads.known_facts)
         except UnusableAnswer as e:
@@ -359,10 +367,13 @@ class UserFlusher:
         now: datetime,
         attempt: int,
         balance: str,
+        run_id: uuid.UUID,
     ) -> FlushResult:
         request = ConsolidationRequest.build(state, (), fresh, now)
         reason = f"credit exhausted ({balance}): consolidation deferred"
-        run = self._unapplied.record(request, attempt, now, RunStatus.DEFERRED, error=reason)
+        run = self._unapplied.record(
+            request, attempt, now, RunStatus.DEFERRED, run_id=run_id, error=reason
+        )
         return FlushResult(FlushKind.DEFERRED, len(fresh), reason=reason, deferred_run=run.run_id)
 
 

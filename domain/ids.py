@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 FACT_NAMESPACE = uuid.UUID("2b0c8a8e-5b1e-4a8f-9a6e-8a3f4f0b9d21")
@@ -82,13 +84,21 @@ def run_id_for(key: MemoryKey, event_ids: frozenset[uuid.UUID], attempt: int = 0
 
 
 def occurrence_run_id() -> uuid.UUID:
-    """The id of a failed, deferred or discarded run: one occurrence, not a function of its events.
+    """The id of a failed or discarded run: one occurrence, not a function of its events.
 
     The same events can fail again after a redrive, or succeed; each occurrence needs its own
     record. An id derived from the events would collide with the succeeded run's id
     (`run_id_for`), and `ON CONFLICT DO NOTHING` would then silently drop that run's record.
     """
     return uuid.uuid4()
+
+
+def deferred_run_id_for(key: MemoryKey, records: Iterable[tuple[str, int, int]]) -> uuid.UUID:
+    """A deferred run (no call was made) is one reading of its Kafka records (topic,
+    partition, offset): read again after a crash before their offsets were committed, they
+    are the same run; redriven from the dead-letter topic, they are new records and a new run."""
+    joined = json.dumps(sorted(records), separators=(",", ":"))
+    return uuid.uuid5(RUN_NAMESPACE, f"deferred{KEY_SEPARATOR}{key.joined}{KEY_SEPARATOR}{joined}")
 
 
 def ledger_entry_id_for(run_id: uuid.UUID, operation: str, detail: str = "") -> uuid.UUID:

@@ -103,6 +103,23 @@ def test_out_of_credit_defers_without_calling_the_backend() -> None:
     assert m.observer.budget == ["defer"]
 
 
+def test_a_deferral_read_again_is_one_run_and_redriven_records_another() -> None:
+    m = InMemoryMemoryd()
+    spend(m, "ada", 100)
+    flusher = m.flusher(FlakyBackend(), BudgetPolicy.DEFER)
+    first = flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
+    # Read again after a crash before the offsets were committed: the same records.
+    again = flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
+    # Redriven from the dead-letter topic: the same events in new records.
+    redriven = flusher.flush(key_of("ada"), buffered(EVENTS, partition=2), attempt=0)
+    flusher.close()
+
+    assert first.run_ids == again.run_ids != redriven.run_ids
+    runs = [r.run for r in m.runs.runs(key_of("ada"))]
+    assert [r.run_id for r in runs] == [*first.run_ids, *redriven.run_ids]
+    assert {r.status for r in runs} == {RunStatus.DEFERRED}
+
+
 def test_out_of_credit_can_consolidate_without_indexing() -> None:
     m = InMemoryMemoryd()
     spend(m, "ada", 100)
