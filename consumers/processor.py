@@ -154,8 +154,7 @@ class MemoryProcessor:
         self._launch(force=False)
         self._letters.send_due(self._offsets)
         self._commit()
-        # What the pause is decided on, so the gauge shows how near it is.
-        self._metrics.buffered.set(self._backpressure())
+        self._metrics.buffered.set(self._backpressure())  # what the pause is decided on
         self._metrics.in_flight.set(sum(1 for b in self._batches.values() if b.future))
         return polled
 
@@ -334,8 +333,7 @@ class MemoryProcessor:
         self._metrics.commit_lag.labels(CONSUMER_NAME).set(self._offsets.open_count())
 
     def _backpressure(self) -> int:
-        """Pause reading while too many events are held (buffered, in flight or waiting for a
-        retry); returns how many are."""
+        """Pause while too many events are held (buffered, in flight, to retry); how many are."""
         held = len(self._buffers) + sum(len(b.items) for b in self._batches.values())
         if not self._paused and held >= self._settings.max_buffered:
             self._consumer.pause(*self._consumer.assignment())

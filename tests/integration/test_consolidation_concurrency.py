@@ -188,7 +188,9 @@ def test_more_flushes_than_the_pool_can_lock_wait_instead_of_deadlocking(
     postgres = deployment.settings.postgres.model_copy(update={"pool_max_size": 4})
     crowded = tuned(deployment, concurrency=8, max_wait_s=1.0)
     crowded = Deployment(crowded.settings.model_copy(update={"postgres": postgres}), crowded.dsn)
-    backend = RecordingBackend(latency_s=LATENCY_S, rendezvous=2)
+    # All 8 calls meet before going on: on a loaded machine threads start late, and 8 flushes
+    # that can run at once would otherwise show a smaller overlap than they have.
+    backend = RecordingBackend(latency_s=LATENCY_S, rendezvous=len(users))
     crowded.run_processor(backend)
 
     assert consolidated_count(deployment) == len(users)
