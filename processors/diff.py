@@ -22,6 +22,19 @@ DIFF_FIELDS = (
     "confidence",
     "salience",
     "reinforce_count",
+    "event_date",
+    "subject",
+)
+# The fold of a memory's own runs must give its live rows exactly: everything a run writes
+# (`domain.upsert.RUN_OVERWRITES`), evidence and times included. Not recall counters or the
+# index's stamp, which the read path and the indexer write outside runs.
+VERIFY_FIELDS = (
+    *DIFF_FIELDS,
+    "source_event_ids",
+    "observed_at",
+    "last_reinforced_at",
+    "updated_at",
+    "version",
 )
 
 
@@ -58,7 +71,9 @@ class MemoryDiff:
 
 
 def _comparable(fact: Fact, name: str) -> Any:
-    value = getattr(fact, name)
+    value = getattr(fact, name) if hasattr(fact, name) else getattr(fact.provenance, name)
+    if isinstance(value, tuple):
+        return tuple(str(v) for v in value)
     if isinstance(value, float):
         return round(value, 4)
     if isinstance(value, uuid.UUID):
@@ -66,10 +81,10 @@ def _comparable(fact: Fact, name: str) -> Any:
     return value.value if isinstance(value, StrEnum) else value
 
 
-def _fact_diff(left: Fact, right: Fact) -> FactDiff | None:
+def _fact_diff(left: Fact, right: Fact, fields: Sequence[str]) -> FactDiff | None:
     fields_ = {
         name: (_comparable(left, name), _comparable(right, name))
-        for name in DIFF_FIELDS
+        for name in fields
         if _comparable(left, name) != _comparable(right, name)
     }
     return FactDiff(left.fact_id, left.content, fields_) if fields_ else None
@@ -79,10 +94,14 @@ def _only(left: Sequence[str], right: Sequence[str]) -> tuple[tuple[str, ...], t
     return tuple(x for x in left if x not in right), tuple(x for x in right if x not in left)
 
 
-def diff_memory(left: FoldedMemory, right: FoldedMemory) -> MemoryDiff:
-    """Facts are matched by id: UUID5 of (user, content, scope), the same in any namespace."""
+def diff_memory(
+    left: FoldedMemory, right: FoldedMemory, fields: Sequence[str] = DIFF_FIELDS
+) -> MemoryDiff:
+    """Facts are matched by id: UUID5 of (user, content, scope), the same in any namespace;
+    `fields` are the fields of a fact compared."""
     lf, rf = left.facts, right.facts
-    changed = [d for fid in sorted(lf.keys() & rf.keys()) if (d := _fact_diff(lf[fid], rf[fid]))]
+    common = sorted(lf.keys() & rf.keys())
+    changed = [d for fid in common if (d := _fact_diff(lf[fid], rf[fid], fields))]
     keys = sorted({*left.scaffold, *right.scaffold})
     scaffold = {
         k: (left.scaffold.get(k), right.scaffold.get(k))

@@ -149,9 +149,17 @@ def _apply(
     memory: FoldedMemory, run: RunRecord, seq: int, applied: Mapping[str, Any]
 ) -> FoldedMemory:
     facts = dict(memory.facts)
-    for change in applied["facts"]:
-        after = fact_from_json(change["after"])
+    written = [fact_from_json(change["after"]) for change in applied["facts"]]
+    for after in written:
         facts[after.fact_id] = merge_fact(facts.get(after.fact_id), after)
+    # A successor the image never holds was erased: its entries left the log, and the live
+    # erasure cleared the pointers to it (erase_fact), so the fold clears them too. A pointer
+    # is only set by a run's write, and the image never loses a fact: checking the run's
+    # writes is enough.
+    for fact_id in {after.fact_id for after in written}:
+        fact = facts[fact_id]
+        if fact.superseded_by is not None and fact.superseded_by not in facts:
+            facts[fact_id] = replace(fact, superseded_by=None)
     connections = dict(memory.connections)
     for connection_id, additions in applied.get("connection_additions", {}).items():
         connections[connection_id] = (*connections.get(connection_id, ()), *additions)

@@ -14,7 +14,7 @@ from typing import Any
 from domain.ids import MemoryKey
 from domain.model import LoggedRun
 from memoryd.analyst.render import diff_json
-from processors.diff import MemoryDiff, diff_memory
+from processors.diff import VERIFY_FIELDS, MemoryDiff, diff_memory
 from processors.fold import FoldedMemory, FoldError, fold_runs
 
 
@@ -36,7 +36,7 @@ def verify_memory(key: MemoryKey, runs: list[LoggedRun], live: FoldedMemory) -> 
         folded = fold_runs(runs, start)
     except FoldError as e:
         return Verification(key, len(runs), None, str(e))
-    return Verification(key, len(runs), diff_memory(live, folded))
+    return Verification(key, len(runs), diff_memory(live, folded, VERIFY_FIELDS))
 
 
 def verification_json(v: Verification) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +16,9 @@ from consumers.replay import batches_by_size, shadow_consolidate
 from domain.model import FactStatus
 from memoryd import wiring
 from memoryd.analyst.commands import analyst_core, live_memory
+from memoryd.analyst.verify import verify_memory
 from memoryd.cli import build_parser
+from memoryd.erasure import ErasureRequest
 from processors.consolidate import Consolidator
 from processors.diff import diff_memory
 from processors.fold import FoldedMemory, fold_runs, runs_until
@@ -171,6 +174,23 @@ def test_a_contradicted_fact_stated_again_keeps_its_evidence_in_live_and_fold(
         (initech.fact_id,),
     )
     assert history == [("add", True), ("contradict", False), ("add", False)]
+
+
+def test_verify_holds_after_the_successor_of_a_contradicted_fact_is_erased(
+    deployment: Deployment,
+) -> None:
+    consolidate(deployment, batch(0))
+    consolidate(deployment, batch(1))  # "moved to design" contradicts "engineering"
+    live, _, _ = images(deployment)
+    [old] = [f for f in live.facts.values() if f.superseded_by is not None]
+    with wiring.core(deployment.settings) as c, closing(wiring.publisher(c.settings)) as pub:
+        wiring.eraser(c, pub).erase_fact(
+            key_of(USER), old.superseded_by, ErasureRequest("test", "the user asked")
+        )
+    live, _, runs = images(deployment)
+    assert live.facts[old.fact_id].superseded_by is None
+    verification = verify_memory(key_of(USER), runs, live)
+    assert verification.ok, verification.diff
 
 
 def test_memory_at_a_time_is_the_fold_of_the_runs_committed_by_then(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,7 +29,7 @@ from domain.model import (
 from domain.upsert import merge_fact
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
-from processors.diff import diff_memory
+from processors.diff import VERIFY_FIELDS, diff_memory
 from processors.errors import BackendError, TransientBackendError
 from processors.fold import FoldedMemory, FoldError, fold_runs, runs_until
 from processors.gate import WriteGate
@@ -290,6 +290,41 @@ def test_diff_reports_facts_on_each_side_changed_fields_and_tiers() -> None:
     assert diff.learned_info == ((), ("Likes tea",))
     assert diff.connections == {"mail": (("Invoices go to finance@acme",), ())}
     assert diff_memory(left, left).identical
+
+
+def test_verify_compares_what_a_run_writes_a_shadow_diff_what_a_fact_says() -> None:
+    left = fold_runs(history())
+    porto = left.facts[PORTO.fact_id]
+    evidence = replace(porto.provenance, source_event_ids=(uuid.uuid4(),))
+    # Changed behind the run log's back: its evidence, its subject, its version.
+    changed = replace(porto, provenance=evidence, subject="Grace", version=porto.version + 7)
+    right = replace(left, facts={**left.facts, PORTO.fact_id: changed})
+    [verified] = diff_memory(left, right, VERIFY_FIELDS).changed
+    assert set(verified.fields) == {"source_event_ids", "subject", "version"}
+    [shadowed] = diff_memory(left, right).changed
+    assert set(shadowed.fields) == {"subject"}
+
+
+def test_a_pointer_to_an_erased_successor_is_cleared_as_the_live_erasure_clears_it() -> None:
+    # Porto was erased: its entries left the log, Lisbon's pointer to it stayed in run 4's.
+    erased = [
+        replace(r, run=replace(r.run, output=_without(r.run.output, PORTO.fact_id)))
+        for r in history()
+    ]
+    folded = fold_runs(erased)
+    assert PORTO.fact_id not in folded.facts
+    lisbon = folded.facts[LISBON.fact_id]
+    assert (lisbon.status, lisbon.superseded_by) == (FactStatus.CONTRADICTED, None)
+    assert fold_runs(history()).facts[LISBON.fact_id].superseded_by == PORTO.fact_id
+
+
+def _without(output: Mapping[str, Any] | None, fact_id: uuid.UUID) -> dict[str, Any]:
+    out = dict(output or {})
+    if "applied" in out:
+        applied = dict(out["applied"])
+        applied["facts"] = [f for f in applied["facts"] if f["after"]["fact_id"] != str(fact_id)]
+        out["applied"] = applied
+    return out
 
 
 def consolidator() -> Consolidator:
