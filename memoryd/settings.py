@@ -97,6 +97,10 @@ class ReadPathSettings(BaseModel):
     rewrite_timeout_ms: int = Field(default=300, ge=10)
 
 
+# 500 events of 8,000-character fields fit with room to spare.
+MAX_BODY_BYTES = 16 * 2**20
+
+
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8080
@@ -111,6 +115,8 @@ class ApiSettings(BaseModel):
     # configured, so neither the settings file nor the environment holds a usable secret. The
     # organization is an identifier like every other: ids derived from it join it with others.
     tokens: dict[str, Identifier] = Field(default_factory=dict)
+    # A request body over this many bytes is refused (413) before it is parsed.
+    max_body_bytes: int = Field(default=MAX_BODY_BYTES, ge=1024)
 
 
 class ErasureSettings(BaseModel):

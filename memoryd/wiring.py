@@ -378,7 +378,7 @@ def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
     from memoryd.api.query_batches import QueryBatches  # noqa: PLC0415
 
     tokens = TokenTable(c.settings.api.tokens)
-    turn_threads = c.settings.api.turn_threads
+    api = c.settings.api
     pub = publisher(c.settings)
     try:
         with read_path(c, ReadPathMetrics(c.registry)) as service:
@@ -387,7 +387,9 @@ def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
             deps = ApiDependencies(service, read_model(c), pub, tokens, erase, batches)
             sweeper = cache_sweeper(service, c.settings.read_path.cache_sweep_s)
             try:
-                yield create_app(deps, c.registry, service.close, health, turn_threads)
+                yield create_app(
+                    deps, c.registry, service.close, health, api.turn_threads, api.max_body_bytes
+                )
             finally:
                 sweeper.shutdown(wait=False)
     finally:

@@ -37,6 +37,7 @@ from consumers.decoding import excerpt
 from domain.ids import MemoryKey, turn_log_id_for
 from domain.model import Fact, FactStatus
 from memoryd.api.auth import TokenTable
+from memoryd.api.body_limit import BodyLimit
 from memoryd.api.errors import validation_problems
 from memoryd.api.health import add_health_routes
 from memoryd.api.metrics import HttpMetrics, RequestLatencyMiddleware
@@ -56,6 +57,7 @@ from memoryd.api.query_batches import QueryBatches
 from memoryd.api.turn_lane import TurnLane
 from memoryd.erasure import Eraser, ErasureIncomplete, ErasureRequest, UnknownFact
 from memoryd.ops.health import HealthMonitor
+from memoryd.settings import MAX_BODY_BYTES
 from producers.contract import ID_PATTERN, MAX_ID_CHARS, ContextEvent, reject_nul
 from producers.corrections import FactCorrections
 from producers.errors import PublishError
@@ -80,8 +82,10 @@ class ApiDependencies:
 
 
 _bearer = HTTPBearer(auto_error=False, description="A token issued to one organization")
-_UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 403: {"model": Problem}}
+# Every route: no token, a dependency away; a body too large or unparsable, before any route.
+_UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 503: {"model": Problem}}
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {**_UNAUTHORIZED, 404: {"model": Problem}}
+_WITH_BODY: dict[int | str, dict[str, Any]] = {400: {"model": Problem}, 413: {"model": Problem}}
 
 
 # The dependencies are async (they do no I/O): FastAPI runs a sync dependency in the thread
@@ -117,7 +121,10 @@ def _no_nul_or_none(text: str | None) -> str | None:
 
 # A user id in a path is an event's user id: what no event can name has no memory either.
 UserId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN)]
-IdempotencyKey = Annotated[str | None, Query(max_length=200), AfterValidator(_no_nul_or_none)]
+# Not empty: with an empty key every later erasure would be a retry of the first one.
+IdempotencyKey = Annotated[
+    str | None, Query(min_length=1, max_length=200), AfterValidator(_no_nul_or_none)
+]
 Reason = Annotated[
     str,
     Query(min_length=1, max_length=500),
@@ -153,6 +160,7 @@ def create_app(
     on_shutdown: Callable[[], None] | None = None,
     health: HealthMonitor | None = None,
     turn_threads: int = 2,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
     """The application; `deps` may be None only to render the OpenAPI document.
 
@@ -214,7 +222,7 @@ def create_app(
             await deps.queries.embed(body.query)
         return await to_thread.run_sync(partial(_turn, deps, org, body), limiter=turns)
 
-    @app.post("/v1/context", tags=["read"], responses=_UNAUTHORIZED)
+    @app.post("/v1/context", tags=["read"], responses={**_UNAUTHORIZED, **_WITH_BODY})
     async def read_context(body: ContextRequest, org: Organization) -> ContextResponse:
         """The context of one chat turn: the rendered prompt block and what went into it."""
         return await serve_turn(org, body)
@@ -227,6 +235,7 @@ def create_app(
             route=_route(app, "/v1/context"),
             database_down=_database_unavailable,
         )
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # added last: around the lane
 
     @app.get(
         "/v1/users/{user_id}/memory",
@@ -263,7 +272,7 @@ def create_app(
         "/v1/users/{user_id}/facts/{fact_id}/correction",
         status_code=status.HTTP_202_ACCEPTED,
         tags=["correct"],
-        responses=_NOT_FOUND,
+        responses={**_NOT_FOUND, **_WITH_BODY},
     )
     def correct_fact(
         user_id: UserId,
@@ -317,7 +326,7 @@ def create_app(
         "/v1/events",
         status_code=status.HTTP_202_ACCEPTED,
         tags=["write"],
-        responses=_UNAUTHORIZED,
+        responses={**_UNAUTHORIZED, **_WITH_BODY, 403: {"model": Problem}},
     )
     def publish_events(body: EventsRequest, deps: Deps, org: Organization) -> Accepted:
         """Publish observations (the `ContextEvent` contract) into the pipeline, all or none."""

@@ -94,7 +94,9 @@ class TurnLane:
         try:
             # FastAPI's order: `json.loads`, then the model validated in Python mode.
             request = ContextRequest.model_validate(json.loads(body))
-        except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError too
+        # JSONDecodeError and UnicodeDecodeError are ValueErrors; nesting too deep for the
+        # parser is a RecursionError: the framework answers each (400 or 422).
+        except (ValueError, RecursionError, ValidationError):
             return None
         return org, request
 

@@ -28,12 +28,9 @@ B = {"Authorization": f"Bearer {TOKEN_B}"}
 
 
 @contextmanager
-def api(deployment: Deployment) -> Iterator[tuple[TestClient, wiring.Core]]:
-    settings = deployment.settings.model_copy(
-        update={
-            "api": ApiSettings(tokens={hash_token(TOKEN_A): "org-a", hash_token(TOKEN_B): "org-b"})
-        }
-    )
+def api(deployment: Deployment, **api: Any) -> Iterator[tuple[TestClient, wiring.Core]]:
+    tokens = {hash_token(TOKEN_A): "org-a", hash_token(TOKEN_B): "org-b"}
+    settings = deployment.settings.model_copy(update={"api": ApiSettings(tokens=tokens, **api)})
     with wiring.core(settings) as c, wiring.api_app(c) as app, TestClient(app) as client:
         yield client, c
 
@@ -301,3 +298,21 @@ def test_a_turn_id_names_a_turn_of_one_memory(deployment: Deployment) -> None:
         " GROUP BY organization_id, user_id ORDER BY user_id"
     )
     assert audited == [("org-a", "ada", 1), ("org-a", "bob", 1)]
+
+
+def test_bodies_too_large_or_too_deep_and_empty_keys_are_refused_not_failed(
+    deployment: Deployment,
+) -> None:
+    deep = '{"user_id": "ada", "query": "q", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    with api(deployment, max_body_bytes=4096) as (client, _):
+        for token in (A, {}):  # with a token or without, nothing over the limit is parsed
+            for path in ("/v1/context", "/v1/events"):
+                response = client.post(path, content=b"x" * 5000, headers=token)
+                assert response.status_code == 413, (path, token)
+    with api(deployment) as (client, _):
+        nested = client.post(
+            "/v1/context", content=deep, headers={**A, "Content-Type": "application/json"}
+        )
+        assert nested.status_code == 400  # the framework's answer, not a 500
+        empty = client.delete("/v1/users/ada", params={"idempotency_key": ""}, headers=A)
+        assert empty.status_code == 422
