@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
@@ -106,19 +107,25 @@ def make_consumer(settings: ConsumerSettings) -> EventConsumer:
 
 
 def end_offsets(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
-    """Partition -> the offset the next record will get, read without joining any group."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
-        client_id="memoryd-end-offsets",
-        enable_auto_commit=False,
-        request_timeout_ms=int(timeout_s * 1000),
-    )
+    """Partition -> the offset the next record will get, read without joining any group.
+    Raises ConsumerError when the brokers cannot say (unreachable, timed out)."""
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap_servers,
+            client_id="memoryd-end-offsets",
+            enable_auto_commit=False,
+            request_timeout_ms=int(timeout_s * 1000),
+        )
+    except KafkaError as e:
+        raise ConsumerError(f"end offsets of {topic} not read: {e!r}") from e
     try:
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:
             raise ConsumerError(f"topic {topic} has no partitions (does it exist?)")
         ends = consumer.end_offsets([KafkaTopicPartition(topic, p) for p in partitions])
         return {tp.partition: int(offset) for tp, offset in ends.items()}
+    except KafkaError as e:
+        raise ConsumerError(f"end offsets of {topic} not read: {e!r}") from e
     finally:
         consumer.close()
 

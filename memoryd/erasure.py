@@ -26,10 +26,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from consumers.errors import ConsumerError
 from domain.erasure import ErasureReceipt, ErasureScope, ErasureStatus, TombstoneAt
 from domain.ids import MemoryKey, SubjectHasher, erasure_id_for
 from domain.ports import VectorIndex
 from producers.contract import MemoryTombstone
+from producers.errors import PublishError
 from producers.publisher import TombstonePosition
 from store.errors import StoreError
 from store.write.erasure_log import ErasureRecord, PostgresErasureLog
@@ -121,7 +123,11 @@ class Eraser:
         )
         # Read after the tombstone is acknowledged: on the other partitions everything up to
         # here is older than the forget (events keyed before the key held the organization).
-        cutoffs = {(position.topic, p): end for p, end in self.end_offsets().items()}
+        try:
+            ends = self.end_offsets()
+        except ConsumerError as e:  # the erasure stays open; asked again, it tombstones again
+            raise PublishError(f"tombstone written, partition ends not read: {e}") from e
+        cutoffs = {(position.topic, p): end for p, end in ends.items()}
         cutoffs[(position.topic, position.partition)] = position.offset
         tombstone = TombstoneAt(position.topic, position.partition, position.offset)
         self.erasures.record_tombstone(erasure_id, subject, tombstone, cutoffs)

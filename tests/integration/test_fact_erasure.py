@@ -11,16 +11,19 @@ import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from consumers.errors import ConsumerError
 from domain.erasure import ErasureScope
 from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.cli import build_parser
 from memoryd.erasure import Eraser, ErasureRequest, UnknownFact
 from memoryd.ops import runtime
+from producers.errors import PublishError
 from store.errors import VectorIndexUnavailable
 from store.write.cluster_jobs import ClusterJobs
 from tests.support.builders import key_of, make_event
@@ -219,3 +222,21 @@ def test_a_fact_written_over_still_redacts_the_observations_of_its_earlier_versi
         deployment.query("SELECT event_id, content FROM context_events WHERE user_id = 'mira'")
     )
     assert contents == {first.event_id: "[erased]", again.event_id: "[erased]"}
+
+
+def test_a_forget_whose_partition_ends_cannot_be_read_is_a_publish_error_left_open(
+    deployment: Deployment,
+) -> None:
+    seed(deployment)
+
+    def unreadable() -> dict[int, int]:
+        raise ConsumerError("end offsets of events not read: NoBrokersAvailable()")
+
+    with eraser(deployment) as (c, erase):
+        with pytest.raises(PublishError, match="partition ends not read"):
+            replace(erase, end_offsets=unreadable).forget(MIRA, REQUEST)
+        assert audit(deployment.dsn) == ["started"]  # open: asked again, it goes on
+        assert fact_ids(c, MIRA)
+        receipt = erase.forget(MIRA, REQUEST)
+    assert audit(deployment.dsn) == ["completed"]
+    assert receipt.removed["postgres"]["memory_facts"] == 2
