@@ -39,7 +39,7 @@ from domain.ids import MemoryKey, deferred_run_id_for, run_id_for
 from domain.model import FlushReads, MemoryState, MemoryUpdate, RunStatus
 from domain.ports import Clock, FactSearch, MemoryStore
 from processors.candidates import CandidatePolicy, select_candidates
-from processors.consolidate import Consolidator, shown_facts
+from processors.consolidate import Consolidator
 from processors.errors import UnusableAnswer
 from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
@@ -239,17 +239,8 @@ class UserFlusher:
         except (StaleMemoryVersion, EventsAlreadyConsolidated) as e:
             # Not applied (another run changed the memory first; the processor plans again),
             # but the call was made: it is recorded as discarded and its tokens are booked.
-            self._unapplied.record(
-                request,
-                attempt,
-                now,
-                RunStatus.DISCARDED,
-                usage=response.usage,
-                raw=response.raw_response,
-                model=response.model,
-                duration_ms=duration_ms,
-                output={"discarded": f"not applied: {e}", "candidates": shown_facts(request)},
-            )
+            why = f"not applied: {e}"
+            self._unapplied.discarded(request, attempt, now, response, duration_ms, why)
             raise
         self._observer.consolidated(update.run)
         return update
@@ -345,17 +336,7 @@ class UserFlusher:
             self._observer.probed(usable=False)
             return str(e)
         self._observer.probed(usable=True)
-        self._unapplied.record(
-            request,
-            attempt,
-            now,
-            RunStatus.DISCARDED,
-            usage=response.usage,
-            raw=response.raw_response,
-            model=response.model,
-            duration_ms=duration_ms,
-            output={"discarded": _PROBE_NOTE, "candidates": shown_facts(request)},
-        )
+        self._unapplied.discarded(request, attempt, now, response, duration_ms, _PROBE_NOTE)
         return None
 
     # -- runs that change nothing ---------------------------------------------------------

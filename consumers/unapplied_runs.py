@@ -11,9 +11,9 @@ from consumers.observers import FlushObserver
 from domain.ids import occurrence_run_id
 from domain.model import RunRecord, RunStatus, TokenUsage
 from domain.ports import MemoryStore
-from processors.consolidate import failed_run, unapplied_ledger
+from processors.consolidate import failed_run, shown_facts, unapplied_ledger
 from processors.cost import PriceTable
-from processors.schema import ConsolidationBackend, ConsolidationRequest
+from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 
 
 class UnappliedRuns:
@@ -64,3 +64,25 @@ class UnappliedRuns:
         self._store.record_run(run, unapplied_ledger(self._prices, run))
         self._observer.charged(run)
         return run
+
+    def discarded(
+        self,
+        request: ConsolidationRequest,
+        attempt: int,
+        started_at: datetime,
+        response: BackendResponse,
+        duration_ms: int,
+        why: str,
+    ) -> RunRecord:
+        """A usable answer that is not applied, recorded with what its call cost."""
+        return self.record(
+            request,
+            attempt,
+            started_at,
+            RunStatus.DISCARDED,
+            usage=response.usage,
+            raw=response.raw_response,
+            model=response.model,
+            duration_ms=duration_ms,
+            output={"discarded": why, "candidates": shown_facts(request)},
+        )
