@@ -9,13 +9,13 @@ from datetime import timedelta
 import pytest
 from psycopg_pool import ConnectionPool
 
-from domain.erasure import ErasureScope
 from domain.ids import MemoryKey
 from domain.reads import Scope
 from store.read.fact_queries import PostgresReadModel
 from store.write.erasure_log import PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore
 from tests.support.builders import BASE_TIME, key_of, log_row, make_fact, seed
+from tests.support.erasure import open_memory_erasure
 
 pytestmark = pytest.mark.integration
 
@@ -97,14 +97,5 @@ def generation_of(reads: PostgresReadModel, key: MemoryKey) -> uuid.UUID:
 
 def erase(pool: ConnectionPool, key: MemoryKey) -> None:
     log = PostgresErasureLog(pool)
-    erasure_id = uuid.uuid4()
-    log.start(
-        erasure_id,
-        subject="subject-of-ada",
-        scope=ErasureScope.MEMORY,
-        key=key,
-        fact_id=None,
-        actor="test",
-        reason="erasure of the memory",
-    )
+    erasure_id = open_memory_erasure(log, key, "subject-of-ada")
     log.erase_memory(erasure_id, key, "subject-of-ada", {})

@@ -10,7 +10,6 @@ from datetime import timedelta
 import pytest
 from psycopg_pool import ConnectionPool
 
-from domain.erasure import ErasureScope
 from domain.ids import MemoryKey, read_entry_id_for
 from domain.model import LedgerEntry
 from store.read.fact_queries import PostgresReadModel
@@ -18,6 +17,7 @@ from store.read.read_ledger import ReadCost, ReadLedger
 from store.write.erasure_log import PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore
 from tests.support.builders import BASE_TIME, key_of, log_row, make_fact, seed
+from tests.support.erasure import open_memory_erasure
 
 pytestmark = pytest.mark.integration
 
@@ -61,16 +61,7 @@ def test_a_read_written_after_an_erasure_opened_keeps_no_ids(pool: ConnectionPoo
     costs.write([ReadCost(cost(ADA, 1), read), ReadCost(cost(other, 1), None)])
 
     erasures = PostgresErasureLog(pool)
-    erasure = uuid.uuid4()
-    erasures.start(
-        erasure,
-        subject="subject-of-ada",
-        scope=ErasureScope.MEMORY,
-        key=ADA,
-        fact_id=None,
-        actor="test",
-        reason="the user asked",
-    )
+    erasure = open_memory_erasure(erasures, ADA, "subject-of-ada")
     pseudonym = f"erased:{erasure}"
     # Open, not yet erased: the memory is still there, but nothing is written with its ids.
     reads.write_context_logs([log_row(ADA, generation=read, recalled=[berlin])])

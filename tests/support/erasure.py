@@ -1,7 +1,9 @@
-"""Looking for what an erasure must have removed: every table's text, Chroma, row counts."""
+"""Looking for what an erasure must have removed: every table's text, Chroma, row counts; and
+an erasure of a whole memory opened without the eraser."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,7 +11,9 @@ import psycopg
 from chromadb.api import ClientAPI
 from psycopg import sql
 
+from domain.erasure import ErasureScope
 from domain.ids import MemoryKey
+from store.write.erasure_log import PostgresErasureLog
 
 # Every column that can hold words: text, JSON, arrays of text, and the full-text vector.
 _TEXTUAL = ("text", "character varying", "json", "jsonb", "ARRAY", "tsvector")
@@ -93,3 +97,18 @@ def memory_row_counts(dsn: str, key: MemoryKey) -> dict[str, int]:
 def rows(dsn: str, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn) as conn:
         return conn.execute(query, params).fetchall()
+
+
+def open_memory_erasure(log: PostgresErasureLog, key: MemoryKey, subject: str) -> uuid.UUID:
+    """Audit an erasure of the whole memory (its first step) and return its id."""
+    erasure_id = uuid.uuid4()
+    log.start(
+        erasure_id,
+        subject=subject,
+        scope=ErasureScope.MEMORY,
+        key=key,
+        fact_id=None,
+        actor="test",
+        reason="the user asked",
+    )
+    return erasure_id
