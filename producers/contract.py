@@ -12,12 +12,15 @@ every consumer drops what it holds of it and ignores its events recorded before 
 from __future__ import annotations
 
 import json
+import math
+import re
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -38,6 +41,28 @@ Identifier = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN)
 ]
 OptionalLabel = Annotated[str, StringConstraints(min_length=1, max_length=512)] | None
+
+# When an observation was made, in UTC, with a year's margin inside the calendar. Postgres
+# stores times Python cannot load (year 10000, BC), and a reader in another time zone, a date
+# a week from it or a grace period shifts them further: one event past the edge failed every
+# later read of its memory.
+EARLIEST_OCCURRED_AT = datetime(2, 1, 1, tzinfo=UTC)
+LATEST_OCCURRED_AT = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def _within_calendar(value: datetime) -> datetime:
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:  # year 0 or 10000 in UTC
+        utc = None
+    if utc is None or not EARLIEST_OCCURRED_AT <= utc < LATEST_OCCURRED_AT:
+        raise ValueError(
+            f"must lie in [{EARLIEST_OCCURRED_AT.isoformat()}, {LATEST_OCCURRED_AT.isoformat()})"
+        )
+    return value
+
+
+ObservedAt = Annotated[AwareDatetime, AfterValidator(_within_calendar)]
 
 
 class EventType(StrEnum):
@@ -103,7 +128,7 @@ class ContextEvent(BaseModel):
     # Only for scaffold_update: the scaffold key the content (a JSON value) is written to.
     scaffold_key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     source_metadata: SourceMetadata
-    occurred_at: AwareDatetime
+    occurred_at: ObservedAt
 
     @model_validator(mode="before")
     @classmethod
@@ -193,19 +218,35 @@ class MemoryTombstone(BaseModel):
 
 
 def scaffold_problem(content: str) -> str | None:
-    """What makes `content` unfit as a scaffold value (JSON, not too deep, no NUL), or None."""
+    """What makes `content` unfit as a scaffold value (JSON that jsonb takes, not too deep), or
+    None. Python's parser takes more than JSON (NaN, Infinity, a number out of float range, a
+    lone surrogate escape), and jsonb refuses each of them, as it refuses \\u0000: accepted,
+    the value failed its memory's whole batch at the write."""
     try:
-        value = json.loads(content)
+        value = json.loads(content, parse_constant=_not_json, parse_float=_finite)
     except ValueError as e:  # not JSON, or a number too long to convert
         return f"scaffold_update content must be a JSON value: {e}"
     except RecursionError:
         value = None  # deeper than the interpreter's parser goes: too deep, as below
     else:
-        if has_nul(value):  # jsonb refuses \u0000 as text refuses NUL
+        if has_nul(value):
             return "the scaffold value contains NUL"
+        if has_lone_surrogate(value):
+            return "the scaffold value contains a lone surrogate (an escape no character has)"
         if json_depth(value) <= MAX_SCAFFOLD_DEPTH:
             return None
     return f"scaffold_update content is nested too deeply (over {MAX_SCAFFOLD_DEPTH})"
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text[:40]} is out of range")
+    return number
 
 
 def reject_nul(text: str) -> str:
@@ -230,6 +271,26 @@ def has_nul(value: Any) -> bool:
         elif isinstance(item, list | tuple):
             pending.extend(item)
     return False
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """Whether a string (key or value) anywhere in a JSON-like value holds a surrogate code
+    point, which UTF-8 cannot encode; iterative, like `has_nul`."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def json_depth(value: Any) -> int:

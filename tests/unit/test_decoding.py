@@ -47,10 +47,15 @@ def raw(**changes: Any) -> bytes:
     return json.dumps(event_json(**changes)).encode()
 
 
+def scaffold(content: str) -> bytes:
+    return raw(event_type="scaffold_update", scaffold_key="Profile", content=content)
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
         (EVENT.to_bytes(), EVENT),
+        (scaffold('{"Nick": "\\ud83d\\ude00", "Age": 1.5e3}'), "ude00"),
         (raw(content="Ada wrote C:\\u0000 in a path"), "C:\\u0000"),  # backslash, not NUL
         (raw(content="Ada likes café ☕"), "café ☕"),
         (json.dumps(event_json(), ensure_ascii=True).encode(), EVENT),
@@ -80,6 +85,12 @@ def test_valid_events_decode(value: bytes, expected: ContextEvent | str) -> None
         (raw(event_type="rumour"), "validate", "event_type"),
         (raw(extra_field=1), "validate", "extra_field"),
         (raw(occurred_at="2026-11-23T12:00:00"), "validate", "occurred_at"),
+        # Year 10000 and year 0 in UTC: Postgres stores both, and no reader could load them.
+        (raw(occurred_at="9999-12-31T23:59:59-01:00"), "validate", "occurred_at"),
+        (raw(occurred_at="0001-01-01T00:00:00+05:00"), "validate", "occurred_at"),
+        (scaffold("NaN"), "validate", "not a JSON number"),
+        (scaffold("[1e999]"), "validate", "out of range"),
+        (scaffold('{"Nick": "\\ud800"}'), "validate", "lone surrogate"),
         (b"[1, 2]", "validate", "invalid ContextEvent"),
         (b"42", "validate", "invalid ContextEvent"),
     ],
