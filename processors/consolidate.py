@@ -29,7 +29,7 @@ from domain.model import (
 from processors.cost import PriceTable, llm_entry
 from processors.gate import WriteGate
 from processors.lifecycle import FactLedger
-from processors.normalize import normalize_json
+from processors.normalize import normalize_json, storable_json
 from processors.schema import (
     MAX_SCAFFOLD_CHARS,
     MAX_WORKING_MEMORY_WORDS,
@@ -187,7 +187,7 @@ class Consolidator:
             event = obs.event
             if event.event_type is EventType.SCAFFOLD_UPDATE and event.scaffold_key is not None:
                 scaffold[event.scaffold_key] = normalize_json(event.scaffold_value())
-        return bounded_scaffold(scaffold)
+        return bounded_scaffold(storable_json(scaffold))
 
     @staticmethod
     def _learned_info(request: ConsolidationRequest) -> tuple[str, ...]:

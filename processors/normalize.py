@@ -9,6 +9,7 @@ object or array, so "42", "true" or "null" written as text stay text.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -57,6 +58,51 @@ def _decode_container(text: str) -> dict[str, Any] | list[Any] | None:
         except json.JSONDecodeError:
             return None
     return current if isinstance(current, dict | list) else None
+
+
+def storable_json(value: Any) -> Any:
+    """`value` as Postgres can hold it in text and jsonb: NUL and lone surrogates (which no
+    UTF-8 encodes) become U+FFFD, a number that is not finite (NaN, Infinity) becomes null.
+
+    Python's JSON parser takes all of them and a model can answer with any; one left in a
+    memory failed the write of its whole batch. Unchanged values come back as they are.
+    """
+    if not _unstorable(value):
+        return value
+    return _storable(value)
+
+
+_UNSTORABLE_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
+def _unstorable(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _UNSTORABLE_CHARS.search(item):
+                return True
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _UNSTORABLE_CHARS.sub("\ufffd", value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(item) for item in value]
+    return value
 
 
 def truncate_text(text: str, max_chars: int, max_words: int | None = None) -> str:

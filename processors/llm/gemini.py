@@ -24,7 +24,7 @@ from google.genai import types
 
 from domain.model import TokenUsage
 from processors.errors import BackendError, TransientBackendError, UnusableAnswer
-from processors.normalize import normalize_json, strip_fences, truncate_text
+from processors.normalize import normalize_json, storable_json, strip_fences, truncate_text
 from processors.prompt import PROMPT_VERSION, build_prompt, output_json_schema
 from processors.schema import (
     MAX_FACT_CHARS,
@@ -183,7 +183,7 @@ def parse_output(text: str, finish_reason: str | None = None) -> ConsolidationOu
     """
     stopped = "" if finish_reason in (None, "STOP") else f" (finish_reason={finish_reason})"
     try:
-        document = normalize_json(json.loads(strip_fences(text)))
+        document = storable_json(normalize_json(json.loads(strip_fences(text))))
     # ValueError, not only JSONDecodeError: an integer literal too long to convert raises the
     # former. RecursionError: absurdly nested arrays, which a runaway model can emit.
     except (ValueError, RecursionError) as e:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 
@@ -93,6 +95,38 @@ def test_observations_become_working_memory_scaffold_and_facts(deployment: Deplo
         assert any(r.fact.provenance.attachment_id == "att-1" for r in attachment.facts)
         assert c.memory.load_state(key_of("bob", "org-b")).version >= 1
         assert c.memory.load_state(key_of("bob")).version == 0  # org-a has no bob
+
+    deployment.with_core(check)
+
+
+def test_a_scaffold_value_jsonb_refuses_is_stored_replaced_not_failing_its_batch(
+    deployment: Deployment,
+) -> None:
+    # The top-level value is a string with no NUL, so the producer takes it; the consolidator
+    # decodes the object it holds, with a NUL and a lone surrogate jsonb cannot store.
+    inner = json.dumps({"Pet": "Rex\x00", "Nick": "\ud800"})
+    events = [
+        make_event("ada", "I work in engineering at Initech", minutes=0),
+        make_event(
+            "ada",
+            json.dumps(inner),
+            EventType.SCAFFOLD_UPDATE,
+            minutes=1,
+            source=Source.AUTONOMOUS,
+            scaffold_key="Profile",
+        ),
+    ]
+    deployment.publish(events)
+    deployment.run_both()
+
+    consumed = {r[0] for r in deployment.query("SELECT event_id FROM consolidated_events")}
+    assert consumed == {e.event_id for e in events}
+    statuses = deployment.query("SELECT DISTINCT status FROM consolidation_runs")
+    assert statuses == [("succeeded",)]
+
+    def check(c: wiring.Core) -> None:
+        ada = c.memory.load_state(key_of("ada"))
+        assert ada.scaffold["Profile"] == {"Pet": "Rex\ufffd", "Nick": "\ufffd"}
 
     deployment.with_core(check)
 

@@ -352,6 +352,19 @@ def test_parse_output_raises_backend_error_with_raw(text: str) -> None:
     assert "MAX_TOKENS" in str(raised.value)
 
 
+def test_parse_output_makes_what_postgres_refuses_storable() -> None:
+    # Each of these is valid to Python's parser and failed the run's write in Postgres.
+    answer = (
+        '{"updated_working_memory": "Ada\\u0000 likes tea",'
+        ' "updated_scaffold": {"Pet": "\\ud800", "Score": NaN, "Big": 1e999},'
+        ' "facts": [{"content": "Ada likes tea\\u0000", "type": "preference"}]}'
+    )
+    output = parse_output(answer)
+    assert output.updated_working_memory == "Ada\ufffd likes tea"
+    assert output.updated_scaffold == {"Pet": "\ufffd", "Score": None, "Big": None}
+    assert output.facts[0].content == "Ada likes tea\ufffd"
+
+
 def test_seed_shape_is_accepted(
     fake_gemini: FakeGemini,  # noqa: F811
     backend: GeminiBackend,

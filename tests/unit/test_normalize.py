@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.normalize import normalize_json, strip_fences, truncate_text
+from processors.normalize import normalize_json, storable_json, strip_fences, truncate_text
 
 
 @pytest.mark.parametrize(
@@ -145,3 +145,23 @@ def test_round_trip_when_nested_containers_are_stringified(value: Any) -> None:
 def test_idempotent(value: Any) -> None:
     once = normalize_json(value, max_depth=3)
     assert normalize_json(once, max_depth=3) == once
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("a\x00b", "a\ufffdb", id="nul"),
+        pytest.param({"k\x00": "\udc00"}, {"k\ufffd": "\ufffd"}, id="key-and-lone-surrogate"),
+        pytest.param([float("nan"), float("-inf"), 1.5], [None, None, 1.5], id="not-finite"),
+        pytest.param({"a": [{"b": ("x\x00",)}]}, {"a": [{"b": ["x\ufffd"]}]}, id="deep"),
+        pytest.param("\U0001f600 caf\u00e9", "\U0001f600 caf\u00e9", id="characters-stay"),
+    ],
+)
+def test_storable_json_replaces_what_postgres_refuses(value: Any, expected: Any) -> None:
+    assert storable_json(value) == expected
+    json.dumps(storable_json(value), allow_nan=False).encode("utf-8")  # jsonb's rules
+
+
+def test_storable_json_returns_a_storable_value_itself() -> None:
+    value = {"a": [1, "x", {"b": 2.5}]}
+    assert storable_json(value) is value
