@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from kafka.errors import KafkaError
 
+from consumers.backpressure import Backpressure
 from consumers.batching import (
     Batch,
     BufferedEvent,
@@ -85,7 +86,7 @@ class MemoryProcessor:
         # Where each revoked partition must be read again from, should it come back to us.
         self._resume: dict[TopicPartition, int] = {}
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="flush")
-        self._paused = False
+        self._backpressure = Backpressure(consumer, settings.max_buffered)
         self.outage = Outage(CONSUMER_NAME, metrics, settings.backoff)
         metrics.expect(CONSUMER_NAME, PROCESSOR_STAGES, settings.budget_policy.value)
         # Undecodable records whose letters the dead-letter topic did not take yet.
@@ -149,12 +150,12 @@ class MemoryProcessor:
 
     def step(self) -> int:
         polled = self._poll()
-        self.liveness.polled(paused=self._paused)
+        self.liveness.polled(paused=self._backpressure.paused)
         self._collect(wait_s=0.0)
         self._launch(force=False)
         self._letters.send_due(self._offsets)
         self._commit()
-        self._metrics.buffered.set(self._backpressure())  # what the pause is decided on
+        self._metrics.buffered.set(self._held())  # what the pause is decided on
         self._metrics.in_flight.set(sum(1 for b in self._batches.values() if b.future))
         return polled
 
@@ -332,15 +333,10 @@ class MemoryProcessor:
                 self._offsets.committed(positions)
         self._metrics.commit_lag.labels(CONSUMER_NAME).set(self._offsets.open_count())
 
-    def _backpressure(self) -> int:
-        """Pause while too many events are held (buffered, in flight, to retry); how many are."""
+    def _held(self) -> int:
+        """Events held (buffered, in flight, to retry), paused at too many."""
         held = len(self._buffers) + sum(len(b.items) for b in self._batches.values())
-        if not self._paused and held >= self._settings.max_buffered:
-            self._consumer.pause(*self._consumer.assignment())
-            self._paused = True
-        elif self._paused and held < self._settings.max_buffered // 2:
-            self._consumer.resume(*self._consumer.paused())
-            self._paused = False
+        self._backpressure.update(held)
         return held
 
     def revoke(self, tps: Sequence[TopicPartition], *, lost: bool = False) -> None:
@@ -377,8 +373,6 @@ class MemoryProcessor:
         counts = (len(gone), len(self._orphans), dropped)
         kind = "lost" if lost else "revoked"
         log.info("%s %d partition(s): %d flush(es) still running, %d dropped", kind, *counts)
-        # A new assignment starts unpaused; _backpressure pauses it again if needed.
-        self._paused = False
 
     def assigned(self, tps: Sequence[TopicPartition]) -> None:
         """Partitions arrive (IO thread). kafka-python keeps its fetch position for a partition
@@ -390,6 +384,7 @@ class MemoryProcessor:
             if tp in self._resume:
                 self._consumer.seek(to_kafka(tp), self._resume[tp])
         self._resume.clear()  # the others are someone else's now
+        self._backpressure.assigned()  # unpaused: what was held is dropped
 
     def _reap_orphans(self) -> None:
         for key, future in list(self._orphans.items()):

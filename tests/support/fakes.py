@@ -311,9 +311,9 @@ class FakeConsumer:
                 else:
                     self._listener.on_partitions_revoked(tps)
             self._assigned -= gone
-            self._paused -= gone
-            # Assigned straight back, kafka-python keeps its fetch position; otherwise the
-            # partition's next owner starts from the committed offset.
+            # Assigned straight back, kafka-python keeps its fetch position and its paused
+            # flag; otherwise the partition's next owner starts from the committed offset.
+            self._paused -= gone - assign
             for p in gone - assign:
                 self.position[p] = self.committed.get(p, 0)
             self._assigned |= assign
