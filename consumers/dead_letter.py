@@ -1,7 +1,11 @@
 """The dead-letter topic: records memoryd could not use, with the reason in their headers.
 
 The original key and value are kept byte for byte, so `memoryd redrive` can put a record back
-exactly as it was once the cause is fixed.
+exactly as it was once the cause is fixed. Two records cannot be kept: one with neither key
+nor value (Kafka takes none such from a producer; the letter's value is empty), and one within
+a letter's headers of the size limit (the letter leaves key and value out and says how large
+they were, `dlq.omitted`; the record stays where its source headers point, until retention).
+Either, refused, stalled its partition for good.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kafka import KafkaProducer
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import OffsetAndMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
@@ -27,6 +31,7 @@ HEADER_TOPIC = "dlq.source.topic"
 HEADER_PARTITION = "dlq.source.partition"
 HEADER_OFFSET = "dlq.source.offset"
 HEADER_CONSUMER = "dlq.consumer"
+HEADER_OMITTED = "dlq.omitted"
 # Where a record is dead-lettered (`dlq.stage`): any consumer of the topic can fail to decode
 # or validate it; only the processor consolidates and applies a budget.
 READ_STAGES = ("decode", "validate")
@@ -123,12 +128,7 @@ class KafkaDeadLetterSink:
             producer = self._ready()
             producer.begin_transaction()
             for letter in letters:
-                producer.send(
-                    self._topic,
-                    key=letter.key,
-                    value=letter.value,
-                    headers=letter.headers(self._consumer_name),
-                )
+                self._send_one(producer, letter)
             if consumed:
                 offsets = {
                     KafkaTopicPartition(tp.topic, tp.partition): OffsetAndMetadata(pos, "", -1)
@@ -139,6 +139,16 @@ class KafkaDeadLetterSink:
         except KafkaError as e:
             self._abort()
             raise DeadLetterError(f"{len(letters)} dead letter(s) not committed: {e!r}") from e
+
+    def _send_one(self, producer: Any, letter: DeadLetter) -> None:
+        headers = letter.headers(self._consumer_name)
+        value = b"" if letter.key is None and letter.value is None else letter.value
+        try:
+            producer.send(self._topic, key=letter.key, value=value, headers=headers)
+        except MessageSizeTooLargeError:
+            sizes = f"key={len(letter.key or b'')} value={len(letter.value or b'')} bytes"
+            omitted = [*headers, (HEADER_OMITTED, sizes.encode())]
+            producer.send(self._topic, key=None, value=b"", headers=omitted)
 
     def _new_producer(self) -> Any:
         return KafkaProducer(

@@ -14,9 +14,9 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from consumers.batching import TopicPartition
-from consumers.dead_letter import DeadLetter, KafkaDeadLetterSink
+from consumers.dead_letter import HEADER_OFFSET, HEADER_OMITTED, DeadLetter, KafkaDeadLetterSink
 from memoryd.analyst.dead_letters import read_dead_letters
-from tests.support.deployment import Deployment
+from tests.support.deployment import Deployment, dead_letters
 
 pytestmark = pytest.mark.integration
 
@@ -70,3 +70,31 @@ def test_the_letters_of_an_aborted_transaction_are_not_read(deployment: Deployme
         sink.close()
     seen = read_dead_letters(k.bootstrap_servers, k.dead_letter_topic)
     assert [x.source for x in seen] == [(k.topic, 0, 0)]
+
+
+def test_records_no_letter_can_copy_are_lettered_without_their_bytes(
+    deployment: Deployment,
+) -> None:
+    # Kafka takes no record without key and value from a producer, and none over its size
+    # limit: a 1 MiB record fits the limit alone, not with a letter's headers. Refused, the
+    # letter was retried forever and its partition stalled.
+    k = deployment.settings.kafka
+    group = "letters-without-bytes"
+    near_limit = b"x" * (1024 * 1024 - 100)
+    empty = DeadLetter(None, None, "decode", "record has no value", k.topic, 0, 0)
+    large = DeadLetter(b"ada", near_limit, "decode", "not JSON", k.topic, 0, 1)
+    sink = KafkaDeadLetterSink(k.bootstrap_servers, k.dead_letter_topic, "log-writer")
+    try:
+        sink.send([empty, large], {TopicPartition(k.topic, 0): 2}, group)
+    finally:
+        sink.close()
+    records = sorted(
+        dead_letters(k.bootstrap_servers, k.dead_letter_topic, 2),
+        key=lambda r: int(dict(r.headers)[HEADER_OFFSET]),
+    )
+    assert [(r.key, r.value) for r in records] == [(None, b""), (None, b"")]
+    assert HEADER_OMITTED not in dict(records[0].headers)
+    assert (
+        dict(records[1].headers)[HEADER_OMITTED] == f"key=3 value={len(near_limit)} bytes".encode()
+    )
+    assert committed(k.bootstrap_servers, group, KafkaTopicPartition(k.topic, 0)) == 2
