@@ -226,3 +226,9 @@ class IndexQueue:
             # the scheduled drain indexes them. Nothing is lost, so the queue goes on.
             self._observer.index_failed(len(ids))
             log.warning("indexing failed, %d fact(s) left pending: %s", len(ids), e)
+        except Exception:
+            # A bug, with the same outcome: the facts stay pending (counted, and in the pending
+            # gauge an alert watches). A thread that died on it failed every later flush after
+            # its commit, and the flush's consolidated events were dead-lettered too.
+            self._observer.index_failed(len(ids))
+            log.exception("indexing failed unexpectedly, %d fact(s) left pending", len(ids))

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor
+from domain.model import Fact
 from processors.errors import BackendError, TransientBackendError
 from processors.schema import ConsolidationRequest
 from producers.contract import ContextEvent, MemoryTombstone
+from store.inmemory.vector_index import InMemoryVectorIndex
 from tests.support.builders import BASE_TIME, key_of, make_event
 from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
 from tests.support.inmemory import FAST, TOPIC, InMemoryMemoryd, step_until
@@ -281,6 +284,47 @@ def test_a_partition_paused_at_a_rebalance_and_assigned_back_is_read_again() -> 
     step_until(processor, lambda: consolidated(m, [*events, later]))
     processor.shutdown()
     assert consumer.committed[0] == 7
+
+
+class BuggyIndex(InMemoryVectorIndex):
+    """Raises what no adapter translates (a bug), on its first write only."""
+
+    def __init__(self, m: InMemoryMemoryd) -> None:
+        super().__init__(m.embedder)
+        self.failed = False
+
+    def upsert(self, facts: Sequence[Fact]) -> int:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("a bug in the index adapter")
+        return super().upsert(facts)
+
+
+def test_a_bug_in_an_index_write_leaves_its_facts_pending_and_later_flushes_succeed() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    index = BuggyIndex(m)
+    settings = FAST.model_copy(update={"max_batch": 1})
+    first, second = make_event("ada", "I live in Lisbon"), make_event("bo", "I live in Porto")
+    processor = started(
+        MemoryProcessor(
+            consumer,
+            TOPIC,
+            m.flusher(FlakyBackend(), index=index),
+            letters,
+            PipelineMetrics(CollectorRegistry()),
+            settings,
+        )
+    )
+    publish(consumer, 0, first)
+    step_until(processor, lambda: consolidated(m, [first]) and index.failed)
+    publish(consumer, 0, second)
+    step_until(processor, lambda: consumer.committed.get(0) == 2)
+    processor.shutdown()
+    assert consolidated(m, [first, second])
+    assert letters.letters == []
+    ada = m.memory.facts(key_of("ada"))
+    assert ada
+    assert {f.fact_id for f in m.memory.pending_index()} == {f.fact_id for f in ada}
 
 
 class SlowToJoin(FakeConsumer):
