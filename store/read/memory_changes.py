@@ -3,8 +3,9 @@
 Every change of `user_memory`'s version or generation is announced on the channel
 `memoryd_memory` when its transaction commits (migration 0008). A read process listens on one
 connection; a stamp it read from Postgres is trusted until that memory is announced, while the
-listening connection that was up when the stamp was read is still up, and for at most
-`ttl_s` (a bound should the connection die unnoticed). So a turn on a memory read before
+listening connection that was up when the stamp was read is still up and answered a ping
+within `alive_within_s` (a half-open connection hangs on its next ping instead of failing, and
+its announcements are lost meanwhile), and for at most `ttl_s`. So a turn on a memory read before
 costs no round trip, and a consolidation or an erasure committed anywhere is seen by the next
 turn that starts after its announcement arrives (milliseconds after the commit).
 
@@ -33,6 +34,7 @@ __all__ = ["CHANNEL", "MemoryChangeListener", "StampWatch", "watching"]
 
 CHANNEL = "memoryd_memory"
 APPLICATION = "memoryd-memory-changes"  # the listener's connection, as pg_stat_activity names it
+_PING_FAILS_AFTER_S = 10.0
 log = logging.getLogger(__name__)
 
 
@@ -55,11 +57,18 @@ class StampWatch:
     """Memories' stamps known current, bounded, dropped when announced or stale."""
 
     def __init__(
-        self, ttl_s: float, max_memories: int, clock: Callable[[], float] = time.monotonic
+        self,
+        ttl_s: float,
+        max_memories: int,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        alive_within_s: float = 5.0,
     ) -> None:
         self._ttl = ttl_s
         self._max = max_memories
         self._clock = clock
+        self._alive_within = alive_within_s
+        self._alive_at = 0.0
         self._known: OrderedDict[MemoryKey, _Known] = OrderedDict()
         self._lock = threading.Lock()
         self._epoch = 0
@@ -70,7 +79,7 @@ class StampWatch:
         """The memory's stamp if known current, else None (ask Postgres)."""
         with self._lock:
             known = self._known.get(key)
-            if known is None or not self._listening or known.epoch != self._epoch:
+            if known is None or not self._heard() or known.epoch != self._epoch:
                 return None
             if self._clock() - known.at > self._ttl:
                 del self._known[key]
@@ -80,7 +89,7 @@ class StampWatch:
     def reading(self) -> _Reading | None:
         """Call before reading a stamp from Postgres; None while not listening."""
         with self._lock:
-            return _Reading(self._epoch, self._changes) if self._listening else None
+            return _Reading(self._epoch, self._changes) if self._heard() else None
 
     def read(self, key: MemoryKey, stamp: MemoryStamp, reading: _Reading) -> None:
         """The stamp read from Postgres since `reading`: kept unless something was announced
@@ -97,6 +106,15 @@ class StampWatch:
         with self._lock:
             self._changes += 1
             self._known.pop(key, None)
+            self._alive_at = self._clock()
+
+    def alive(self) -> None:
+        """The listening connection answered just now."""
+        with self._lock:
+            self._alive_at = self._clock()
+
+    def _heard(self) -> bool:
+        return self._listening and self._clock() - self._alive_at <= self._alive_within
 
     def listening(self, up: bool) -> None:
         """The listener's connection is up (LISTEN done) or lost: either way, a new epoch,
@@ -104,6 +122,7 @@ class StampWatch:
         with self._lock:
             self._epoch += 1
             self._listening = up
+            self._alive_at = self._clock()
             self._known.clear()
 
 
@@ -145,7 +164,14 @@ class MemoryChangeListener:
                 backoff = 0.1
 
     def _listen(self) -> None:
-        with psycopg.connect(self._dsn, autocommit=True, application_name=APPLICATION) as conn:
+        with psycopg.connect(
+            self._dsn,
+            autocommit=True,
+            application_name=APPLICATION,
+            # A half-open connection fails its ping after this, instead of hanging for as long
+            # as the kernel retransmits (the watch stops trusting it after alive_within_s).
+            tcp_user_timeout=int(_PING_FAILS_AFTER_S * 1000),
+        ) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
             self._watch.listening(True)
             while not self._stop.is_set():
@@ -156,6 +182,7 @@ class MemoryChangeListener:
                     else:
                         self._watch.changed(key)
                 conn.execute("SELECT 1")  # a dead connection fails here, not silently
+                self._watch.alive()
 
 
 def _key_of(payload: str) -> MemoryKey | None:

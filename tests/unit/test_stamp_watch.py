@@ -55,7 +55,14 @@ def test_nothing_is_trusted_while_not_listening() -> None:
 
 @pytest.mark.parametrize(
     "event",
-    ["announced", "announced elsewhere during the read", "reconnected", "lost", "expired"],
+    [
+        "announced",
+        "announced elsewhere during the read",
+        "reconnected",
+        "lost",
+        "expired",
+        "not heard from",
+    ],
 )
 def test_a_stamp_is_dropped_or_not_kept(event: str) -> None:
     clock = Clock()
@@ -74,7 +81,24 @@ def test_a_stamp_is_dropped_or_not_kept(event: str) -> None:
         watch.listening(False)
     elif event == "expired":
         clock.now = 30.1
+        watch.alive()
+    elif event == "not heard from":
+        # The listening connection went half-open: its ping hangs, its announcements are
+        # lost, and it has not failed (yet).
+        clock.now = 5.1
     assert watch.current(ADA) is None
+
+
+def test_a_stamp_is_trusted_while_the_listener_answers_its_pings() -> None:
+    clock = Clock()
+    watch = _known(_watch(clock))
+    for _ in range(10):
+        clock.now += 1.0
+        watch.alive()
+    assert watch.current(ADA) == V1
+    clock.now += 5.1
+    assert watch.current(ADA) is None
+    assert watch.reading() is None  # nor is a stamp read now kept
 
 
 def test_the_watch_is_bounded_least_recently_read_first() -> None:
