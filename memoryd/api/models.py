@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 from domain.erasure import ErasureReceipt
 from domain.model import Fact, FactStatus, FactType, SurfacePolicy
@@ -189,6 +196,18 @@ class EventsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     events: list[ContextEvent] = Field(min_length=1, max_length=MAX_EVENTS_PER_REQUEST)
+
+    @model_validator(mode="after")
+    def _one_event_per_id(self) -> Self:
+        # Downstream the first event of an id is kept and the others dropped: two different
+        # events under one id in a request would be accepted and one of them never seen.
+        # The same event twice is harmless (a retried part of a request, say).
+        seen: dict[tuple[str, str, uuid.UUID], ContextEvent] = {}
+        for event in self.events:
+            first = seen.setdefault((event.organization_id, event.user_id, event.event_id), event)
+            if first != event:
+                raise ValueError(f"event_id {event.event_id} names two different events")
+        return self
 
 
 class Accepted(BaseModel):

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from memoryd.api.auth import TokenTable, hash_token
+from memoryd.api.models import EventsRequest
 from memoryd.api.openapi import COMMITTED, openapi_json
+from tests.support.builders import make_event
 
 
 def test_committed_openapi_document_is_current() -> None:
@@ -43,3 +46,13 @@ def test_token_table() -> None:
 def test_token_table_takes_only_sha256_digests(digest: str) -> None:
     with pytest.raises(ValueError, match="sha256"):
         TokenTable({digest: "org-a"})
+
+
+def test_a_request_naming_two_different_events_by_one_id_is_refused() -> None:
+    first = make_event("ada", "I live in Lisbon")
+    other = first.model_copy(update={"content": "I live in Porto"})
+    with pytest.raises(ValidationError, match="names two different events"):
+        EventsRequest(events=[first, other])
+    # The same event twice is one event; one id in two memories is two events.
+    elsewhere = first.model_copy(update={"organization_id": "org-b"})
+    assert len(EventsRequest(events=[first, first, elsewhere]).events) == 3
