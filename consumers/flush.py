@@ -218,6 +218,37 @@ class UserFlusher:
         failed run and raised. `known_facts`: as read under the lock, until a run is applied."""
         request, degraded = self._request(state, events, now, known_facts)
         response, duration_ms = self._call(request, attempt)
+        try:
+            update = self._apply(
+                request, response, now, duration_ms, attempt, exhausted=exhausted, degraded=degraded
+            )
+        except (StaleMemoryVersion, EventsAlreadyConsolidated) as e:
+            # Not applied (another run changed the memory first; the processor plans again),
+            # but the call was made: it is recorded as discarded and its tokens are booked.
+            why = f"not applied: {e}"
+            self._unapplied.discarded(request, attempt, now, response, duration_ms, why)
+            raise
+        except Exception as e:
+            # Paid for all the same, unless its write committed before the error (a connection
+            # lost in COMMIT): otherwise the call retried after the outage was booked alone.
+            self._unapplied.discarded_unless_applied(
+                request, attempt, now, response, duration_ms, e
+            )
+            raise
+        self._observer.consolidated(update.run)
+        return update
+
+    def _apply(
+        self,
+        request: ConsolidationRequest,
+        response: BackendResponse,
+        now: datetime,
+        duration_ms: int,
+        attempt: int,
+        *,
+        exhausted: bool,
+        degraded: str | None,
+    ) -> MemoryUpdate:
         unshown_ids = self._consolidator.unshown_ids(request, response)
         update = self._consolidator.plan(
             request,
@@ -234,15 +265,7 @@ class UserFlusher:
             update = _with_output(update, budget_action=self._budget_policy.value)
         if degraded is not None:
             update = _with_output(update, candidates_degraded=degraded)
-        try:
-            self._store.apply(update)
-        except (StaleMemoryVersion, EventsAlreadyConsolidated) as e:
-            # Not applied (another run changed the memory first; the processor plans again),
-            # but the call was made: it is recorded as discarded and its tokens are booked.
-            why = f"not applied: {e}"
-            self._unapplied.discarded(request, attempt, now, response, duration_ms, why)
-            raise
-        self._observer.consolidated(update.run)
+        self._store.apply(update)
         return update
 
     def _request(

@@ -3,17 +3,22 @@ cost: a call the backend answered is paid for whether or not its answer was appl
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime
 from typing import Any
 
+from consumers.log_fields import key_fields
 from consumers.observers import FlushObserver
-from domain.ids import occurrence_run_id
+from domain.ids import occurrence_run_id, run_id_for
 from domain.model import RunRecord, RunStatus, TokenUsage
 from domain.ports import MemoryStore
 from processors.consolidate import failed_run, shown_facts, unapplied_ledger
 from processors.cost import PriceTable
 from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
+from store.errors import StoreError
+
+log = logging.getLogger(__name__)
 
 
 class UnappliedRuns:
@@ -86,3 +91,29 @@ class UnappliedRuns:
             duration_ms=duration_ms,
             output={"discarded": why, "candidates": shown_facts(request)},
         )
+
+    def discarded_unless_applied(
+        self,
+        request: ConsolidationRequest,
+        attempt: int,
+        started_at: datetime,
+        response: BackendResponse,
+        duration_ms: int,
+        error: Exception,
+    ) -> None:
+        """`discarded`, for an answer whose planning or apply raised `error`, unless its run
+        was applied after all (the connection lost in COMMIT). The processor retries the
+        batch with a new call; without this the call before was never booked."""
+        try:
+            if self._store.run_applied(run_id_for(request.key, request.event_ids), started_at):
+                return
+            why = f"not applied: {type(error).__name__}: {error}"
+            self.discarded(request, attempt, started_at, response, duration_ms, why)
+        except StoreError as e:
+            # `error` is raised on; this one only keeps the call's cost from the ledger.
+            log.error(
+                "a call's %d token(s) are not booked: %s",
+                response.usage.total,
+                e,
+                extra=key_fields(request.key),
+            )

@@ -189,6 +189,11 @@ class MemoryStore(Protocol):
         cost, in one transaction; idempotent on run_id and entry ids."""
         ...
 
+    def run_applied(self, run_id: uuid.UUID, started_at: datetime) -> bool:
+        """Whether the run `run_id` started at `started_at` was applied: an `apply` that raised
+        may have committed all the same (the connection lost in COMMIT)."""
+        ...
+
 
 @dataclass(frozen=True)
 class FactQuery:

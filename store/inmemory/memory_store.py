@@ -22,6 +22,7 @@ from domain.model import (
     MemoryState,
     MemoryUpdate,
     RunRecord,
+    RunStatus,
 )
 from domain.ports import Pricing
 from domain.upsert import merge_fact
@@ -149,6 +150,15 @@ class InMemoryMemoryStore:
         with self._db.lock:
             self._insert_run(run)
             self._insert_ledger(ledger)
+
+    def run_applied(self, run_id: uuid.UUID, started_at: datetime) -> bool:
+        with self._db.lock:
+            logged = self._db.runs.get(run_id)
+        return (
+            logged is not None
+            and logged.run.started_at == started_at
+            and logged.run.status is RunStatus.SUCCEEDED
+        )
 
     def record_ledger(self, entries: Sequence[LedgerEntry]) -> None:
         with self._db.lock:

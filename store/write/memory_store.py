@@ -51,6 +51,10 @@ _UNLOCK = "SELECT pg_advisory_unlock(%s::bigint)"
 # What a flush reads under the memory lock (`locked_reads`), each also read on its own.
 _STATE = f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {_MEMORY}"
 _CONSUMED = f"SELECT event_id FROM consolidated_events WHERE {_MEMORY} AND event_id = ANY(%s)"
+_APPLIED = (
+    "SELECT EXISTS (SELECT 1 FROM consolidation_runs WHERE run_id = %s AND started_at = %s"
+    " AND status = 'succeeded')"
+)
 _CUTOFFS = "SELECT topic, partition, cutoff FROM memory_cutoffs WHERE subject = %s"
 _ERASURE_OPEN = f"SELECT EXISTS (SELECT 1 FROM erasure_pending WHERE {_MEMORY} AND fact_id IS NULL)"
 _BALANCE = (
@@ -271,6 +275,11 @@ class PostgresMemoryStore:
         with transaction(self._pool, f"recording run {run.run_id}") as conn:
             insert_run(conn, run)
             insert_ledger(conn, ledger)
+
+    def run_applied(self, run_id: uuid.UUID, started_at: datetime) -> bool:
+        with statement(self._pool) as conn:
+            found = conn.execute(_APPLIED, (run_id, started_at)).fetchone()
+        return _exists(found)
 
     def insert_facts(self, facts: Sequence[Fact]) -> int:
         """Bulk-load facts made elsewhere (an import, a bench); an id already stored is left

@@ -232,6 +232,19 @@ def test_a_failed_run_is_recorded_and_booked_once(stores: Stores) -> None:
     assert stores.memory.balance(ADA) == 993  # its call's cost, booked once
 
 
+def test_a_run_applied_is_known_by_its_id_and_start(stores: Stores) -> None:
+    update = seed_update(stores.memory, "ada", [])
+    run = update.run
+    assert not stores.memory.run_applied(run.run_id, run.started_at)
+    stores.memory.apply(update)
+    assert stores.memory.run_applied(run.run_id, run.started_at)
+    # The same events planned again later (a retry's run) is another run.
+    assert not stores.memory.run_applied(run.run_id, run.started_at + timedelta(seconds=1))
+    failed = replace(run, run_id=uuid.uuid4(), status=RunStatus.FAILED)
+    stores.memory.record_run(failed)
+    assert not stores.memory.run_applied(failed.run_id, failed.started_at)
+
+
 def _rewrite(stores: Stores, fact: Fact, kind: FactChangeKind, **changes: object) -> Fact:
     update = seed_update(stores.memory, fact.user_id, [], at=LATER)
     after = replace(fact, updated_at=LATER, **changes)  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -14,7 +15,12 @@ from domain.ids import ledger_entry_id_for
 from domain.model import Fact, FactStatus, LedgerEntry, MemoryUpdate, RunStatus, TokenUsage
 from processors.errors import TransientBackendError
 from processors.schema import BackendResponse, ConsolidationRequest
-from store.errors import MemoryBeingErased, StaleMemoryVersion, VectorIndexUnavailable
+from store.errors import (
+    DatabaseUnavailable,
+    MemoryBeingErased,
+    StaleMemoryVersion,
+    VectorIndexUnavailable,
+)
 from tests.support.builders import BASE_TIME, buffered, key_of, make_event, make_fact, seed_update
 from tests.support.fakes import FlakyBackend
 from tests.support.inmemory import SUBJECTS, InMemoryMemoryd
@@ -269,6 +275,42 @@ def test_an_answer_the_memory_moved_past_is_not_applied_but_its_call_is_booked(
     booked = [e for e in m.db.ledger.values() if e.run_id == discarded.run_id]
     assert [(e.operation, e.units) for e in booked] == [("llm", USAGE.total)]
     assert m.observer.charged_runs == [discarded]
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["before-commit", "in-commit"])
+def test_a_call_whose_write_failed_is_booked_once_whether_or_not_it_committed(
+    monkeypatch: pytest.MonkeyPatch, committed: bool
+) -> None:
+    m = InMemoryMemoryd()
+    flusher = m.flusher(Costly())
+    apply = m.memory.apply
+    failures = [DatabaseUnavailable("server closed the connection unexpectedly")]
+
+    def connection_lost(update: MemoryUpdate) -> None:
+        if failures:
+            if committed:
+                apply(update)
+            raise failures.pop()
+        apply(update)
+
+    monkeypatch.setattr(m.memory, "apply", connection_lost)
+    with pytest.raises(DatabaseUnavailable):
+        flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
+    m.now += timedelta(seconds=5)
+    retried = flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)  # the processor's retry
+    flusher.close()
+
+    runs = [logged.run for logged in m.runs.runs(key_of("ada"))]
+    statuses = sorted(r.status.value for r in runs)
+    llm = [e for e in m.db.ledger.values() if e.operation == "llm"]
+    if committed:  # the retry finds the events consolidated and calls nothing
+        assert retried.kind is FlushKind.NOTHING_NEW
+        assert statuses == ["succeeded"]
+        assert [e.units for e in llm] == [USAGE.total]
+    else:  # two calls, both paid
+        assert retried.kind is FlushKind.CONSOLIDATED
+        assert statuses == ["discarded", "succeeded"]
+        assert [e.units for e in llm] == [USAGE.total, USAGE.total]
 
 
 def test_a_flush_that_raises_is_timed_too() -> None:
