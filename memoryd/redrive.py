@@ -1,9 +1,13 @@
 """`memoryd redrive`: dead-lettered events back onto the event topic, once each.
 
 Only records that were valid events are redriven (stages `consolidate` and `budget`); records
-that never decoded stay on the dead-letter topic for a human. An event of a memory erased
-since it was dead-lettered is not redriven: its source offset (in the letter's headers) lies
-before the erasure's cut-off, and republished it would land after the tombstone, as if new.
+that never decoded stay on the dead-letter topic for a human, as do letters that no longer
+validate (a stricter contract since), each logged. An event of a memory erased since it was
+dead-lettered is not redriven: its source offset (in the letter's headers) lies before the
+erasure's cut-off, and republished it would land after the tombstone, as if new. The cut-offs
+are read and the memory's events republished under the memory's lock, which an erasure holds
+from its tombstone to its cut-offs: an erasure either finished before (its cut-offs are seen)
+or starts after the republished events are acknowledged (they lie before its tombstone).
 Offsets on the dead-letter topic are committed after the republish is acknowledged, and the
 events keep their ids, so a redrive that is interrupted and run again cannot double anything
 downstream.
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from consumers.dead_letter import HEADER_OFFSET, HEADER_PARTITION, HEADER_STAGE, HEADER_TOPIC
 from consumers.kafka_client import (
@@ -48,23 +52,55 @@ def redrive_group(settings: Settings, stage: str) -> str:
     return f"{settings.kafka.processor_group}-redrive-{stage}"
 
 
+Letter = tuple[ContextEvent, dict[str, bytes]]  # a letter's event and its headers
+
+
 class ForgottenLetters:
-    """Whether a dead-lettered event was recorded before its memory's erasure cut-off."""
+    """Republishes dead-lettered events, less those recorded before their memory's erasure
+    cut-off, one memory at a time under its lock."""
 
     def __init__(self, memory: PostgresMemoryStore, subjects: SubjectHasher) -> None:
         self._memory = memory
         self._subjects = subjects
-        self._cutoffs: dict[MemoryKey, dict[tuple[str, int], int]] = {}
 
-    def forgotten(self, event: ContextEvent, headers: dict[str, bytes]) -> bool:
-        key = MemoryKey(event.organization_id, event.user_id)
-        if key not in self._cutoffs:
-            self._cutoffs[key] = self._memory.forgotten_before(self._subjects(key))
-        cutoffs = self._cutoffs[key]
-        if not cutoffs:
-            return False
-        source = (headers[HEADER_TOPIC].decode(), int(headers[HEADER_PARTITION]))
-        return int(headers[HEADER_OFFSET]) < cutoffs.get(source, -1)
+    def republish(
+        self, letters: Sequence[Letter], publish: Callable[[list[ContextEvent]], None]
+    ) -> int:
+        by_memory: dict[MemoryKey, list[Letter]] = {}
+        for letter in letters:
+            event = letter[0]
+            by_memory.setdefault(MemoryKey(event.organization_id, event.user_id), []).append(letter)
+        moved = 0
+        for key, mine in by_memory.items():
+            with self._memory.memory_lock(key):
+                cutoffs = self._memory.forgotten_before(self._subjects(key))
+                kept = [event for event, headers in mine if not _before(headers, cutoffs)]
+                if len(kept) < len(mine):
+                    log.info("not redriven: %d event(s) of an erased memory", len(mine) - len(kept))
+                if kept:
+                    publish(kept)
+            moved += len(kept)
+        return moved
+
+
+def _before(headers: dict[str, bytes], cutoffs: dict[tuple[str, int], int]) -> bool:
+    source = (headers[HEADER_TOPIC].decode(), int(headers[HEADER_PARTITION]))
+    return int(headers[HEADER_OFFSET]) < cutoffs.get(source, -1)
+
+
+def _event(value: bytes, headers: dict[str, bytes]) -> ContextEvent | None:
+    try:
+        return ContextEvent.from_bytes(value)
+    except ValueError as e:  # pydantic's ValidationError is one
+        where = "/".join(
+            headers.get(h, b"?").decode() for h in (HEADER_TOPIC, HEADER_PARTITION, HEADER_OFFSET)
+        )
+        log.warning(
+            "not redriven, left on the dead-letter topic: the letter of %s no longer validates: %s",
+            where,
+            str(e)[:500],
+        )
+        return None
 
 
 def redrive(
@@ -127,21 +163,18 @@ def _redrive_stage(
             if not batches:
                 continue
             quiet_since = time.monotonic()
-            events: list[ContextEvent] = []
+            found: list[Letter] = []
             positions = {}
             for ktp, records in batches.items():
                 for record in records:
                     headers = dict(record.headers or [])
                     if headers.get(HEADER_STAGE, b"").decode() == stage and record.value:
-                        event = ContextEvent.from_bytes(record.value)
-                        if letters.forgotten(event, headers):
-                            log.info("not redriven: an erasure forgot the event's memory")
-                        else:
-                            events.append(event)
+                        event = _event(record.value, headers)
+                        if event is not None:
+                            found.append((event, headers))
                 positions[from_kafka(ktp)] = records[-1].offset + 1
-            pub.publish(events)
+            moved += letters.republish(found, pub.publish)
             commit(consumer, positions)
-            moved += len(events)
     finally:
         pub.close()
         consumer.close()
