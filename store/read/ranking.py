@@ -13,6 +13,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Final, TypeVar
 
 import numpy as np
@@ -234,10 +235,16 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-# Capitalized words that are not names: sentence openers, pronouns, calendar words.
+# Capitalized words that are not names: sentence openers, pronouns, requests, calendar
+# words. One let through is read as a name: "He" then named every "Helen" and was found in
+# every "the".
 _NOT_NAMES: Final = _words(
     "what when where who whom whose which why how did does do is are was were has have had "
     "can could would will should may might i the a an in on at of for to and or but if "
+    "he she it we you they me him her us them my your his its our their mine yours hers ours "
+    "theirs this that these those there here then so also now yes no not any some all "
+    "tell give list name describe explain show find remind summarize summarise please "
+    "hi hey hello thanks ok okay "
     "monday tuesday wednesday thursday friday saturday sunday january february march april "
     "may june july august september october november december"
 )
@@ -269,6 +276,23 @@ class QueryCues:
     names: frozenset[str] = frozenset()  # casefolded
     temporal: bool = False
     current_work: bool = False
+
+    def mentioned(self, text: str) -> bool:
+        """Whether `text` has a word that is a name or, as `_is_named` reads short forms,
+        begins with one of three letters or more ("Mel" in "Melanie's", not "Jo" in "Joke"
+        nor "Ann" in "annual")."""
+        return self._mention is not None and self._mention.search(text) is not None
+
+    @cached_property
+    def _mention(self) -> re.Pattern[str] | None:
+        if not self.names:
+            return None
+        # Capitalized as a name is written: "Ann" begins "Annabel", not "annual".
+        words = [
+            f"{re.escape(n[0].upper())}(?i:{re.escape(n[1:])})" + ("" if len(n) >= 3 else r"\b")
+            for n in sorted(self.names)
+        ]
+        return re.compile(rf"\b(?:{'|'.join(words)})")
 
 
 def query_cues(text: str) -> QueryCues:
@@ -303,7 +327,7 @@ def cue_weight(fact: Fact, cues: QueryCues) -> float:
     if cues.names:
         if fact.subject is not None and _is_named(fact.subject, cues.names):
             weight *= NAME_BOOST
-        elif any(n in fact.content.casefold() for n in cues.names):
+        elif cues.mentioned(fact.content):
             weight *= MENTION_BOOST
     if cues.temporal and fact.event_date is not None:
         weight *= DATED_BOOST

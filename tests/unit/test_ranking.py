@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from domain.model import Fact, FactType
 from domain.ports import Vector
 from store.read.ranking import (
+    MENTION_BOOST,
     PROFILES,
     Budget,
     BudgetProfile,
@@ -236,6 +237,9 @@ def test_within_budget_fills_characters_in_rank_order(
         ("Where does the user work?", set(), False, False),
         ("How long ago was Caroline's 18th birthday?", {"caroline"}, True, False),
         ("Did they go in May?", set(), False, False),
+        ("He said what to Caroline?", {"caroline"}, False, False),
+        ("Tell me what my sister likes", set(), False, False),
+        ("Please remind me: She and Ann met where?", {"ann"}, False, False),
     ],
 )
 def test_query_cues(query: str, names: set[str], temporal: bool, current_work: bool) -> None:
@@ -275,6 +279,24 @@ def test_cue_weight_favours_the_named_person_then_a_mention_then_dates() -> None
     dated = cue_weight(_fact("Jon went hiking on 7 May 2023", subject="Jon", dated=True), cues)
     assert about_mel > mentions > unrelated == 1.0
     assert dated > unrelated
+
+
+@pytest.mark.parametrize(
+    ("content", "mentioned"),
+    [
+        ("Ann left early", True),
+        ("Annabel called about Ann's car", True),
+        ("The annual fair is in June", False),  # not "Ann"
+        ("Joanne planned the trip", False),  # "Jo" is too short to begin another name
+        ("Jo planned the trip", True),
+    ],
+)
+def test_a_mention_is_a_name_as_written_not_letters_inside_a_word(
+    content: str, mentioned: bool
+) -> None:
+    cues = query_cues("What did Jo and Ann plan?")
+    expected = MENTION_BOOST if mentioned else 1.0
+    assert cue_weight(_fact(content, subject="Omar"), cues) == expected
 
 
 def test_cosine_of_a_zero_vector_is_zero() -> None:
