@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from domain.ids import MemoryKey
@@ -114,13 +115,49 @@ def transaction(
 @contextmanager
 def statement(pool: ConnectionPool, operation: str = "query") -> Iterator[psycopg.Connection[Any]]:
     """A connection for one read-only statement, outside a transaction block: no BEGIN and
-    COMMIT round trips. A single statement sees one snapshot whatever the mode."""
+    COMMIT round trips. A single statement sees one snapshot whatever the mode. (Inside a
+    `snapshot`, the statement is one more of its transaction.)"""
     with translated(operation), pool.connection() as conn:
+        if conn.info.transaction_status is not TransactionStatus.IDLE:
+            yield conn
+            return
         conn.autocommit = True
         try:
             yield conn
         finally:
             conn.autocommit = False
+
+
+class SnapshotPool(ConnectionPool):
+    """Lends one connection, inside one REPEATABLE READ READ ONLY transaction, to whatever
+    asks it for one: adapters built on it read the database as of one moment. Never opened
+    as a pool (nothing else of a pool is used by the adapters)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        super().__init__("", open=False, name="snapshot")
+        self._conn = conn
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        # `transaction` and `statement` nest in the snapshot's transaction (a savepoint, or
+        # nothing), so it spans every read until `snapshot` ends.
+        yield self._conn
+
+
+@contextmanager
+def snapshot(pool: ConnectionPool) -> Iterator[SnapshotPool]:
+    """Reads through the SnapshotPool given see one snapshot of the database: what an analyst
+    exports or verifies of a memory is consistent however the pipeline writes meanwhile.
+    Held for the block: keep it to one memory (it holds back vacuum while open)."""
+    with translated("snapshot"), pool.connection() as conn:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        try:
+            with conn.transaction():
+                yield SnapshotPool(conn)
+        finally:
+            conn.isolation_level = None
+            conn.read_only = None
 
 
 def memory_params(key: MemoryKey) -> tuple[str, str]:

@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,6 +26,10 @@ from memoryd.analyst.render import (
 from memoryd.settings import Settings
 from processors.diff import diff_memory
 from processors.fold import FoldedMemory, FoldError, fold_runs, live_image, runs_until
+from store.postgres import snapshot
+from store.write.erasure_log import PostgresErasureLog
+from store.write.event_log import PostgresEventLog
+from store.write.memory_store import PostgresMemoryStore
 from store.write.run_log import PostgresRunLog, read_only_dsn
 
 
@@ -33,6 +38,22 @@ def analyst_core(settings: Settings) -> Iterator[tuple[wiring.Core, PostgresRunL
     postgres = settings.postgres.model_copy(update={"dsn": read_only_dsn(settings.postgres.dsn)})
     with wiring.core(settings.model_copy(update={"postgres": postgres})) as c:
         yield c, PostgresRunLog(c.pool)
+
+
+@contextmanager
+def memory_snapshot(c: wiring.Core) -> Iterator[tuple[wiring.Core, PostgresRunLog]]:
+    """`c` with its stores reading one snapshot of the database (`store.postgres.snapshot`),
+    and a run log on the same: a memory's runs, facts, events and ledger as of one moment,
+    however the pipeline writes meanwhile. One memory a snapshot: it holds back vacuum."""
+    with snapshot(c.pool) as snap:
+        at = replace(
+            c,
+            pool=snap,
+            memory=PostgresMemoryStore(snap),
+            events=PostgresEventLog(snap, c.subjects),
+            erasures=PostgresErasureLog(snap),
+        )
+        yield at, PostgresRunLog(snap)
 
 
 def live_memory(c: wiring.Core, run_log: PostgresRunLog, key: MemoryKey) -> FoldedMemory:
@@ -140,8 +161,8 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return _cannot_write(out, e)
-    with analyst_core(settings) as (c, run_log):
-        doc = export_document(c, run_log, memory_key(args), c.clock())
+    with analyst_core(settings) as (c, _), memory_snapshot(c) as (at, run_log):
+        doc = export_document(at, run_log, memory_key(args), c.clock())
     try:
         write_json(out, doc)
     except OSError as e:

@@ -32,7 +32,7 @@ from memoryd.analyst.dead_letters import SeenLetter, read_dead_letters
 from memoryd.analyst.verify import verify_memory
 from memoryd.settings import Settings
 from processors.fold import live_image
-from store.postgres import make_pool, transaction
+from store.postgres import make_pool, snapshot, transaction
 from store.write.memory_store import PostgresMemoryStore
 from store.write.run_log import PostgresRunLog
 
@@ -304,14 +304,13 @@ def _count_letters(found: _Findings, letters: Sequence[SeenLetter]) -> None:
 
 
 def _diverged(pool: ConnectionPool, keys: Iterable[MemoryKey]) -> list[str]:
-    memory = PostgresMemoryStore(pool)
-    run_log = PostgresRunLog(pool)
     out = []
     for key in sorted(keys):
-        live = live_image(
-            memory.load_state(key), memory.facts(key, tuple(FactStatus)), run_log.connections(key)
-        )
-        v = verify_memory(key, run_log.runs(key), live)
+        with snapshot(pool) as snap:  # as `memoryd replay verify` reads a memory
+            memory, run_log = PostgresMemoryStore(snap), PostgresRunLog(snap)
+            state, facts = memory.load_state(key), memory.facts(key, tuple(FactStatus))
+            live = live_image(state, facts, run_log.connections(key))
+            v = verify_memory(key, run_log.runs(key), live)
         if not v.ok:
             out.append(f"{key}: {v.error or 'live memory is not the fold of its runs'}")
     return out

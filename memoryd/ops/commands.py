@@ -17,7 +17,7 @@ from functools import partial
 from domain.ids import MemoryKey
 from domain.model import FactStatus
 from memoryd import wiring
-from memoryd.analyst.commands import analyst_core, live_memory
+from memoryd.analyst.commands import analyst_core, live_memory, memory_snapshot
 from memoryd.analyst.explain import explain_fact, render_explanation
 from memoryd.analyst.verify import render_verification, verification_json, verify_memory
 from memoryd.ops.maintenance import JOBS, MaintenanceRunner
@@ -31,7 +31,7 @@ REPLAY_VERIFY = "replay-verify"
 
 
 def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
-    with analyst_core(settings) as (c, run_log):
+    with analyst_core(settings) as (live, _), memory_snapshot(live) as (c, run_log):
         found = c.memory.facts_by_id([args.fact_id])
         fact = found[0] if found else None
         if fact is None or (args.org and fact.organization_id != args.org):
@@ -53,12 +53,15 @@ def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
     if bool(args.user) == bool(args.all) or (args.user and not args.org):
         print("memoryd replay verify: give --org ORG --user U, or --all", file=sys.stderr)
         return 2
-    with analyst_core(settings) as (c, run_log):
+    with analyst_core(settings) as (c, _):
         if args.all:
             keys = MaintenanceQueries(c.pool).memories(args.org)
         else:
             keys = [MemoryKey(args.org, args.user)]
-        results = [verify_memory(k, run_log.runs(k), live_memory(c, run_log, k)) for k in keys]
+        results = []
+        for k in keys:  # each memory as of one moment, or a run committing between reads differs
+            with memory_snapshot(c) as (at, run_log):
+                results.append(verify_memory(k, run_log.runs(k), live_memory(at, run_log, k)))
     failed = [v for v in results if not v.ok]
     if args.json:
         print(json.dumps({"ok": not failed, "memories": [verification_json(v) for v in results]}))

@@ -15,7 +15,7 @@ import pytest
 from consumers.replay import batches_by_size, shadow_consolidate
 from domain.model import FactStatus
 from memoryd import wiring
-from memoryd.analyst.commands import analyst_core, live_memory
+from memoryd.analyst.commands import analyst_core, live_memory, memory_snapshot
 from memoryd.analyst.verify import verify_memory
 from memoryd.cli import build_parser
 from memoryd.erasure import ErasureRequest
@@ -332,6 +332,28 @@ def test_shadow_replay_diffs_against_live_and_never_writes(
     assert all(r.backend == "forgetful" for r in shadow.runs)
 
     assert table_digest(deployment) == before
+
+
+def test_an_analysts_reads_of_a_memory_are_of_one_moment(deployment: Deployment) -> None:
+    # What export, explain and verify read of a memory: a run committed between two of their
+    # reads made verify report a difference that was not there, and an export whose memory
+    # version has no run behind it.
+    first = batch(0)
+    consolidate(deployment, first)
+    with analyst_core(deployment.settings) as (c, _), memory_snapshot(c) as (at, run_log):
+        before = at.memory.load_state(key_of(USER))
+        runs = run_log.runs(key_of(USER))
+        consolidate(deployment, batch(1))  # commits while the snapshot is open
+        assert at.memory.load_state(key_of(USER)) == before
+        assert run_log.runs(key_of(USER)) == runs
+        live = live_memory(at, run_log, key_of(USER))
+        assert verify_memory(key_of(USER), run_log.runs(key_of(USER)), live).ok
+        assert [e.event.event_id for e in at.events.user_events(key_of(USER))] == [
+            e.event_id for e in first
+        ]
+    live_now, _, runs_now = images(deployment)
+    assert live_now.version > before.version
+    assert len(runs_now) > len(runs)
 
 
 def test_analyst_connections_are_read_only(deployment: Deployment) -> None:
