@@ -373,8 +373,9 @@ def eraser(
 @contextmanager
 def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
     """The HTTP API over this core, its read path and a Kafka publisher; closes them after."""
-    from memoryd.api.app import ApiDependencies, create_app  # noqa: PLC0415 - api process only
+    from memoryd.api.app import create_app  # noqa: PLC0415 - api process only
     from memoryd.api.auth import TokenTable  # noqa: PLC0415
+    from memoryd.api.dependencies import ApiDependencies  # noqa: PLC0415
     from memoryd.api.query_batches import QueryBatches  # noqa: PLC0415
 
     tokens = TokenTable(c.settings.api.tokens)

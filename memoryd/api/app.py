@@ -19,25 +19,29 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any
 
 from anyio import CapacityLimiter, to_thread
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, status
+from fastapi import FastAPI, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
-from pydantic import AfterValidator
 from starlette.concurrency import run_in_threadpool
 
 from consumers.decoding import excerpt
 from domain.ids import MemoryKey, turn_log_id_for
 from domain.model import Fact, FactStatus
-from memoryd.api.auth import TokenTable
 from memoryd.api.body_limit import BodyLimit
+from memoryd.api.dependencies import (
+    ApiDependencies,
+    Deps,
+    IdempotencyKey,
+    Organization,
+    Reason,
+    UserId,
+)
 from memoryd.api.errors import validation_problems
 from memoryd.api.health import add_health_routes
 from memoryd.api.metrics import HttpMetrics, RequestLatencyMiddleware
@@ -51,87 +55,23 @@ from memoryd.api.models import (
     FactOut,
     MemoryResponse,
     Problem,
-    not_blank,
 )
-from memoryd.api.query_batches import QueryBatches
 from memoryd.api.turn_lane import TurnLane
-from memoryd.erasure import Eraser, ErasureIncomplete, ErasureRequest, UnknownFact
+from memoryd.erasure import ErasureIncomplete, ErasureRequest, UnknownFact
 from memoryd.ops.health import HealthMonitor
 from memoryd.settings import MAX_BODY_BYTES
-from producers.contract import ID_PATTERN, MAX_ID_CHARS, ContextEvent, reject_nul
+from producers.contract import ContextEvent
 from producers.corrections import FactCorrections
 from producers.errors import PublishError
-from producers.publisher import EventPublisher
 from store.errors import DatabaseUnavailable, VectorIndexUnavailable
-from store.read.context_service import ContextService
-from store.read.fact_queries import PostgresReadModel
 
 API_VERSION = "1.0.0"
 
 
-@dataclass(frozen=True)
-class ApiDependencies:
-    context: ContextService
-    reads: PostgresReadModel
-    publisher: EventPublisher
-    tokens: TokenTable
-    eraser: Eraser
-    # Chat turns' queries embedded in batches ahead of their reads; None embeds each in its
-    # read (a query rewriter changes the text the read embeds).
-    queries: QueryBatches | None = None
-
-
-_bearer = HTTPBearer(auto_error=False, description="A token issued to one organization")
 # Every route: no token, a dependency away; a body too large or unparsable, before any route.
 _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 503: {"model": Problem}}
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {**_UNAUTHORIZED, 404: {"model": Problem}}
 _WITH_BODY: dict[int | str, dict[str, Any]] = {400: {"model": Problem}, 413: {"model": Problem}}
-
-
-# The dependencies are async (they do no I/O): FastAPI runs a sync dependency in the thread
-# pool, one hand-off per dependency per request, which under load costs more than they do.
-async def _deps(request: Request) -> ApiDependencies:
-    deps: ApiDependencies = request.app.state.deps
-    return deps
-
-
-Deps = Annotated[ApiDependencies, Depends(_deps)]
-
-
-async def _organization(
-    deps: Deps,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> str:
-    org = None if credentials is None else deps.tokens.organization(credentials.credentials)
-    if org is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "a valid bearer token is required",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    return org
-
-
-Organization = Annotated[str, Depends(_organization)]
-
-
-def _no_nul_or_none(text: str | None) -> str | None:
-    return None if text is None else reject_nul(text)
-
-
-# A user id in a path is an event's user id: what no event can name has no memory either.
-UserId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN)]
-# Not empty: with an empty key every later erasure would be a retry of the first one.
-IdempotencyKey = Annotated[
-    str | None, Query(min_length=1, max_length=200), AfterValidator(_no_nul_or_none)
-]
-Reason = Annotated[
-    str,
-    Query(min_length=1, max_length=500),
-    AfterValidator(reject_nul),
-    # The erasure audit refuses a reason of whitespace only: a 422 here, not a 500 there.
-    AfterValidator(not_blank),
-]
 
 
 def _known(deps: ApiDependencies, key: MemoryKey) -> None:
