@@ -56,6 +56,7 @@ from memoryd.api.models import (
     MemoryResponse,
     Problem,
 )
+from memoryd.api.pages import DEFAULT_PAGE, Cursor, PageSize, cursor_of, position
 from memoryd.api.turn_lane import TurnLane
 from memoryd.erasure import ErasureIncomplete, ErasureRequest, UnknownFact
 from memoryd.ops.health import HealthMonitor
@@ -187,13 +188,20 @@ def create_app(
         deps: Deps,
         org: Organization,
         fact_status: Annotated[list[FactStatus] | None, Query(alias="status")] = None,
+        limit: PageSize = DEFAULT_PAGE,
+        cursor: Cursor = None,
     ) -> MemoryResponse:
         """What memoryd remembers about a user: W, S, learned info and facts with their
-        status and provenance (every status unless `status` is given)."""
+        status and provenance (every status unless `status` is given). Facts come a page at
+        a time, in the order they were learned: up to `limit`, and `next_cursor` to ask for
+        the next page with (null on the last); W, S and learned info come with every page."""
         key = MemoryKey(org, user_id)
         _known(deps, key)
         injection = deps.reads.injection(key)
-        facts = deps.reads.user_facts(key, fact_status or tuple(FactStatus))
+        after = None if cursor is None else position(cursor)
+        statuses = fact_status or tuple(FactStatus)
+        facts = deps.reads.user_facts(key, statuses, after=after, limit=limit + 1)
+        page = facts[:limit]
         state = injection.state if injection is not None else None
         return MemoryResponse(
             user_id=user_id,
@@ -205,7 +213,8 @@ def create_app(
             connection_info={k: list(v) for k, v in injection.connections.items()}
             if injection
             else {},
-            facts=[FactOut.of(f) for f in facts],
+            facts=[FactOut.of(f) for f in page],
+            next_cursor=cursor_of(page[-1]) if len(facts) > limit else None,
         )
 
     @app.post(

@@ -183,6 +183,8 @@ class MemoryResponse(BaseModel):
     learned_info: list[str]
     connection_info: dict[str, list[str]]
     facts: list[FactOut]
+    # The `cursor` of the next page of facts; None on the last.
+    next_cursor: str | None = None
 
 
 class CorrectionRequest(BaseModel):

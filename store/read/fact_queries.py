@@ -236,13 +236,22 @@ class PostgresReadModel:
         return bool(row and row[0])
 
     def user_facts(
-        self, key: MemoryKey, statuses: Sequence[FactStatus] = tuple(FactStatus)
+        self,
+        key: MemoryKey,
+        statuses: Sequence[FactStatus] = tuple(FactStatus),
+        *,
+        after: tuple[datetime, uuid.UUID] | None = None,
+        limit: int | None = None,
     ) -> list[Fact]:
+        """The memory's facts by creation time, then fact id: the first `limit` of them past
+        the (created_at, fact_id) `after`, a page that pages on however the memory changes
+        (a fact's place never moves)."""
+        past = "" if after is None else " AND (created_at, fact_id) > (%s, %s)"
         with self._transaction() as conn:
             rows = conn.execute(
                 f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} WHERE {_MEMORY}"
-                " AND status = ANY(%s) ORDER BY created_at, fact_id",
-                (*memory_params(key), [s.value for s in statuses]),
+                f" AND status = ANY(%s){past} ORDER BY created_at, fact_id LIMIT %s",
+                (*memory_params(key), [s.value for s in statuses], *(after or ()), limit),
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 

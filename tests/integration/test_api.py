@@ -115,6 +115,32 @@ def test_context_and_memory_for_the_right_token(deployment: Deployment) -> None:
         assert f'{turns}"4xx"}} 1.0' in metrics
 
 
+def test_a_memorys_facts_come_a_page_at_a_time(deployment: Deployment) -> None:
+    with api(deployment) as (client, c):
+        facts = [make_fact("ada", f"Ada read book {i}") for i in range(5)]
+        seed_core(c, "ada", facts)
+        listed, cursor, pages = [], None, 0
+        while True:
+            params: dict[str, Any] = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+            page = client.get("/v1/users/ada/memory", params=params, headers=A)
+            assert page.status_code == 200, page.text
+            body = page.json()
+            assert body["memory_version"] == 1  # W, S and learned info come with every page
+            listed += [f["fact_id"] for f in body["facts"]]
+            pages += 1
+            cursor = body["next_cursor"]
+            if cursor is None:
+                break
+        whole = client.get("/v1/users/ada/memory", headers=A).json()
+        assert whole["next_cursor"] is None
+        assert listed == [f["fact_id"] for f in whole["facts"]]
+        assert sorted(listed) == sorted(str(f.fact_id) for f in facts)
+        assert pages == 3
+        for bad in ({"cursor": "bm90IGEgY3Vyc29y"}, {"limit": 0}, {"limit": 5_001}):
+            response = client.get("/v1/users/ada/memory", params=bad, headers=A)
+            assert response.status_code == 422, bad
+
+
 def test_the_turn_lane_and_the_framework_answer_a_turn_alike(deployment: Deployment) -> None:
     """`application/json` takes the lane (`memoryd.api.turn_lane`); FastAPI answers the same
     request sent as another JSON type itself."""

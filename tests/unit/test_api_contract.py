@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from memoryd.api.auth import TokenTable, hash_token
 from memoryd.api.models import EventsRequest
 from memoryd.api.openapi import COMMITTED, openapi_json
-from tests.support.builders import make_event
+from memoryd.api.pages import cursor_of, position
+from tests.support.builders import make_event, make_fact
 
 
 def test_committed_openapi_document_is_current() -> None:
@@ -56,3 +57,11 @@ def test_a_request_naming_two_different_events_by_one_id_is_refused() -> None:
     # The same event twice is one event; one id in two memories is two events.
     elsewhere = first.model_copy(update={"organization_id": "org-b"})
     assert len(EventsRequest(events=[first, first, elsewhere]).events) == 3
+
+
+def test_a_page_cursor_names_its_last_fact_and_nothing_else_is_one() -> None:
+    fact = make_fact("ada", "Ada read book 1")
+    assert position(cursor_of(fact)) == (fact.created_at, fact.fact_id)
+    for bad in ("", "bm90IGEgY3Vyc29y", "!!", cursor_of(fact)[:-4]):
+        with pytest.raises(ValueError, match="not a cursor"):
+            position(bad)
