@@ -108,6 +108,11 @@ class Batch:
         rejection.run_id = uuid.uuid5(FAILED_RUN_NAMESPACE, name)
         return rejection
 
+    def without(self, event_ids: Iterable[uuid.UUID]) -> list[BufferedEvent]:
+        """Take these events out of the batch; returns the items taken out."""
+        gone = set(event_ids)
+        return self.keep_only(i.event.event_id for i in self.items if i.event.event_id not in gone)
+
     def keep_only(self, event_ids: Iterable[uuid.UUID]) -> list[BufferedEvent]:
         """Narrow the batch to these events; returns the items taken out."""
         kept = set(event_ids)

@@ -162,12 +162,18 @@ class UserFlusher:
 
     def record_failure(
         self, key: MemoryKey, events: Sequence[ContextEvent], attempt: int, rejection: Rejection
-    ) -> uuid.UUID:
+    ) -> frozenset[uuid.UUID]:
         """Write the failed run record (and what its calls cost) for events about to be
-        dead-lettered; idempotent on the rejection's run id, so it may be retried."""
+        dead-lettered; idempotent on the rejection's run id, so it may be retried. Returns
+        the events left out because they are consolidated already: an earlier try of a
+        bisected batch applied its clean groups before a later group's call gave up."""
+        done = self._store.already_consolidated(key, [e.event_id for e in events])
+        events = [e for e in events if e.event_id not in done]
+        if not events:
+            return done
         state = self._store.load_state(key)
-        request = ConsolidationRequest.build(state, (), list(events), self._clock())
-        run = self._unapplied.record(
+        request = ConsolidationRequest.build(state, (), events, self._clock())
+        self._unapplied.record(
             request,
             attempt,
             request.now,
@@ -177,7 +183,7 @@ class UserFlusher:
             error=rejection.reason,
             raw=rejection.raw_response,
         )
-        return run.run_id
+        return done
 
     # -- one flush ------------------------------------------------------------------------
 

@@ -174,12 +174,11 @@ def test_a_failure_is_recorded_as_its_own_run(raw: str | None) -> None:
     m = InMemoryMemoryd()
     flusher = m.flusher(FlakyBackend())
     once, again = (Rejection("consolidate", "gave up", raw) for _ in range(2))
-    first = flusher.record_failure(key_of("ada"), EVENTS, 3, once)
-    assert flusher.record_failure(key_of("ada"), EVENTS, 3, once) == first  # a retried record
-    second = flusher.record_failure(key_of("ada"), EVENTS, 3, again)
+    for rejection in (once, once, again):  # `once` recorded again: a retried record
+        assert flusher.record_failure(key_of("ada"), EVENTS, 3, rejection) == frozenset()
     flusher.close()
     runs = [r.run for r in m.runs.runs(key_of("ada"))]
-    assert [r.run_id for r in runs] == [first, second]  # one record per occurrence
+    assert [r.run_id for r in runs] == [once.run_id, again.run_id]  # one per occurrence
     assert {(r.status, r.error, r.raw_response, r.attempt) for r in runs} == {
         (RunStatus.FAILED, "gave up", raw, 3)
     }

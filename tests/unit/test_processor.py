@@ -6,18 +6,19 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from consumers.metrics import PipelineMetrics
 from consumers.processor import MemoryProcessor
-from domain.model import Fact
+from domain.model import Fact, RunStatus
 from processors.errors import BackendError, TransientBackendError
 from processors.schema import ConsolidationRequest
 from producers.contract import ContextEvent, MemoryTombstone
 from store.inmemory.vector_index import InMemoryVectorIndex
-from tests.support.builders import BASE_TIME, key_of, make_event
+from tests.support.builders import BASE_TIME, key_of, make_event, seed_update
 from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
 from tests.support.inmemory import FAST, TOPIC, InMemoryMemoryd, step_until
 
@@ -325,6 +326,24 @@ def test_a_bug_in_an_index_write_leaves_its_facts_pending_and_later_flushes_succ
     ada = m.memory.facts(key_of("ada"))
     assert ada
     assert {f.fact_id for f in m.memory.pending_index()} == {f.fact_id for f in ada}
+
+
+def test_events_an_earlier_try_consolidated_are_not_dead_lettered_with_the_rest() -> None:
+    # A bisected batch applies its clean groups, then a later group's call keeps timing out
+    # until the batch is given up: only what was not consolidated is dead-lettered.
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    applied, failing = make_event("ada", "I live in Lisbon"), make_event("ada", "I like tea")
+    update = seed_update(m.memory, "ada", [])
+    m.memory.apply(replace(update, run=replace(update.run, input_event_ids=(applied.event_id,))))
+    publish(consumer, 0, applied, failing)
+    backend = FlakyBackend([TransientBackendError("timed out")] * 10)
+    settings = FAST.model_copy(update={"max_attempts": 2})
+    processor = started(m.processor(consumer, backend, letters, settings))
+    step_until(processor, lambda: consumer.committed.get(0) == 2)
+    processor.shutdown()
+    assert [letter.offset for letter in letters.letters] == [1]
+    failed = [r.run for r in m.runs.runs(key_of("ada")) if r.run.status is RunStatus.FAILED]
+    assert [r.input_event_ids for r in failed] == [(failing.event_id,)]
 
 
 class SlowToJoin(FakeConsumer):
