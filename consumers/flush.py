@@ -161,29 +161,32 @@ class UserFlusher:
         return result
 
     def record_failure(
-        self, key: MemoryKey, events: Sequence[ContextEvent], attempt: int, rejection: Rejection
+        self, key: MemoryKey, items: Sequence[BufferedEvent], attempt: int, rejection: Rejection
     ) -> frozenset[uuid.UUID]:
         """Write the failed run record (and what its calls cost) for events about to be
-        dead-lettered; idempotent on the rejection's run id, so it may be retried. Returns
-        the events left out because they are consolidated already: an earlier try of a
-        bisected batch applied its clean groups before a later group's call gave up."""
-        done = self._store.already_consolidated(key, [e.event_id for e in events])
-        events = [e for e in events if e.event_id not in done]
-        if not events:
-            return done
-        state = self._store.load_state(key)
-        request = ConsolidationRequest.build(state, (), events, self._clock())
-        self._unapplied.record(
-            request,
-            attempt,
-            request.now,
-            RunStatus.FAILED,
-            run_id=rejection.run_id,
-            usage=rejection.usage,
-            error=rejection.reason,
-            raw=rejection.raw_response,
-        )
-        return done
+        dead-lettered; idempotent on the rejection's run id, so it may be retried.
+
+        Under the memory's lock, as a flush: an erasure may have forgotten the events since
+        the flush failed (a run then would write the erased memory's ids and the model's
+        answer after it), or an earlier try of a bisected batch consolidated some. Returns
+        the events left out for either reason: they get no letter either. Raises
+        MemoryBeingErased while an erasure runs.
+        """
+        with self._forgotten.locked(key, items) as (reads, kept):
+            events = [i.event for i in kept if i.event.event_id not in reads.consumed]
+            if events:
+                request = ConsolidationRequest.build(reads.state, (), events, self._clock())
+                self._unapplied.record(
+                    request,
+                    attempt,
+                    request.now,
+                    RunStatus.FAILED,
+                    run_id=rejection.run_id,
+                    usage=rejection.usage,
+                    error=rejection.reason,
+                    raw=rejection.raw_response,
+                )
+        return frozenset(i.event.event_id for i in items) - {e.event_id for e in events}
 
     # -- one flush ------------------------------------------------------------------------
 

@@ -18,7 +18,9 @@ def key_fields(key: MemoryKey) -> dict[str, object]:
 
 
 def batch_fields(batch: Batch) -> dict[str, object]:
-    return {**key_fields(batch.key), "event_id": str(batch.items[0].event.event_id)}
+    """The memory, and the batch's first event (none when all were forgotten meanwhile)."""
+    first = str(batch.items[0].event.event_id) if batch.items else None
+    return {**key_fields(batch.key), "event_id": first}
 
 
 def letter_fields(letter: DeadLetter, consumer: str = PROCESSOR) -> dict[str, object]:

@@ -297,14 +297,14 @@ class MemoryProcessor:
         if not rejection.recorded:
             try:
                 done = self._flusher.record_failure(
-                    batch.key, batch.events, batch.attempt, rejection
+                    batch.key, batch.items, batch.attempt, rejection
                 )
             except StoreError as e:
                 # Never a letter without its failed run: the run log is what explains it.
                 self._wait_out(batch, e, "recording a failed run")
                 return
             rejection.recorded = True
-            for item in batch.without(done):  # consolidated: done, no letter
+            for item in batch.without(done):  # forgotten or consolidated: no letter
                 self._offsets.done(item.tp, item.offset)
         letters = event_letters(batch.items, rejection.stage, rejection.reason, rejection.reasons)
         self._letters.wait(letters)

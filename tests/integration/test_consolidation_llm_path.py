@@ -27,7 +27,7 @@ from domain.model import (
 from memoryd import wiring
 from processors.cost import PriceTable
 from producers.contract import EventType
-from tests.support.builders import BASE_TIME, make_event, make_fact
+from tests.support.builders import BASE_TIME, buffered, make_event, make_fact
 from tests.support.deployment import (
     Deployment,
     dead_letters,
@@ -255,7 +255,7 @@ def test_an_unusable_answer_is_booked_in_its_failed_run_and_the_ledger_once(
         flusher = wiring.flusher(c, *wiring.consolidation(c))
         try:
             for _ in range(2):
-                flusher.record_failure(MemoryKey(ORG, "bo"), events, 3, rejection)
+                flusher.record_failure(MemoryKey(ORG, "bo"), buffered(events), 3, rejection)
         finally:
             flusher.close()
 

@@ -175,7 +175,7 @@ def test_a_failure_is_recorded_as_its_own_run(raw: str | None) -> None:
     flusher = m.flusher(FlakyBackend())
     once, again = (Rejection("consolidate", "gave up", raw) for _ in range(2))
     for rejection in (once, once, again):  # `once` recorded again: a retried record
-        assert flusher.record_failure(key_of("ada"), EVENTS, 3, rejection) == frozenset()
+        assert flusher.record_failure(key_of("ada"), buffered(EVENTS), 3, rejection) == set()
     flusher.close()
     runs = [r.run for r in m.runs.runs(key_of("ada"))]
     assert [r.run_id for r in runs] == [once.run_id, again.run_id]  # one per occurrence

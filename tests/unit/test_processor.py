@@ -20,7 +20,7 @@ from producers.contract import ContextEvent, MemoryTombstone
 from store.inmemory.vector_index import InMemoryVectorIndex
 from tests.support.builders import BASE_TIME, key_of, make_event, seed_update
 from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
-from tests.support.inmemory import FAST, TOPIC, InMemoryMemoryd, step_until
+from tests.support.inmemory import FAST, SUBJECTS, TOPIC, InMemoryMemoryd, step_until
 
 
 def publish(consumer: FakeConsumer, partition: int, *events: ContextEvent) -> list[int]:
@@ -344,6 +344,31 @@ def test_events_an_earlier_try_consolidated_are_not_dead_lettered_with_the_rest(
     assert [letter.offset for letter in letters.letters] == [1]
     failed = [r.run for r in m.runs.runs(key_of("ada")) if r.run.status is RunStatus.FAILED]
     assert [r.input_event_ids for r in failed] == [(failing.event_id,)]
+
+
+class FailsOnce(FlakyBackend):
+    """Refuses the batch (not transient); an erasure of its memory completes meanwhile."""
+
+    def __init__(self, m: InMemoryMemoryd) -> None:
+        super().__init__([BackendError("400 invalid argument")])
+        self.m = m
+
+    def before(self, request: ConsolidationRequest) -> None:
+        # After the flush's reads under the lock: the erasure's cut-offs land before the
+        # failed run is recorded and the events are dead-lettered.
+        self.m.db.cutoffs[SUBJECTS(request.key)] = {(TOPIC, 0): 2}
+        super().before(request)
+
+
+def test_events_an_erasure_forgot_after_their_flush_failed_get_no_run_and_no_letter() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    events = [make_event("ada", "I live in Lisbon"), make_event("ada", "I like tea")]
+    publish(consumer, 0, *events)
+    processor = started(m.processor(consumer, FailsOnce(m), letters))
+    step_until(processor, lambda: consumer.committed.get(0) == 2)
+    processor.shutdown()
+    assert letters.letters == []
+    assert m.runs.runs(key_of("ada")) == []  # nothing written after the erasure
 
 
 class SlowToJoin(FakeConsumer):
