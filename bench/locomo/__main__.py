@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench import services
 from bench.locomo.baselines import Bm25Turns, DenseTurns
-from bench.locomo.dataset import Conversation, Question, load
+from bench.locomo.dataset import Conversation, Notes, Question, load
 from bench.locomo.ingest import IngestReport, Retrieval, ask, ingest
 from bench.locomo.metrics import (
     BUDGET_CHARS,
@@ -49,14 +49,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--max-questions", type=int, metavar="N", help="ask at most N questions per conversation"
     )
-    parser.add_argument("--timeout", type=float, default=3600.0, help="ingest deadline, seconds")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        help="ingest deadline, seconds (default: an hour, plus 2 s a turn past 1,800 turns)",
+    )
     parser.add_argument("--json-out", type=Path, metavar="FILE", help="also write JSON here")
     services.add_options(parser, kafka=True)
     args = parser.parse_args(argv)
 
     began = time.perf_counter()
-    conversations = load(args.path, args.limit_conversations)
-    questions = [q for c in conversations for q in c.questions[: args.max_questions]]
+    loaded = load(args.path, args.limit_conversations)
+    # Nothing to ingest or search in a conversation without a turn (its questions neither).
+    conversations = [c for c in loaded if c.turns]
+    if not conversations:
+        raise SystemExit(f"bench.locomo: {args.path} holds no conversation with a turn")
+    per_conversation = None if args.max_questions is None else max(0, args.max_questions)
+    questions = [q for c in conversations for q in c.questions[:per_conversation]]
+    turns = sum(len(c.turns) for c in conversations)
+    timeout = args.timeout or 3600.0 + 2.0 * max(0, turns - 1_800)
     base = Settings()
     with services.endpoints(args, base, kafka=True) as ends:
         run = services.run_id()
@@ -68,10 +79,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             ) as collection,
         ):
             settings = _settings(base, ends, dsn, collection, run)
-            report = ingest(settings, conversations, args.timeout)
+            report = ingest(settings, conversations, timeout)
             retrievals = ask(settings, questions, max(KS))
     baselines = _baselines(conversations, questions, base.embedding_model)
-    print(_report(args.path, settings, conversations, questions, report, retrievals, baselines))
+    empty = len(loaded) - len(conversations)
+    print(_report(args.path, settings, loaded, questions, report, retrievals, baselines, empty))
     if args.json_out is not None:
         document = json_summary(report, retrievals)
         args.json_out.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
@@ -147,16 +159,17 @@ def json_summary(report: IngestReport, retrievals: Sequence[Retrieval]) -> dict[
         for r in retrievals
     ]
     summaries = summarize(answers)
-    overall = next(s for s in summaries if s.group == OVERALL)
+    overall = next((s for s in summaries if s.group == OVERALL), None)
     latencies = sorted(r.latency_ms for r in retrievals)
     active = report.facts_by_status.get("active", 0)
     return {
         "questions": len(retrievals),
         "turns": report.turns,
         "facts_active": active,
-        "facts_per_turn": round(active / report.turns, 3),
+        "facts_per_turn": round(active / max(1, report.turns), 3),
         "ingest_s": round(report.total_s, 1),
-        "overall": _figures(overall),
+        # No question asked (a file of unscored questions): no figure, not a figure of 0.
+        "overall": {} if overall is None else _figures(overall),
         "by_category": {
             s.group: {"questions": s.questions, **_figures(s)}
             for s in summaries
@@ -198,6 +211,7 @@ def _report(
     ingest_report: IngestReport,
     retrievals: Sequence[Retrieval],
     baselines: Sequence[Answer],
+    empty: int = 0,
 ) -> str:
     answers = [
         Answer(MEMORYD, r.question.category, r.question.evidence, r.ranked, r.sizes)
@@ -205,20 +219,31 @@ def _report(
     ]
     summaries = summarize([*answers, *baselines])
     systems = [MEMORYD, Bm25Turns.name, DenseTurns.name]
-    skipped: dict[str, int] = {}
+    skipped, notes = Notes(), Notes()
     for conv in conversations:
         for reason, n in conv.skipped.items():
-            skipped[reason] = skipped.get(reason, 0) + n
+            skipped.add(reason, n)
+        for reason, n in conv.turn_notes.items():
+            notes.add(reason, n)
+    if empty:
+        notes.add("conversation without a turn (left out)", empty)
     r = ingest_report
     short = sum(1 for x in retrievals if x.facts_returned < max(KS))
-    latencies = sorted(x.latency_ms for x in retrievals)
+    latencies = sorted(x.latency_ms for x in retrievals) or [0.0]
+    degraded = sum(1 for x in retrievals if x.degraded)
     p = settings.processor
+    names = [c.sample_id for c in conversations]
+    shown = ", ".join(names[:20]) + (f", … ({len(names) - 20} more)" if len(names) > 20 else "")
     sections = [
-        f"LoCoMo file `{path.name}`: {len(conversations)} conversation(s) "
-        f"({', '.join(c.sample_id for c in conversations)}), {len(questions)} question(s) of "
-        f"categories 1-4 asked; not asked: "
+        f"File `{path.name}`: {len(conversations)} conversation(s) ({shown}), "
+        f"{len(questions)} question(s) of the scored categories asked; not asked: "
         + ", ".join(f"{n} {reason}" for reason, n in skipped.items())
-        + ".",
+        + "."
+        + ("" if not notes else " Not ingested as given: ")
+        + ", ".join(f"{n} {reason}" for reason, n in notes.items())
+        + (
+            f" {degraded} bundle(s) degraded (vector index away) after retries." if degraded else ""
+        ),
         (
             f"Backend `{settings.llm.backend}`, processor max_batch {p.max_batch}, "
             f"max_wait {p.max_wait_s} s, concurrency {p.concurrency}."
@@ -234,7 +259,10 @@ def _report(
                 ["consolidation runs", r.runs],
                 ["facts stored (all statuses)", sum(r.facts_by_status.values())],
                 *([f"facts {status}", n] for status, n in sorted(r.facts_by_status.items())),
-                ["active facts per turn", f"{r.facts_by_status.get('active', 0) / r.turns:.2f}"],
+                [
+                    "active facts per turn",
+                    f"{r.facts_by_status.get('active', 0) / max(1, r.turns):.2f}",
+                ],
                 ["publish time", f"{r.publish_s:.1f} s"],
                 ["ingest time (publish → all consolidated and indexed)", f"{r.total_s:.1f} s"],
             ],

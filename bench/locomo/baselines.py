@@ -36,9 +36,14 @@ class Bm25Turns:
 
     def __init__(self, turns: Sequence[Turn]) -> None:
         self._turns = list(turns)
-        self._bm25 = BM25Okapi([tokenize(t.content) for t in self._turns])
+        documents = [tokenize(t.content) for t in self._turns]
+        # rank-bm25 divides by the mean document length: none without a word (text in a
+        # script the tokenizer does not read) would be a division by zero.
+        self._bm25 = BM25Okapi(documents) if any(documents) else None
 
     def search(self, query: str, k: int) -> list[str]:
+        if self._bm25 is None:
+            return _top(np.zeros(len(self._turns)), self._turns, k)
         scores = np.asarray(self._bm25.get_scores(tokenize(query)), dtype=np.float64)
         return _top(scores, self._turns, k)
 

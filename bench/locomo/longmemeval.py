@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.locomo.dataset import Conversation, Question, Turn
+from bench.locomo.dataset import Conversation, Notes, Question, Turn, sample_id_of
 
 DATE_FORMAT = "%Y/%m/%d (%a) %H:%M"
 # LongMemEval's question types, numbered after LoCoMo's categories so both can share a table.
@@ -24,46 +24,63 @@ QUESTION_TYPES: dict[str, int] = {
     "temporal-reasoning": 15,
     "knowledge-update": 16,
 }
+OTHER_TYPE = 19  # a question_type not above
 
 
 def is_longmemeval(item: dict[str, Any]) -> bool:
-    return "haystack_sessions" in item and "question" in item
+    return "haystack_sessions" in item
 
 
 def parse_date(text: str) -> datetime:
     return datetime.strptime(" ".join(text.split()), DATE_FORMAT).replace(tzinfo=UTC)
 
 
-def conversation(item: dict[str, Any]) -> Conversation:
-    sample_id = str(item["question_id"])
+def conversation(item: dict[str, Any], index: int = 0) -> Conversation:
+    sample_id = sample_id_of(item.get("question_id"), index)
     turns: list[Turn] = []
     evidence: list[str] = []
-    sessions = item["haystack_sessions"]
+    notes = Notes()
+    sessions = item.get("haystack_sessions") or []
     dates = item.get("haystack_dates") or []
+    when = datetime(2000, 1, 1, tzinfo=UTC)  # before any session dated
     for n, session in enumerate(sessions, start=1):
-        when = parse_date(dates[n - 1]) if n - 1 < len(dates) else parse_date(dates[-1])
-        for t, raw in enumerate(session, start=1):
+        try:
+            when = parse_date(str(dates[n - 1]))
+        except (IndexError, ValueError):
+            notes.add("session without a readable date (dated as the one before)")
+        for t, raw in enumerate(session if isinstance(session, list) else [], start=1):
+            if not isinstance(raw, dict) or "content" not in raw:
+                notes.add("malformed turn (no content)")
+                continue
             dia_id = f"D{n}:{t}"
-            role = str(raw["role"])
-            turns.append(
-                Turn(
-                    dia_id=dia_id,
-                    session=n,
-                    speaker="" if role == "user" else role.capitalize(),
-                    text=str(raw["content"]),
-                    caption=None,
-                    occurred_at=when,
-                )
+            role = str(raw.get("role", "user"))
+            turn = Turn(
+                dia_id=dia_id,
+                session=n,
+                speaker="" if role == "user" else role.capitalize(),
+                text=str(raw["content"]),
+                caption=None,
+                occurred_at=when,
             )
+            if not turn.said:
+                notes.add("empty turn")
+                continue
+            turns.append(turn)
             if raw.get("has_answer"):
                 evidence.append(dia_id)
-    kind = str(item.get("question_type", ""))
-    category = QUESTION_TYPES.get(kind, 0)
+    category = QUESTION_TYPES.get(str(item.get("question_type", "")), OTHER_TYPE)
+    question = str(item.get("question") or "").strip()
+    skipped = Notes({"no evidence turn": 0})
     questions: tuple[Question, ...] = ()
-    skipped = {"no evidence turn": 0}
-    if evidence:
+    if sample_id.endswith("_abs"):
+        # An abstention question asks for what the haystack does not hold: nothing to find,
+        # so LongMemEval's retrieval metrics leave them out too.
+        skipped.add("abstention (nothing to retrieve)")
+    elif not question:
+        skipped.add("malformed question (no category or question)")
+    elif evidence:
         ev = tuple(evidence)
-        questions = (Question(sample_id, str(item["question"]), category, ev, ev),)
+        questions = (Question(sample_id, question, category, ev, ev),)
     else:
-        skipped["no evidence turn"] = 1
-    return Conversation(sample_id, tuple(turns), questions, skipped)
+        skipped.add("no evidence turn")
+    return Conversation(sample_id, tuple(turns), questions, dict(skipped), dict(notes))

@@ -30,6 +30,7 @@ GROUP_NAMES: dict[int, str] = {
     14: "multi-session",
     15: "temporal-reasoning",
     16: "knowledge-update",
+    19: "other question type",
 }
 OVERALL = "overall"
 
