@@ -36,6 +36,7 @@ class InMemoryDatabase:
     context_logs: dict[uuid.UUID, ContextLogRow] = field(default_factory=dict)
     # An erased memory's cut-offs by subject digest, and the memories being erased.
     cutoffs: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+    redacted: dict[str, set[uuid.UUID]] = field(default_factory=dict)  # by subject
     erasing: set[MemoryKey] = field(default_factory=set)
 
     def balance(self, key: MemoryKey) -> int | None:

@@ -9,7 +9,7 @@ from datetime import datetime
 from domain.ids import MemoryKey
 from domain.model import KafkaCoordinates, LoggedEvent, LoggedRun
 from domain.ports import Appended
-from producers.contract import ContextEvent
+from producers.contract import ContextEvent, EventType
 from store.inmemory.database import InMemoryDatabase
 
 
@@ -37,6 +37,10 @@ class InMemoryEventLog:
                         continue
                 if (_key(event), event.event_id) not in self._events:
                     seq = len(self._events) + 1
+                    if event.event_id in self._db.redacted.get(self._subjects(_key(event)), ()):
+                        scaffold = event.event_type is EventType.SCAFFOLD_UPDATE
+                        erased = '"[erased]"' if scaffold else "[erased]"
+                        event = event.model_copy(update={"content": erased})  # noqa: PLW2901
                     entry = LoggedEvent(seq, event, self._db.clock())
                     self._events[(_key(event), event.event_id)] = entry
                     new += 1

@@ -225,7 +225,11 @@ class PostgresErasureLog:
     def erase_fact(
         self, erasure_id: uuid.UUID, key: MemoryKey, fact_id: uuid.UUID, extra: Mapping[str, Any]
     ) -> dict[str, Any]:
+        """The fact and every copy of its text, in one transaction (the SQL function
+        `erase_fact`), under the memory's log lock: an insert of the memory's events in flight
+        finishes first (and is redacted), a later one sees the redacted sources."""
         with self._transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (log_lock_key(key),))
             row = conn.execute(
                 "SELECT erase_fact(%s, %s, %s, %s, %s)",
                 (erasure_id, key.organization_id, key.user_id, fact_id, Jsonb(dict(extra))),

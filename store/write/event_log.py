@@ -13,7 +13,7 @@ from psycopg_pool import ConnectionPool
 from domain.ids import MemoryKey, SubjectHasher
 from domain.model import KafkaCoordinates, LoggedEvent
 from domain.ports import Appended
-from producers.contract import ContextEvent, SourceMetadata
+from producers.contract import ContextEvent, EventType, SourceMetadata
 from store.postgres import transaction
 from store.write.locks import log_lock_key
 
@@ -144,12 +144,16 @@ class PostgresEventLog:
                 "SELECT pg_advisory_xact_lock_shared(k) FROM unnest(%s::bigint[]) AS k",
                 ([log_lock_key(k) for k in keys],),
             )
-            cutoffs = _cutoffs(cur, {self._subjects(k): k for k in keys})
+            subjects = {self._subjects(k): k for k in keys}
+            cutoffs = _cutoffs(cur, subjects)
             kept = (
                 [(e, at) for e, at in events if not _forgotten(e, at, cutoffs)]
                 if cutoffs
                 else events
             )
+            redacted = _redacted(cur, subjects, [e for e, _ in kept])
+            if redacted:
+                kept = [(_redact(e) if _id(e) in redacted else e, at) for e, at in kept]
             inserted = _copy_insert(cur, kept) if kept else 0
             return Appended(inserted, len(events) - len(kept))
 
@@ -271,6 +275,30 @@ def _cutoffs(cur: psycopg.Cursor[Any], subjects: dict[str, MemoryKey]) -> Cutoff
     for subject, topic, partition, cutoff in cur.fetchall():
         out.setdefault(subjects[subject], {})[(topic, partition)] = cutoff
     return out
+
+
+def _id(event: ContextEvent) -> tuple[MemoryKey, uuid.UUID]:
+    return _key(event), event.event_id
+
+
+def _redacted(
+    cur: psycopg.Cursor[Any], subjects: dict[str, MemoryKey], events: Sequence[ContextEvent]
+) -> set[tuple[MemoryKey, uuid.UUID]]:
+    """Which of `events` an erased fact came from (migration 0014): stored redacted."""
+    if not events:
+        return set()
+    cur.execute(
+        "SELECT subject, event_id FROM redacted_events"
+        " WHERE subject = ANY(%s) AND event_id = ANY(%s)",
+        (list(subjects), list({e.event_id for e in events})),
+    )
+    return {(subjects[subject], event_id) for subject, event_id in cur.fetchall()}
+
+
+def _redact(event: ContextEvent) -> ContextEvent:
+    """The event with its content as erase_fact leaves a logged one's."""
+    scaffold = event.event_type is EventType.SCAFFOLD_UPDATE
+    return event.model_copy(update={"content": '"[erased]"' if scaffold else "[erased]"})
 
 
 def _forgotten(event: ContextEvent, at: KafkaCoordinates | None, cutoffs: Cutoffs) -> bool:

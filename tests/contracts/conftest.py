@@ -68,6 +68,8 @@ SUBJECTS = SubjectHasher(b"contract-subject-key")
 Cut = Callable[[MemoryKey, str, int, int], None]
 # Start an erasure of the whole memory and leave it running.
 OpenErasure = Callable[[MemoryKey], None]
+# Record an event an erased fact came from, as erase_fact does (migration 0014).
+Redact = Callable[[MemoryKey, uuid.UUID], None]
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Stores:
     events: EventLog[ContextEvent]
     cut: Cut  # what an erasure records; the stores must then forget what lies before it
     open_erasure: OpenErasure
+    redact: Redact
 
 
 @pytest.fixture(params=["memory", pytest.param("postgres", marks=integration)])
@@ -97,6 +100,7 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
             InMemoryEventLog(db, SUBJECTS),
             cut_in_memory,
             db.erasing.add,
+            lambda key, event_id: db.redacted.setdefault(SUBJECTS(key), set()).add(event_id),
         )
         return
     pool = make_pool(request.getfixturevalue("fresh_database"), max_size=4)
@@ -120,6 +124,14 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
             reason="an erasure under way",
         )
 
+    def redact_in_postgres(key: MemoryKey, event_id: uuid.UUID) -> None:
+        with pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO redacted_events (subject, event_id, erasure_id)"
+                " VALUES (%s, %s, gen_random_uuid())",
+                (SUBJECTS(key), event_id),
+            )
+
     try:
         migrate(pool)
         yield Stores(
@@ -131,6 +143,7 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
             PostgresEventLog(pool, SUBJECTS, max_memories_per_transaction=2),
             cut_in_postgres,
             open_erasure_in_postgres,
+            redact_in_postgres,
         )
     finally:
         pool.close()

@@ -57,6 +57,26 @@ def test_events_an_erasure_forgot_are_not_appended(stores: Stores) -> None:
     assert kept == ["offset 5", "offset 0"]  # from the tombstone on, and another partition
 
 
+def test_an_event_an_erased_fact_came_from_is_appended_redacted(stores: Stores) -> None:
+    # Read from Kafka after the fact's erasure: the processor was ahead of the log writer.
+    source = make_event("ada", "I live in Lisbon")
+    scaffold = make_event(
+        "ada", '"Lisbon"', EventType.SCAFFOLD_UPDATE, scaffold_key="City", minutes=1
+    )
+    other = make_event("ada", "I like tea", minutes=2)
+    theirs = source.model_copy(update={"organization_id": "org-b"})  # its id, another memory
+    for event in (source, scaffold):
+        stores.redact(key_of("ada"), event.event_id)
+    assert stores.events.append([(e, None) for e in (source, scaffold, other, theirs)]) == (
+        Appended(4, 0)
+    )
+    contents = [e.event.content for e in stores.events.user_events(key_of("ada"))]
+    assert contents == ["[erased]", '"[erased]"', "I like tea"]
+    assert [e.event.content for e in stores.events.user_events(key_of("ada", "org-b"))] == [
+        "I live in Lisbon"
+    ]
+
+
 def test_a_batch_with_an_event_twice_appends_it_once_at_its_first_place(stores: Stores) -> None:
     one, two = make_event("ada", "one"), make_event("ada", "two")
     batch = [(one, None), (two, None), (one, None)]

@@ -224,6 +224,27 @@ def test_a_fact_written_over_still_redacts_the_observations_of_its_earlier_versi
     assert contents == {first.event_id: "[erased]", again.event_id: "[erased]"}
 
 
+def test_an_observation_logged_after_its_fact_was_erased_is_logged_redacted(
+    deployment: Deployment,
+) -> None:
+    # The processor consolidates from Kafka and may be ahead of the log writer: the fact is
+    # erased before the event it came from is logged, and erase_fact found no row to redact.
+    quokka = make_event("mira", "I keep a pet quokka named Bramble", org="org-a")
+    twin = quokka.model_copy(update={"organization_id": "org-b"})  # its id, another memory
+    deployment.publish([quokka, twin])
+    deployment.run_processor()
+    assert deployment.query("SELECT count(*) FROM context_events") == [(0,)]
+    with eraser(deployment) as (c, erase):
+        (fact,) = c.memory.facts(MIRA)
+        erase.erase_fact(MIRA, fact.fact_id, REQUEST)
+    deployment.run_log_writer()
+    contents = deployment.query(
+        "SELECT organization_id, content FROM context_events ORDER BY organization_id"
+    )
+    assert contents == [("org-a", "[erased]"), ("org-b", quokka.content)]
+    assert "Bramble" not in str(deployment.query("SELECT * FROM redacted_events"))
+
+
 def test_a_forget_whose_partition_ends_cannot_be_read_is_a_publish_error_left_open(
     deployment: Deployment,
 ) -> None:

@@ -93,6 +93,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "fact_erasure_sources",
             "forgotten_ledger_ids",
             "job_successes",
+            "redacted_events",
         ]
     finally:
         pool.close()

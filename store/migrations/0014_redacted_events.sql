@@ -1,0 +1,96 @@
+-- The observations an erased fact came from stay redacted when they arrive late. The
+-- processor can consolidate an event before the log writer stores it (0001): erase_fact
+-- redacted the rows it found, and the log writer then inserted a source event's text as it
+-- came. erase_fact now records its sources' ids under the memory's digest (no ids of the
+-- memory, as memory_cutoffs) and the log writer stores such an event redacted. The caller holds
+-- the memory's log lock (as erase_memory takes it), so an insert in flight finishes before and
+-- is redacted here, or starts after and sees them. The function is 0011's otherwise.
+CREATE TABLE redacted_events (
+    subject    text NOT NULL,
+    event_id   uuid NOT NULL,
+    erasure_id uuid NOT NULL,
+    PRIMARY KEY (subject, event_id)
+);
+
+CREATE OR REPLACE FUNCTION erase_fact(
+    p_erasure_id uuid, p_org text, p_user text, p_fact_id uuid, p_extra jsonb
+) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_removed jsonb := '{}'::jsonb;
+    v_redacted jsonb := '{}'::jsonb;
+    v_content text;
+    v_sources uuid[];
+    v_escaped text;  -- the text as it appears inside a JSON string
+    v_subject text;
+    n bigint;
+BEGIN
+    PERFORM _erasure_opened(p_erasure_id, 'fact');
+    SELECT content, source_event_ids INTO v_content, v_sources FROM memory_facts
+        WHERE fact_id = p_fact_id AND organization_id = p_org AND user_id = p_user FOR UPDATE;
+    IF FOUND THEN
+        -- Every version's sources, before the history goes.
+        SELECT array_agg(DISTINCT s) INTO v_sources FROM (
+            SELECT unnest(v_sources) AS s
+            UNION
+            SELECT (jsonb_array_elements_text(v.doc -> 'source_event_ids'))::uuid
+            FROM fact_history h, LATERAL (VALUES (h.before), (h.after)) AS v(doc)
+            WHERE h.fact_id = p_fact_id AND v.doc IS NOT NULL
+        ) AS sources;
+        v_escaped := substr(to_jsonb(v_content)::text, 2, length(to_jsonb(v_content)::text) - 2);
+        SELECT subject INTO v_subject FROM erasure_audit WHERE erasure_id = p_erasure_id;
+        INSERT INTO redacted_events (subject, event_id, erasure_id)
+            SELECT v_subject, s, p_erasure_id FROM unnest(v_sources) AS s WHERE s IS NOT NULL
+            ON CONFLICT DO NOTHING;
+        PERFORM set_config('memoryd.erasure', 'on', true);
+        DELETE FROM fact_history WHERE fact_id = p_fact_id;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_removed := v_removed || jsonb_build_object('fact_history', n);
+        UPDATE memory_facts SET superseded_by = NULL WHERE superseded_by = p_fact_id;
+        DELETE FROM memory_facts WHERE fact_id = p_fact_id;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_removed := v_removed || jsonb_build_object('memory_facts', n);
+
+        UPDATE consolidation_runs SET
+            output = CASE WHEN output IS NULL THEN NULL ELSE redact_jsonb(
+                CASE WHEN output ? 'applied' THEN jsonb_set(output, '{applied,facts}',
+                    coalesce((SELECT jsonb_agg(c) FROM jsonb_array_elements(
+                        output #> '{applied,facts}') AS c
+                        WHERE c #>> '{after,fact_id}' IS DISTINCT FROM p_fact_id::text),
+                        '[]'::jsonb))
+                ELSE output END, v_content) END,
+            raw_response = replace(replace(raw_response, v_content, '[erased]'), v_escaped,
+                '[erased]')
+            WHERE organization_id = p_org AND user_id = p_user
+              AND (strpos(output::text, p_fact_id::text) > 0
+                   OR strpos(output::text, v_escaped) > 0
+                   OR strpos(raw_response, v_content) > 0
+                   OR strpos(raw_response, v_escaped) > 0);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_redacted := v_redacted || jsonb_build_object('consolidation_runs', n);
+        UPDATE context_events SET content = CASE
+                WHEN event_type = 'scaffold_update' THEN '"[erased]"' ELSE '[erased]' END
+            WHERE organization_id = p_org AND user_id = p_user
+              AND (event_id = ANY (v_sources) OR strpos(content, v_content) > 0);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_redacted := v_redacted || jsonb_build_object('context_events', n);
+        UPDATE user_memory SET
+            working_memory = replace(working_memory, v_content, '[erased]'),
+            information_scaffold = redact_jsonb(information_scaffold, v_content),
+            persistent_learned_info = redact_jsonb(persistent_learned_info, v_content),
+            generation = gen_random_uuid()
+            WHERE organization_id = p_org AND user_id = p_user;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_redacted := v_redacted || jsonb_build_object('user_memory', n);
+        UPDATE connections SET
+            persistent_learned_info = redact_jsonb(persistent_learned_info, v_content)
+            WHERE organization_id = p_org AND user_id = p_user
+              AND strpos(persistent_learned_info::text, v_escaped) > 0;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_redacted := v_redacted || jsonb_build_object('connections', n);
+        PERFORM set_config('memoryd.erasure', 'off', true);
+    END IF;
+    v_removed := jsonb_build_object('postgres', v_removed, 'redacted', v_redacted) || p_extra;
+    UPDATE erasure_audit SET status = 'postgres_erased', removed = v_removed
+        WHERE erasure_id = p_erasure_id;
+    RETURN v_removed;
+END $$;
