@@ -4,7 +4,10 @@
 -- came. erase_fact now records its sources' ids under the memory's digest (no ids of the
 -- memory, as memory_cutoffs) and the log writer stores such an event redacted. The caller holds
 -- the memory's log lock (as erase_memory takes it), so an insert in flight finishes before and
--- is redacted here, or starts after and sees them. The function is 0011's otherwise.
+-- is redacted here, or starts after and sees them. And a fact that quotes the erased one
+-- loses the quote, as the runs' outputs did: its row kept it, in the clear and in Chroma, and
+-- `replay verify` found the fold of the runs different from it. The function is 0011's
+-- otherwise.
 CREATE TABLE redacted_events (
     subject    text NOT NULL,
     event_id   uuid NOT NULL,
@@ -73,6 +76,21 @@ BEGIN
               AND (event_id = ANY (v_sources) OR strpos(content, v_content) > 0);
         GET DIAGNOSTICS n = ROW_COUNT;
         v_redacted := v_redacted || jsonb_build_object('context_events', n);
+        -- Another fact that quotes this one loses the text too, as its entries in the runs'
+        -- outputs just did (else the fold of the runs no longer gives the live row), and goes
+        -- back to the index queue so that its vector and document are of the redacted text.
+        UPDATE memory_facts SET content = replace(content, v_content, '[erased]'),
+                indexed_at = NULL
+            WHERE organization_id = p_org AND user_id = p_user AND strpos(content, v_content) > 0;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_redacted := v_redacted || jsonb_build_object('memory_facts', n);
+        UPDATE fact_history SET before = redact_jsonb(before, v_content),
+                after = redact_jsonb(after, v_content)
+            WHERE fact_id IN (SELECT fact_id FROM memory_facts
+                              WHERE organization_id = p_org AND user_id = p_user)
+              AND (strpos(before::text, v_escaped) > 0 OR strpos(after::text, v_escaped) > 0);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_redacted := v_redacted || jsonb_build_object('fact_history', n);
         UPDATE user_memory SET
             working_memory = replace(working_memory, v_content, '[erased]'),
             information_scaffold = redact_jsonb(information_scaffold, v_content),

@@ -20,13 +20,17 @@ from consumers.errors import ConsumerError
 from domain.erasure import ErasureScope
 from domain.ids import MemoryKey
 from memoryd import wiring
+from memoryd.analyst.commands import live_memory
+from memoryd.analyst.verify import verify_memory
 from memoryd.cli import build_parser
 from memoryd.erasure import Eraser, ErasureRequest, UnknownFact
 from memoryd.ops import runtime
+from processors.consolidate import applied_effect
 from producers.errors import PublishError
 from store.errors import VectorIndexUnavailable
 from store.write.cluster_jobs import ClusterJobs
-from tests.support.builders import key_of, make_event
+from store.write.run_log import PostgresRunLog
+from tests.support.builders import key_of, make_event, make_fact, seed_update
 from tests.support.deployment import Deployment
 from tests.support.erasure import rows
 
@@ -243,6 +247,36 @@ def test_an_observation_logged_after_its_fact_was_erased_is_logged_redacted(
     )
     assert contents == [("org-a", "[erased]"), ("org-b", quokka.content)]
     assert "Bramble" not in str(deployment.query("SELECT * FROM redacted_events"))
+
+
+def test_a_fact_that_quotes_the_erased_one_loses_the_quote_and_the_fold_still_holds(
+    deployment: Deployment,
+) -> None:
+    quokka = make_fact("mira", "Bramble is a quokka", org="org-a")
+    quoting = make_fact("mira", "Mira said Bramble is a quokka at the zoo", org="org-a")
+    other = make_fact("mira", "Mira plays the cello", org="org-a")
+    with eraser(deployment) as (c, erase):
+        # A run that records its effect, as the processor's do: the fold has it to replay.
+        update = seed_update(c.memory, "mira", [quokka, quoting, other], org="org-a")
+        effect = applied_effect(update.state, update.fact_changes, {})
+        update = replace(update, run=replace(update.run, output={"applied": effect}))
+        c.memory.apply(update)
+        wiring.indexer(c).index_changes(update)
+        erase.erase_fact(MIRA, quokka.fact_id, REQUEST)
+        contents = {f.fact_id: f.content for f in c.memory.facts(MIRA)}
+        assert contents == {
+            quoting.fact_id: "Mira said [erased] at the zoo",
+            other.fact_id: "Mira plays the cello",
+        }
+        (pending,) = c.memory.pending_index()  # its vector goes back to the index queue
+        assert pending.fact_id == quoting.fact_id
+        wiring.indexer(c).drain_pending()
+        assert "Bramble" not in str(c.index.stored([quoting.fact_id]))
+        run_log = PostgresRunLog(c.pool)
+        assert verify_memory(MIRA, run_log.runs(MIRA), live_memory(c, run_log, MIRA)).ok
+    history = deployment.query("SELECT before, after FROM fact_history")
+    assert history
+    assert "Bramble" not in str(history)
 
 
 def test_a_forget_whose_partition_ends_cannot_be_read_is_a_publish_error_left_open(
