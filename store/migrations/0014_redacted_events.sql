@@ -6,8 +6,9 @@
 -- the memory's log lock (as erase_memory takes it), so an insert in flight finishes before and
 -- is redacted here, or starts after and sees them. And a fact that quotes the erased one
 -- loses the quote, as the runs' outputs did: its row kept it, in the clear and in Chroma, and
--- `replay verify` found the fold of the runs different from it. The function is 0011's
--- otherwise.
+-- `replay verify` found the fold of the runs different from it. The read audit loses the
+-- fact too: a turn's query quoting it, and its id among what a turn was shown. The function
+-- is 0011's otherwise.
 CREATE TABLE redacted_events (
     subject    text NOT NULL,
     event_id   uuid NOT NULL,
@@ -91,6 +92,28 @@ BEGIN
               AND (strpos(before::text, v_escaped) > 0 OR strpos(after::text, v_escaped) > 0);
         GET DIAGNOSTICS n = ROW_COUNT;
         v_redacted := v_redacted || jsonb_build_object('fact_history', n);
+        -- The read audit: a turn's query quoting the fact, and the fact's id (a digest of its
+        -- content) among what the turn was shown.
+        UPDATE context_logs SET
+            query = replace(query, v_content, '[erased]'),
+            rewritten_query = replace(rewritten_query, v_content, '[erased]'),
+            retrieved = coalesce((SELECT jsonb_agg(CASE WHEN r ->> 'fact_id' = p_fact_id::text
+                                  THEN r || '{"fact_id": "[erased]"}'::jsonb ELSE r END
+                                  ORDER BY i)
+                                  FROM jsonb_array_elements(retrieved) WITH ORDINALITY
+                                  AS a(r, i)), '[]'::jsonb),
+            injected = CASE WHEN injected ? 'pinned_fact_ids' THEN jsonb_set(injected,
+                '{pinned_fact_ids}', coalesce((SELECT jsonb_agg(x ORDER BY i)
+                    FROM jsonb_array_elements(injected -> 'pinned_fact_ids') WITH ORDINALITY
+                    AS a(x, i) WHERE x #>> '{}' <> p_fact_id::text), '[]'::jsonb))
+                ELSE injected END
+            WHERE organization_id = p_org AND user_id = p_user
+              AND (strpos(query, v_content) > 0
+                   OR strpos(coalesce(rewritten_query, ''), v_content) > 0
+                   OR strpos(retrieved::text, p_fact_id::text) > 0
+                   OR strpos(injected::text, p_fact_id::text) > 0);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_redacted := v_redacted || jsonb_build_object('context_logs', n);
         UPDATE user_memory SET
             working_memory = replace(working_memory, v_content, '[erased]'),
             information_scaffold = redact_jsonb(information_scaffold, v_content),

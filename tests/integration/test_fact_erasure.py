@@ -28,6 +28,9 @@ from memoryd.ops import runtime
 from processors.consolidate import applied_effect
 from producers.errors import PublishError
 from store.errors import VectorIndexUnavailable
+from store.read.background import BatchWriter
+from store.read.context_service import ContextService
+from store.read.fact_queries import PostgresReadModel
 from store.write.cluster_jobs import ClusterJobs
 from store.write.run_log import PostgresRunLog
 from tests.support.builders import key_of, make_event, make_fact, seed_update
@@ -277,6 +280,27 @@ def test_a_fact_that_quotes_the_erased_one_loses_the_quote_and_the_fold_still_ho
     history = deployment.query("SELECT before, after FROM fact_history")
     assert history
     assert "Bramble" not in str(history)
+
+
+def test_the_read_audit_loses_an_erased_fact_and_the_queries_quoting_it(
+    deployment: Deployment,
+) -> None:
+    seed(deployment)
+    with eraser(deployment) as (c, erase):
+        reads = PostgresReadModel(c.pool)
+        service = ContextService(
+            reads, c.index, c.clock, audit=BatchWriter("context-log", reads.write_context_logs)
+        )
+        (quokka,) = [f for f in c.memory.facts(MIRA) if "quokka" in f.content]
+        quote = f"Is it true? {quokka.content}"
+        bundle = service.assemble(MIRA, quote)
+        service.close()
+        assert quokka.fact_id in {r.fact.fact_id for r in bundle.facts}
+        erase.erase_fact(MIRA, quokka.fact_id, REQUEST)
+    (query, retrieved) = deployment.query("SELECT query, retrieved::text FROM context_logs")[0]
+    assert query == quote.replace(quokka.content, "[erased]")
+    assert str(quokka.fact_id) not in retrieved
+    assert '"fact_id": "[erased]"' in retrieved
 
 
 def test_a_forget_whose_partition_ends_cannot_be_read_is_a_publish_error_left_open(
