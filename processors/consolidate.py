@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -49,18 +49,20 @@ def cap_words(text: str, limit: int = MAX_WORKING_MEMORY_WORDS) -> str:
 
 
 def bounded_scaffold(
-    scaffold: Mapping[str, Any], limit: int = MAX_SCAFFOLD_CHARS
+    scaffold: Mapping[str, Any], limit: int = MAX_SCAFFOLD_CHARS, first: Collection[str] = ()
 ) -> dict[str, Any]:
-    """Keep keys in order while the JSON stays under `limit` characters."""
-    out: dict[str, Any] = {}
+    """The keys that fit while the JSON stays under `limit` characters, in their order; the
+    keys in `first` (what events set by name) are taken before the others."""
+    sizes = {
+        k: len(json.dumps({k: v}, ensure_ascii=False, default=str)) for k, v in scaffold.items()
+    }
+    kept: set[str] = set()
     size = 2
-    for key, value in scaffold.items():
-        item = len(json.dumps({key: value}, ensure_ascii=False, default=str))
-        if size + item > limit:
-            break
-        out[str(key)] = value
-        size += item
-    return out
+    for key in [*(k for k in scaffold if k in first), *(k for k in scaffold if k not in first)]:
+        if size + sizes[key] <= limit:
+            kept.add(key)
+            size += sizes[key]
+    return {str(k): v for k, v in scaffold.items() if k in kept}
 
 
 class Consolidator:
@@ -95,11 +97,12 @@ class Consolidator:
         for proposal in proposals:
             ledger.apply(proposal)
 
+        scaffold, left_out = self._scaffold(request, output.updated_scaffold)
         state = MemoryState(
             user_id=request.user_id,
             organization_id=request.organization_id,
             working_memory=cap_words(output.updated_working_memory),
-            scaffold=self._scaffold(request, output.updated_scaffold),
+            scaffold=scaffold,
             learned_info=self._learned_info(request),
             version=request.state.version + 1,
             updated_at=request.now,
@@ -123,6 +126,7 @@ class Consolidator:
                 "gate_decisions": [asdict(d) for d in ledger.decisions],
                 "applied": applied_effect(state, changes, connection_additions),
                 "candidates": shown_facts(request),
+                **({"scaffold_left_out": left_out} if left_out else {}),
             },
             raw_response=response.raw_response,
             gate=ledger.counts(),
@@ -180,14 +184,22 @@ class Consolidator:
         return update
 
     @staticmethod
-    def _scaffold(request: ConsolidationRequest, proposed: Mapping[str, Any]) -> dict[str, Any]:
+    def _scaffold(
+        request: ConsolidationRequest, proposed: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], list[str]]:
+        """S after the run, and the keys left out of it for its size (recorded in the run's
+        output: a key an event set and S had no room for is not dropped unseen)."""
         normalized = normalize_json(dict(proposed))
         scaffold = dict(normalized) if isinstance(normalized, dict) else {}
+        named = set()
         for obs in request.observations:
             event = obs.event
             if event.event_type is EventType.SCAFFOLD_UPDATE and event.scaffold_key is not None:
                 scaffold[event.scaffold_key] = normalize_json(event.scaffold_value())
-        return bounded_scaffold(storable_json(scaffold))
+                named.add(event.scaffold_key)
+        whole = storable_json(scaffold)
+        bounded = bounded_scaffold(whole, first=storable_json(sorted(named)))
+        return bounded, [str(k) for k in whole if k not in bounded]
 
     @staticmethod
     def _learned_info(request: ConsolidationRequest) -> tuple[str, ...]:

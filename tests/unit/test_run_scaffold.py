@@ -1,0 +1,46 @@
+"""What a run makes of S: the model's scaffold and the keys events set, within its size."""
+
+from __future__ import annotations
+
+import uuid
+
+from domain.model import MemoryState, TokenUsage
+from processors.consolidate import Consolidator
+from processors.cost import PriceTable
+from processors.gate import WriteGate
+from processors.schema import (
+    MAX_SCAFFOLD_CHARS,
+    BackendResponse,
+    ConsolidationOutput,
+    ConsolidationRequest,
+    scaffold_size,
+)
+from producers.contract import EventType, Source
+from tests.support.builders import BASE_TIME, make_event
+
+
+def test_a_scaffold_key_an_event_names_wins_its_room_and_what_is_left_out_is_recorded() -> None:
+    # The model's S already fills the room; the event's key comes after it in S.
+    model_scaffold = {f"Notes {i}": "x" * 6_000 for i in range(4)}
+    title = make_event(
+        "ada", '"Product designer"', EventType.SCAFFOLD_UPDATE, source=Source.AUTONOMOUS,
+        scaffold_key="Title",
+    )  # fmt: skip
+    state = MemoryState("ada", "org-a", "", {}, (), 0)
+    request = ConsolidationRequest.build(state, (), [title], BASE_TIME)
+    output = ConsolidationOutput(updated_working_memory="", updated_scaffold=model_scaffold)
+    update = Consolidator(WriteGate(None), PriceTable({})).plan(
+        request,
+        BackendResponse(output, "{}", TokenUsage(), "offline"),
+        run_id=uuid.uuid4(),
+        backend="offline",
+        prompt_version="v",
+        started_at=BASE_TIME,
+        duration_ms=0,
+    )
+    scaffold = dict(update.state.scaffold)
+    assert scaffold["Title"] == "Product designer"
+    assert scaffold_size(scaffold) <= MAX_SCAFFOLD_CHARS
+    run_output = update.run.output or {}
+    assert run_output["scaffold_left_out"] == ["Notes 3"]
+    assert list(scaffold) == ["Notes 0", "Notes 1", "Notes 2", "Title"]
