@@ -16,6 +16,7 @@ fact) are done before the answer, which carries their receipt.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -237,7 +238,11 @@ def create_app(
             fact_id,
             body.content,
             connection_id=fact.provenance.connection_id,
-            idempotency_key=_scoped(org, user_id, body.idempotency_key),
+            # Without the caller's key the request names its events: the same correction of
+            # the same version of the fact, sent again after a 503 that hid a success, is one.
+            idempotency_key=_scoped(
+                org, user_id, body.idempotency_key or _implicit_key(fact, body.content)
+            ),
         )
         return Accepted(event_ids=[e.event_id for e in events])
 
@@ -325,6 +330,11 @@ def _erase_fact(
     except UnknownFact as e:
         raise _no_such_fact(key, fact_id) from e
     return ErasureOut.of(receipt, key.user_id)
+
+
+def _implicit_key(fact: Fact, content: str) -> str:
+    digest = hashlib.sha256(f"{fact.fact_id}\x1f{fact.version}\x1f{content}".encode())
+    return f"implicit:{digest.hexdigest()}"
 
 
 def _no_such_fact(key: MemoryKey, fact_id: uuid.UUID) -> HTTPException:

@@ -191,6 +191,8 @@ class CorrectionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     content: Text
+    # Without one, the correction's content and the fact's version name its events: the
+    # same correction sent again before the pipeline applied it is the same correction.
     idempotency_key: Key | None = None
 
 

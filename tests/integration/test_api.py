@@ -228,6 +228,13 @@ def test_a_deleted_fact_is_gone_and_a_corrected_one_leaves_retrieval(
         )
         assert corrected.status_code == 202
         assert len(corrected.json()["event_ids"]) == 2
+        # Sent again without a key (its answer lost, say): the same correction, not a second.
+        resent = client.post(
+            f"/v1/users/ada/facts/{city}/correction",
+            json={"content": "I live in Porto now"},
+            headers=A,
+        )
+        assert resent.json() == corrected.json()
         deployment.run_both()
 
         memory = client.get("/v1/users/ada/memory", headers=A).json()
