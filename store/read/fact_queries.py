@@ -23,6 +23,7 @@ from domain.model import Fact, FactStatus
 from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Scope
 from store import fact_rows
 from store.postgres import memory_params, statement, transaction
+from store.write.locks import log_lock_key
 
 _SCOPE = (
     " organization_id = %(org)s AND user_id = %(user_id)s"
@@ -44,6 +45,15 @@ def still_the_memory_read(generation: str, org: str, user: str) -> str:
         f" (SELECT 1 FROM user_memory m WHERE m.organization_id = {org}"
         f" AND m.user_id = {user} AND m.generation = {generation}))"
     )
+
+
+def hold_off_erasures(cur: psycopg.Cursor[Any], keys: Sequence[MemoryKey]) -> None:
+    """Take the memories' log locks shared, for the transaction: an erasure (which takes its
+    memory's exclusively) starts after the writes under the guard below commit, and deletes
+    them; or it ran first, and the guard, read after the lock, sees it. Without the lock a
+    write whose guard was read before the erasure opened could commit after its deletes."""
+    locks = sorted({log_lock_key(k) for k in keys})
+    cur.execute("SELECT pg_advisory_xact_lock_shared(k) FROM unnest(%s::bigint[]) AS k", (locks,))
 
 
 _LOGGED_WHILE_READ = still_the_memory_read("%(generation)s::uuid", "%(org)s", "%(user_id)s")
@@ -290,6 +300,7 @@ class PostgresReadModel:
         # In log id order: two batches retrying the same turns cannot deadlock on them.
         ordered = [first[i] for i in sorted(first)]
         with self._transaction() as conn, conn.cursor() as cur:
+            hold_off_erasures(cur, [MemoryKey(r.organization_id, r.user_id) for r in ordered])
             cur.executemany(_INSERT_CONTEXT_LOG, [_log_params(r) for r in ordered], returning=True)
             written: set[uuid.UUID] = set()
             while True:

@@ -20,9 +20,10 @@ from datetime import datetime
 
 from psycopg_pool import ConnectionPool
 
+from domain.ids import MemoryKey
 from domain.model import LedgerEntry, TokenUsage
 from store.postgres import transaction
-from store.read.fact_queries import still_the_memory_read
+from store.read.fact_queries import hold_off_erasures, still_the_memory_read
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class ReadLedger:
             transaction(self._pool, f"booking {len(costs)} read cost(s)") as conn,
             conn.cursor() as cur,
         ):
+            hold_off_erasures(
+                cur, [MemoryKey(c.entry.organization_id, c.entry.user_id) for c in costs]
+            )
             cur.executemany(_BOOK, [_params(c) for c in costs])
 
 

@@ -4,9 +4,12 @@ erasure's pseudonym, and the user's ids are never written again."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from datetime import timedelta
 
+import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
@@ -15,6 +18,7 @@ from domain.model import LedgerEntry
 from store.read.fact_queries import PostgresReadModel
 from store.read.read_ledger import ReadCost, ReadLedger
 from store.write.erasure_log import PostgresErasureLog
+from store.write.locks import log_lock_key
 from store.write.memory_store import PostgresMemoryStore
 from tests.support.builders import BASE_TIME, key_of, log_row, make_fact, seed
 from tests.support.erasure import open_memory_erasure
@@ -86,6 +90,46 @@ def test_a_read_written_after_an_erasure_opened_keeps_no_ids(pool: ConnectionPoo
         ("erased:unknown", "org-a", 2),
         ("ada", "org-a", 2),  # a turn on no memory, after the erasure: the user came back
     ]
+
+
+def test_a_read_written_while_an_erasure_holds_the_memory_waits_and_keeps_no_ids(
+    pool: ConnectionPool,
+) -> None:
+    # The guard alone was read in the write's own snapshot: a write whose guard ran before the
+    # erasure opened could commit after erase_memory's deletes, with the user's ids.
+    memory, reads, costs = PostgresMemoryStore(pool), PostgresReadModel(pool), ReadLedger(pool)
+    seed(memory, "ada", [make_fact("ada", "Ada lives in Berlin")])
+    injection = reads.injection(ADA)
+    assert injection is not None
+    read = injection.generation
+    erasures = PostgresErasureLog(pool)
+    with psycopg.connect(pool.conninfo) as erasing:  # what erase_memory takes first
+        erasing.execute("SELECT pg_advisory_xact_lock(%s)", (log_lock_key(ADA),))
+        writer = threading.Thread(
+            target=lambda: (
+                reads.write_context_logs([log_row(ADA, generation=read)]),
+                costs.write([ReadCost(cost(ADA, 1), read)]),
+            )
+        )
+        writer.start()
+        waiting_for_an_advisory_lock(pool)
+        erasure = open_memory_erasure(erasures, ADA, "subject-of-ada")
+    writer.join(timeout=30)
+    assert reads.context_logs(ADA) == []
+    assert ledger(pool) == [(f"erased:{erasure}", "org-a", 2)]
+
+
+def waiting_for_an_advisory_lock(pool: ConnectionPool, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with psycopg.connect(pool.conninfo) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()
+        if row is not None and row[0] > 0:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the write never waited for the memory's log lock")
 
 
 @pytest.fixture
