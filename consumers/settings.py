@@ -3,7 +3,7 @@ environment (`MEMORYD_PROCESSOR__...`) and hands to the runtime as it is."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from consumers.flush import MAX_SPLIT_CALLS, BudgetPolicy
 from domain.retry import Backoff
@@ -11,6 +11,8 @@ from processors.candidates import CandidatePolicy
 
 
 class ProcessorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     max_batch: int = Field(default=20, ge=1)
     max_wait_s: float = Field(default=2.0, gt=0)
     concurrency: int = Field(default=4, ge=1)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kafka.errors import KafkaError
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from memoryd import wiring
 from memoryd.analyst.commands import add_commands as add_analyst_commands
@@ -264,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = load_settings(args.config)
-    except (OSError, tomllib.TOMLDecodeError, ValidationError) as e:
+    except (OSError, tomllib.TOMLDecodeError, ValidationError, SettingsError) as e:
         print(f"memoryd: the settings cannot be used: {e}", file=sys.stderr)
         return 2
     fmt = settings.log_format

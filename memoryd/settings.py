@@ -2,14 +2,24 @@
 
 Built once by the composition root and passed down; nothing else reads the environment.
 Example: `MEMORYD_KAFKA__BOOTSTRAP_SERVERS=broker:9092`, `MEMORYD_LLM__BACKEND=gemini`.
+Every model here, nested ones too, refuses a key it does not have: a mistyped setting
+(`MEMORYD_POSTGRES__URL`) stops the process at start instead of leaving the default in force.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, PositiveInt, SecretStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    SecretStr,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,6 +36,8 @@ from store.read.background import WriterSettings
 
 
 class KafkaSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     bootstrap_servers: str = "127.0.0.1:19092"
     topic: str = "context-events"
     dead_letter_topic: str = "context-events.dlq"
@@ -47,11 +59,15 @@ class KafkaSettings(BaseModel):
 
 
 class PostgresSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     dsn: str = "postgresql://postgres@127.0.0.1:15432/memoryd"
     pool_max_size: int = Field(default=12, ge=2)
 
 
 class ChromaSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     mode: Literal["embedded", "http"] = "embedded"
     path: Path = Path(".memoryd/chroma")
     url: str = "http://127.0.0.1:18000"
@@ -59,6 +75,8 @@ class ChromaSettings(BaseModel):
 
 
 class LlmSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     backend: Literal["offline", "gemini"] = "offline"
     model: str = "gemini-2.5-flash"
     api_key: SecretStr | None = None
@@ -68,6 +86,8 @@ class LlmSettings(BaseModel):
 
 
 class MetricsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     host: str = "127.0.0.1"
     log_writer_port: int = 9400
     processor_port: int = 9401
@@ -81,6 +101,8 @@ class MetricsSettings(BaseModel):
 
 class ReadPathSettings(BaseModel):
     """The read path: injection cache, background writers, optional query rewrite."""
+
+    model_config = ConfigDict(extra="forbid")
 
     cache_max_users: int = Field(default=10_000, ge=1)
     # How long a memory's stamp read from Postgres is trusted without asking again while this
@@ -102,6 +124,8 @@ MAX_BODY_BYTES = 16 * 2**20
 
 
 class ApiSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     host: str = "127.0.0.1"
     port: int = 8080
     # Worker processes sharing the port (see memoryd.api.serve): one per core measured best.
@@ -120,6 +144,8 @@ class ApiSettings(BaseModel):
 
 
 class ErasureSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     # The secret of the keyed digest that names an erased memory in the erasure audit and
     # the replay cut-offs. Every process of a deployment must use the same one; the default
     # is for development only.
@@ -128,6 +154,8 @@ class ErasureSettings(BaseModel):
 
 
 class DevSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     state_dir: Path = Path(".memoryd")
     kafka_port: int = 19092
     kafka_controller_port: int = 19093
@@ -147,6 +175,13 @@ def default_prices() -> dict[str, ModelPrice]:
     }
 
 
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+def _over_default_prices(given: dict[str, ModelPrice]) -> dict[str, ModelPrice]:
+    return {**default_prices(), **given}
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMORYD_", env_nested_delimiter="__", extra="forbid", toml_file=None
@@ -162,7 +197,11 @@ class Settings(BaseSettings):
     read_path: ReadPathSettings = ReadPathSettings()
     api: ApiSettings = ApiSettings()
     erasure: ErasureSettings = ErasureSettings()
-    prices: dict[str, ModelPrice] = Field(default_factory=default_prices)
+    # Added to the defaults (and replacing those of the same models): a deployment that
+    # prices one more model keeps the prices of the ones it runs already.
+    prices: Annotated[dict[str, ModelPrice], AfterValidator(_over_default_prices)] = Field(
+        default_factory=default_prices
+    )
     # Prices a model missing from `prices` (counted by memoryd_unpriced_model_uses_total);
     # without it, a model in use that has no price stops the process at start-up.
     default_price: ModelPrice | None = None
@@ -176,7 +215,7 @@ class Settings(BaseSettings):
     # per core. The float graph splits each model run over them, the integer graph runs that
     # many of a call's texts side by side.
     embedding_threads: int = Field(default=0, ge=0)
-    log_level: str = "INFO"
+    log_level: Annotated[LogLevel, BeforeValidator(lambda v: str(v).upper())] = "INFO"
     # json: one JSON object a line, ids as fields (production); text: for a terminal.
     log_format: Literal["json", "text"] = "json"
 

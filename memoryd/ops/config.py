@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class OpsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     # How often each process checks its dependencies (Postgres, Kafka, Chroma) for /readyz
     # and the memoryd_dependency_up gauges.
     health_interval_s: float = Field(default=5.0, gt=0)
@@ -22,6 +24,8 @@ class OpsSettings(BaseModel):
 
 
 class MaintenanceSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     enabled: bool = True
     # How often each maintenance job runs in the cluster (one process at a time runs it).
     every_s: float = Field(default=6 * 3600.0, gt=0)

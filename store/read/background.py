@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from psycopg_pool import PoolClosed
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from domain.retry import Backoff
 from store.errors import StoreError
@@ -40,6 +40,8 @@ class _Wake:
 
 class WriterSettings(BaseModel):
     """A background writer's tuning (`MEMORYD_READ_PATH__WRITER__...`)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     max_queue: int = Field(default=10_000, ge=1)
     max_batch: int = Field(default=500, ge=1)

@@ -53,6 +53,39 @@ def test_a_setting_of_the_wrong_type_is_named(
 
 
 @pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("MEMORYD_POSTGRES__URL", "postgresql://db/memoryd", "postgres.url"),  # not DSN
+        ("MEMORYD_PROCESSOR__MAX_BATCHES", "10", "processor.max_batches"),
+        ("MEMORYD_API__TOKENS", "{not json", "field \"api\""),
+        ("MEMORYD_LOG_LEVEL", "LOUD", "log_level"),
+    ],
+)
+def test_a_mistyped_nested_setting_or_a_malformed_value_is_an_error_not_a_default(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    named: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert cli.main(["migrate"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memoryd: the settings cannot be used")
+    assert named in err
+
+
+def test_prices_given_are_added_to_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    given = {"gemini-3-flash": {"input_usd_per_mtok": 0.5, "output_usd_per_mtok": 3.0}}
+    monkeypatch.setenv("MEMORYD_PRICES", json.dumps(given))
+    monkeypatch.setenv("MEMORYD_LOG_LEVEL", "debug")
+    settings = Settings()
+    assert settings.prices["gemini-3-flash"].output_usd_per_mtok == 3.0
+    assert "gemini-2.5-flash" in settings.prices  # still priced: the processor keeps starting
+    assert settings.log_level == "DEBUG"
+
+
+@pytest.mark.parametrize(
     "error",
     [
         DatabaseUnavailable("cannot connect to Postgres: refused"),
