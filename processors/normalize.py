@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any
 
+from producers.contract import json_leaves
+
 DEFAULT_MAX_DEPTH = 8
 
 # A whole document inside one Markdown code fence, with an optional language tag.
@@ -76,21 +78,11 @@ _UNSTORABLE_CHARS = re.compile("[\x00\ud800-\udfff]")
 
 
 def _unstorable(value: Any) -> bool:
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if _UNSTORABLE_CHARS.search(item):
-                return True
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return True
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list | tuple):
-            pending.extend(item)
-    return False
+    return any(
+        (isinstance(x, str) and _UNSTORABLE_CHARS.search(x) is not None)
+        or (isinstance(x, float) and not math.isfinite(x))
+        for x in json_leaves(value)
+    )
 
 
 def _storable(value: Any) -> Any:

@@ -15,6 +15,7 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
@@ -256,38 +257,30 @@ def reject_nul(text: str) -> str:
     return text
 
 
-def has_nul(value: Any) -> bool:
-    """Whether any string (key or value) anywhere in a JSON-like value holds NUL; iterative,
-    so a deeply nested value cannot exhaust the stack."""
+def json_leaves(value: Any) -> Iterator[Any]:
+    """Every key and scalar anywhere in a JSON-like value; iterative, so a deeply nested value
+    cannot exhaust the stack."""
     pending = [value]
     while pending:
         item = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
+        if isinstance(item, dict):
             pending.extend(item.keys())
             pending.extend(item.values())
         elif isinstance(item, list | tuple):
             pending.extend(item)
-    return False
+        else:
+            yield item
+
+
+def has_nul(value: Any) -> bool:
+    """Whether any string (key or value) anywhere in a JSON-like value holds NUL."""
+    return any(isinstance(x, str) and "\x00" in x for x in json_leaves(value))
 
 
 def has_lone_surrogate(value: Any) -> bool:
-    """Whether a string (key or value) anywhere in a JSON-like value holds a surrogate code
-    point, which UTF-8 cannot encode; iterative, like `has_nul`."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if _SURROGATE.search(item):
-                return True
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list | tuple):
-            pending.extend(item)
-    return False
+    """Whether any string (key or value) anywhere in a JSON-like value holds a surrogate code
+    point, which UTF-8 cannot encode."""
+    return any(isinstance(x, str) and _SURROGATE.search(x) for x in json_leaves(value))
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
