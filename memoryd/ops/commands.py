@@ -23,8 +23,8 @@ from memoryd.analyst.verify import render_verification, verification_json, verif
 from memoryd.ops.maintenance import JOBS, MaintenanceRunner
 from memoryd.ops.metrics import MaintenanceMetrics
 from memoryd.settings import Settings
-from store.write.cluster_jobs import ClusterJobs
-from store.write.maintenance_queries import MaintenanceQueries
+from store.write.cluster_jobs import ClusterJobs, JobState
+from store.write.maintenance_queries import MaintenanceQueries, MaintenanceRunRow
 
 # `memoryd replay USER` is the shadow replay; `memoryd replay verify` is rewritten to this.
 REPLAY_VERIFY = "replay-verify"
@@ -72,6 +72,26 @@ def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+_JOB = "maintenance-"  # a maintenance job's name among the cluster jobs
+
+
+def render_job_state(state: JobState, last: MaintenanceRunRow | None) -> str:
+    """A cluster job's line, with the error of its last run if it failed and, for a
+    maintenance job, what its last run changed."""
+    finished = state.last_finished_at.isoformat() if state.last_finished_at else "-"
+    lines = [
+        (
+            f"{state.job:<24} {state.last_outcome or '-':<10}"
+            f" started {state.last_started_at.isoformat()} finished {finished}"
+        )
+    ]
+    if last is not None:
+        lines.append(f"    last run: {last.users} memories, changes {json.dumps(last.changes)}")
+    if state.last_error:
+        lines.append(f"    error: {state.last_error[:500]}")
+    return "\n".join(lines)
+
+
 def cmd_maintenance(settings: Settings, args: argparse.Namespace) -> int:
     with wiring.core(settings) as c:
         jobs = ClusterJobs(c.pool, c.clock)
@@ -79,12 +99,9 @@ def cmd_maintenance(settings: Settings, args: argparse.Namespace) -> int:
             states = jobs.states()
             if not states:
                 print("no cluster job has run yet")
+            queries = MaintenanceQueries(c.pool)
             for state in states:
-                finished = state.last_finished_at.isoformat() if state.last_finished_at else "-"
-                print(
-                    f"{state.job:<24} {state.last_outcome or '-':<10}"
-                    f" started {state.last_started_at.isoformat()} finished {finished}"
-                )
+                print(render_job_state(state, queries.last_run(state.job.removeprefix(_JOB))))
             return 0
         runner = MaintenanceRunner(c, settings.maintenance, MaintenanceMetrics(c.registry))
         every = timedelta(seconds=settings.maintenance.every_s)

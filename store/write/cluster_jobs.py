@@ -44,6 +44,7 @@ class JobState:
     last_outcome: str | None
     last_succeeded_at: datetime | None
     first_started_at: datetime
+    last_error: str | None = None
 
     def age_s(self, now: datetime) -> float:
         """Seconds since the job last succeeded (since it first started, if it never has)."""
@@ -112,6 +113,6 @@ class ClusterJobs:
         with transaction(self._pool) as conn:
             rows = conn.execute(
                 "SELECT job, last_started_at, last_finished_at, last_outcome, last_succeeded_at,"
-                " first_started_at FROM scheduled_jobs ORDER BY job"
+                " first_started_at, last_error FROM scheduled_jobs ORDER BY job"
             ).fetchall()
         return [JobState(*r) for r in rows]

@@ -133,6 +133,15 @@ class MaintenanceQueries:
             ).fetchone()
         return None if row is None else row[0]
 
+    def last_run(self, job: str) -> MaintenanceRunRow | None:
+        with transaction(self._pool) as conn:
+            row = conn.execute(
+                "SELECT run_id, job, started_at, outcome, users, changes, parameters, error"
+                " FROM maintenance_runs WHERE job = %s ORDER BY seq DESC LIMIT 1",
+                (job,),
+            ).fetchone()
+        return None if row is None else MaintenanceRunRow(*row)
+
     def runs(self, job: str | None = None) -> list[MaintenanceRunRow]:
         with transaction(self._pool) as conn:
             rows = conn.execute(
