@@ -57,7 +57,7 @@ def test_a_setting_of_the_wrong_type_is_named(
     [
         ("MEMORYD_POSTGRES__URL", "postgresql://db/memoryd", "postgres.url"),  # not DSN
         ("MEMORYD_PROCESSOR__MAX_BATCHES", "10", "processor.max_batches"),
-        ("MEMORYD_API__TOKENS", "{not json", "field \"api\""),
+        ("MEMORYD_API__TOKENS", "{not json", 'field "api"'),
         ("MEMORYD_LOG_LEVEL", "LOUD", "log_level"),
     ],
 )
