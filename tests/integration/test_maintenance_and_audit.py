@@ -175,8 +175,9 @@ def test_maintenance_status_says_when_nothing_ran_then_each_job_that_did(
     assert cli(deployment, ["maintenance", "run", "--job", "retention"], capsys)[0] == 0
     code, out = cli(deployment, ["maintenance", "status"], capsys)
     assert code == 0
-    (line,) = out.splitlines()
+    line, last = out.splitlines()
     assert line.split()[:2] == ["maintenance-retention", "succeeded"], out
+    assert last.startswith("    last run: 0 memories, changes {"), out  # what it changed
 
 
 def test_explain_and_replay_verify_on_a_pipeline_run(
