@@ -19,10 +19,12 @@ from pydantic_settings import SettingsError
 from memoryd import wiring
 from memoryd.analyst.commands import add_commands as add_analyst_commands
 from memoryd.analyst.commands import add_memory_arguments, memory_key
+from memoryd.dev import ServiceError
 from memoryd.erasure_commands import add_commands as add_erasure_commands
 from memoryd.ops import commands as ops_commands
 from memoryd.ops.logs import configure_logging
-from memoryd.ops.topics import ensure_topics
+from memoryd.ops.topics import TopicConfigError, ensure_topics
+from memoryd.redrive import RedriveError
 from memoryd.settings import Settings, load_settings
 from producers.errors import PublishError
 from store.errors import StoreError
@@ -87,6 +89,9 @@ def cmd_processor(settings: Settings, args: argparse.Namespace) -> int:
 
 # sysexits' EX_UNAVAILABLE: told apart from a check's 1 ("it differs") and a usage error's 2.
 EXIT_UNAVAILABLE = 69
+# Also a service away or refusing: a topic's settings refused (ACLs), no partition of the
+# dead-letter topic assigned in time, a local service that would not start.
+UNAVAILABLE = (TopicConfigError, RedriveError, ServiceError)
 # Bad lines of a file `memoryd produce` names one by one before it says how many there were.
 MAX_LINES_SHOWN = 20
 
@@ -274,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level, fmt)
     try:
         code: int = args.fn(settings, args)
-    except (StoreError, KafkaError, PublishError) as e:
+    except (StoreError, KafkaError, PublishError, *UNAVAILABLE) as e:
         # A service away or refusing (Postgres, Chroma, the broker, the model file, the
         # schema's version) is the operator's to fix, not a bug: one line says which. The
         # trace is logged for those who run with MEMORYD_LOG_LEVEL=DEBUG.

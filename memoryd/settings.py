@@ -9,7 +9,7 @@ Every model here, nested ones too, refuses a key it does not have: a mistyped se
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     PositiveInt,
     SecretStr,
+    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -33,6 +34,7 @@ from processors.cost import ModelPrice
 from producers.contract import Identifier
 from store.embedding_models import FLOAT_PRODUCTS_MODEL, INTEGER_PRODUCTS_MODEL, ModelName
 from store.read.background import WriterSettings
+from store.service_urls import chroma_url
 
 
 class KafkaSettings(BaseModel):
@@ -70,7 +72,7 @@ class ChromaSettings(BaseModel):
 
     mode: Literal["embedded", "http"] = "embedded"
     path: Path = Path(".memoryd/chroma")
-    url: str = "http://127.0.0.1:18000"
+    url: Annotated[str, AfterValidator(chroma_url)] = "http://127.0.0.1:18000"
     collection: str = "memory_facts"
 
 
@@ -218,6 +220,15 @@ class Settings(BaseSettings):
     log_level: Annotated[LogLevel, BeforeValidator(lambda v: str(v).upper())] = "INFO"
     # json: one JSON object a line, ids as fields (production); text: for a terminal.
     log_format: Literal["json", "text"] = "json"
+
+    @model_validator(mode="after")
+    def _a_key_for_gemini(self) -> Self:
+        # Found at start, not when the first batch or turn builds the client.
+        if self.llm.api_key is None and "gemini" in (self.llm.backend, self.read_path.rewrite):
+            raise ValueError(
+                "llm.backend=gemini and read_path.rewrite=gemini need MEMORYD_LLM__API_KEY"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -75,6 +75,16 @@ def add_memory_arguments(p: argparse.ArgumentParser, *, required: bool = True) -
     p.add_argument("user", nargs=None if required else "?")
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from e
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def parse_time(text: str) -> datetime:
     """ISO 8601; a time without an offset is UTC."""
     try:
@@ -124,6 +134,9 @@ def _shadow_settings(settings: Settings, args: argparse.Namespace) -> Settings:
 
 
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
+    if args.backend == "gemini" and settings.llm.api_key is None:
+        print("memoryd replay: --backend gemini needs MEMORYD_LLM__API_KEY", file=sys.stderr)
+        return 2
     if args.max_batch is None:
         args.max_batch = settings.processor.max_batch
     key = memory_key(args)
@@ -193,7 +206,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add_memory_arguments(p)
     p.add_argument("--backend", choices=["offline", "gemini"], help="default: llm.backend")
     p.add_argument("--model", help="default: llm.model (gemini only)")
-    p.add_argument("--max-batch", type=int, help="default: processor.max_batch")
+    p.add_argument("--max-batch", type=positive_int, help="default: processor.max_batch")
     p.add_argument(
         "--batching",
         choices=["max-batch", "live"],

@@ -18,6 +18,7 @@ from chromadb.config import Settings
 
 from store.chroma._translate import CHROMA_FAILURES, translated
 from store.errors import VectorIndexUnavailable
+from store.service_urls import chroma_url
 
 DEFAULT_HTTP_TIMEOUT_S = 10.0
 
@@ -37,11 +38,8 @@ def http_client(url: str, *, timeout_s: float = DEFAULT_HTTP_TIMEOUT_S) -> Clien
     check), so this raises VectorIndexUnavailable when the server is down. Close it with
     `close_client`.
     """
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValueError(f"chroma url must be http(s)://host[:port], got {url!r}")
-    if parsed.path not in ("", "/"):
-        raise ValueError(f"chroma url must not have a path, got {url!r}")
+    parsed = urllib.parse.urlsplit(chroma_url(url))
+    host = parsed.hostname or ""  # chroma_url checked there is one
     ssl = parsed.scheme == "https"
     port = parsed.port or (443 if ssl else 8000)
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
@@ -51,7 +49,7 @@ def http_client(url: str, *, timeout_s: float = DEFAULT_HTTP_TIMEOUT_S) -> Clien
         httpx.get(f"{url.rstrip('/')}/api/v2/heartbeat", timeout=timeout).raise_for_status()
     try:
         client = chromadb.HttpClient(
-            host=parsed.hostname,
+            host=host,
             port=port,
             ssl=ssl,
             settings=Settings(anonymized_telemetry=False),

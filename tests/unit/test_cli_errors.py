@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from memoryd import cli
+from memoryd.dev import ServiceError
+from memoryd.ops.topics import TopicConfigError
+from memoryd.redrive import RedriveError
 from memoryd.settings import Settings
 from producers.errors import PublishError
 from store.errors import DatabaseUnavailable
@@ -59,6 +62,10 @@ def test_a_setting_of_the_wrong_type_is_named(
         ("MEMORYD_PROCESSOR__MAX_BATCHES", "10", "processor.max_batches"),
         ("MEMORYD_API__TOKENS", "{not json", 'field "api"'),
         ("MEMORYD_LOG_LEVEL", "LOUD", "log_level"),
+        ("MEMORYD_CHROMA__URL", "chroma:8000", "chroma url"),
+        ("MEMORYD_CHROMA__URL", "http://chroma:8000/api", "chroma url"),
+        ("MEMORYD_LLM__BACKEND", "gemini", "MEMORYD_LLM__API_KEY"),  # no key
+        ("MEMORYD_READ_PATH__REWRITE", "gemini", "MEMORYD_LLM__API_KEY"),
     ],
 )
 def test_a_mistyped_nested_setting_or_a_malformed_value_is_an_error_not_a_default(
@@ -90,6 +97,9 @@ def test_prices_given_are_added_to_the_defaults(monkeypatch: pytest.MonkeyPatch)
     [
         DatabaseUnavailable("cannot connect to Postgres: refused"),
         PublishError("events not acknowledged: KafkaTimeoutError"),
+        TopicConfigError("the broker refused retention.ms: TopicAuthorizationFailed"),
+        RedriveError("no partition of events.dlq assigned"),
+        ServiceError("java is not on the PATH"),
     ],
 )
 def test_a_service_away_is_one_line_and_exit_code_69(
@@ -99,6 +109,21 @@ def test_a_service_away_is_one_line_and_exit_code_69(
     assert cli.main(["migrate"]) == cli.EXIT_UNAVAILABLE == 69
     err = capsys.readouterr().err
     assert err == f"memoryd migrate: {type(error).__name__}: {error}\n"
+
+
+def test_a_replay_of_batches_of_none_or_with_gemini_and_no_key_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_core(*_args: object) -> None:
+        raise AssertionError("connected before checking the arguments")
+
+    monkeypatch.setattr(cli.wiring, "core", no_core)
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["replay", "--org", "acme", "ada", "--max-batch", "0"])
+    assert usage.value.code == 2
+    assert "must be 1 or more" in capsys.readouterr().err
+    assert cli.main(["replay", "--org", "acme", "ada", "--backend", "gemini"]) == 2
+    assert "needs MEMORYD_LLM__API_KEY" in capsys.readouterr().err
 
 
 def test_a_bug_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
