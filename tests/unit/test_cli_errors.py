@@ -111,13 +111,20 @@ def test_a_service_away_is_one_line_and_exit_code_69(
     assert err == f"memoryd migrate: {type(error).__name__}: {error}\n"
 
 
-def test_a_replay_of_batches_of_none_or_with_gemini_and_no_key_is_a_usage_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The arguments are checked before anything connects."""
+
     def no_core(*_args: object) -> None:
         raise AssertionError("connected before checking the arguments")
 
     monkeypatch.setattr(cli.wiring, "core", no_core)
+
+
+@pytest.mark.usefixtures("no_connection")
+def test_a_replay_of_batches_of_none_or_with_gemini_and_no_key_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(SystemExit) as usage:
         cli.main(["replay", "--org", "acme", "ada", "--max-batch", "0"])
     assert usage.value.code == 2
@@ -132,13 +139,10 @@ def test_a_bug_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
         cli.main(["migrate"])
 
 
+@pytest.mark.usefixtures("no_connection")
 def test_forget_without_a_user_says_so_before_connecting(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    def no_core(*_args: object) -> None:
-        raise AssertionError("connected before checking the arguments")
-
-    monkeypatch.setattr(cli.wiring, "core", no_core)
     assert cli.main(["forget"]) == 2
     assert "--org ORG USER is required" in capsys.readouterr().err
 
