@@ -1,4 +1,5 @@
-"""`memoryd export`: a memory's events, runs, memory, facts with their history, and ledger."""
+"""`memoryd export`: a memory's events, runs, memory, facts with their history, ledger and
+read audit."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from domain.ids import MemoryKey
 from domain.model import FactStatus
 from memoryd import wiring
 from memoryd.analyst.render import iso, run_json
+from store.read.fact_queries import PostgresReadModel
 from store.write.run_log import PostgresRunLog
 
 EXPORT_FORMAT = "memoryd-export/1"
@@ -77,6 +79,8 @@ def export_document(
             for row in run_log.ledger(key)
         ],
         "balance_micro_usd": c.memory.balance(key),
+        # What each chat turn was shown of the memory, oldest first (the read audit).
+        "context_logs": list(reversed(PostgresReadModel(c.pool).context_logs(key, limit=None))),
     }
 
 

@@ -156,7 +156,7 @@ class InMemoryReadModel:
 
     # -- inspection -----------------------------------------------------------------------
 
-    def context_logs(self, key: MemoryKey, limit: int = 100) -> list[dict[str, Any]]:
+    def context_logs(self, key: MemoryKey, limit: int | None = 100) -> list[dict[str, Any]]:
         """The memory's audit rows as column → value, newest first (as the Postgres one)."""
         with self._db.lock:
             rows = [

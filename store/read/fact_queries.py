@@ -274,7 +274,8 @@ class PostgresReadModel:
             ).fetchone()
         return None if row is None else fact_rows.from_row(row)
 
-    def context_logs(self, key: MemoryKey, limit: int = 100) -> list[dict[str, Any]]:
+    def context_logs(self, key: MemoryKey, limit: int | None = 100) -> list[dict[str, Any]]:
+        """The memory's read audit rows, newest first; `limit` None: all of them."""
         with (
             self._transaction() as conn,
             conn.cursor(row_factory=psycopg.rows.dict_row) as cur,

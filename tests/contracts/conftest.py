@@ -60,7 +60,7 @@ class Index(VectorIndex, IndexContents, Protocol):
 
 
 class Reads(ReadModel, Protocol):
-    def context_logs(self, key: MemoryKey, limit: int = 100) -> list[dict[str, Any]]: ...
+    def context_logs(self, key: MemoryKey, limit: int | None = 100) -> list[dict[str, Any]]: ...
 
 
 SUBJECTS = SubjectHasher(b"contract-subject-key")

@@ -387,6 +387,12 @@ def test_export_has_events_runs_facts_with_history_memory_and_ledger(
     events = batch(0) + batch(1) + batch(2)
     consolidate(deployment, events)
     deployment.with_core(lambda c: wiring.indexer(c).drain_pending())
+
+    def a_turn(c: wiring.Core) -> None:  # its audit row written when the read path closes
+        with wiring.read_path(c) as service:
+            service.assemble(key_of(USER), "Where does Ada work?")
+
+    deployment.with_core(a_turn)
     out = tmp_path / "export" / "ada.json"
 
     text = run_cli(deployment, ["export", "--org", "org-a", USER, "--out", str(out)], capsys)
@@ -413,6 +419,9 @@ def test_export_has_events_runs_facts_with_history_memory_and_ledger(
     ledger_runs = {e["run_id"] for e in doc["ledger"] if e["operation"] == "llm"}
     assert ledger_runs == {str(r.run.run_id) for r in runs}
     assert doc["balance_micro_usd"] is None  # no credit line: unlimited
+    (turn,) = doc["context_logs"]  # the read audit: what the turn was shown
+    assert turn["query"] == "Where does Ada work?"
+    assert {r["fact_id"] for r in turn["retrieved"]} <= {f["fact_id"] for f in doc["facts"]}
 
 
 def test_history_of_an_unknown_user_is_empty(
