@@ -19,6 +19,13 @@ from store.postgres import transaction
 DUPLICATE_LOOKBACK = timedelta(hours=1)
 
 
+# The columns of a MaintenanceRunRow, in its order.
+_RUNS = (
+    "SELECT run_id, job, started_at, outcome, users, changes, parameters, error"
+    " FROM maintenance_runs"
+)
+
+
 @dataclass(frozen=True)
 class MaintenanceRunRow:
     run_id: uuid.UUID
@@ -136,8 +143,7 @@ class MaintenanceQueries:
     def last_run(self, job: str) -> MaintenanceRunRow | None:
         with transaction(self._pool) as conn:
             row = conn.execute(
-                "SELECT run_id, job, started_at, outcome, users, changes, parameters, error"
-                " FROM maintenance_runs WHERE job = %s ORDER BY seq DESC LIMIT 1",
+                f"{_RUNS} WHERE job = %s ORDER BY seq DESC LIMIT 1",
                 (job,),
             ).fetchone()
         return None if row is None else MaintenanceRunRow(*row)
@@ -145,8 +151,7 @@ class MaintenanceQueries:
     def runs(self, job: str | None = None) -> list[MaintenanceRunRow]:
         with transaction(self._pool) as conn:
             rows = conn.execute(
-                "SELECT run_id, job, started_at, outcome, users, changes, parameters, error"
-                " FROM maintenance_runs WHERE %(job)s::text IS NULL OR job = %(job)s ORDER BY seq",
+                f"{_RUNS} WHERE %(job)s::text IS NULL OR job = %(job)s ORDER BY seq",
                 {"job": job},
             ).fetchall()
         return [MaintenanceRunRow(*r) for r in rows]
