@@ -5,6 +5,7 @@ hands ready memories to a thread pool, collects results, and commits per partiti
 below the earliest record not done. A memory is never flushed twice at once; its tombstone drops
 what is buffered of it. Rebalance callbacks run on kafka-python's IO thread, where a blocking
 commit raises: a revocation commits asynchronously and leaves running batches as orphans.
+What becomes of a batch once its flush is over is `consumers.settlement`'s.
 """
 
 from __future__ import annotations
@@ -22,13 +23,12 @@ from consumers.batching import (
     Batch,
     BufferedEvent,
     OffsetTracker,
-    Rejection,
     TopicPartition,
     UserBuffers,
 )
-from consumers.dead_letter import PROCESSOR_STAGES, DeadLetter, DeadLetterSink, event_letters
+from consumers.dead_letter import PROCESSOR_STAGES, DeadLetter, DeadLetterSink
 from consumers.decoding import Rejected, decode_record
-from consumers.flush import FlushKind, FlushResult, UserFlusher
+from consumers.flush import FlushResult, UserFlusher
 from consumers.forgetting import drop_held, held_events
 from consumers.kafka_client import (
     EventConsumer,
@@ -40,23 +40,16 @@ from consumers.kafka_client import (
     to_kafka,
 )
 from consumers.liveness import ConsumerLiveness
-from consumers.log_fields import batch_fields, key_fields
+from consumers.log_fields import key_fields
 from consumers.metrics import PipelineMetrics
 from consumers.outage import Outage
 from consumers.record_letters import HeldLetters
 from consumers.settings import ProcessorSettings
+from consumers.settlement import CONSUMER_NAME, Settlement
 from domain.ids import MemoryKey
-from processors.errors import BackendError, TransientBackendError
 from producers.contract import ContextEvent, MemoryTombstone
-from store.errors import (
-    DatabaseUnavailable,
-    EventsAlreadyConsolidated,
-    StaleMemoryVersion,
-    StoreError,
-)
 
 log = logging.getLogger(__name__)
-CONSUMER_NAME = "processor"  # the `consumer` label and log field
 
 
 class MemoryProcessor:
@@ -93,6 +86,17 @@ class MemoryProcessor:
         self._letters = HeldLetters(
             dead_letters, CONSUMER_NAME, metrics, self.outage, monotonic, consumer.group_metadata
         )
+        self._settlement = Settlement(
+            self._batches,
+            self._offsets,
+            flusher,
+            self._letters,
+            metrics,
+            self.outage,
+            settings,
+            monotonic,
+        )
+        self._poll_failing = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -111,7 +115,13 @@ class MemoryProcessor:
         self.start()
         try:
             while not stop.is_set():
-                self.step()
+                try:
+                    self.step()
+                except KafkaError as e:
+                    # A fetch refused (e.g. the topic's ACL revoked, a record too large): wait
+                    # it out as the log writer does. Nothing past a done record was committed.
+                    stop.wait(self.outage.failed(e, "a poll"))
+                    self._poll_failing = True
         finally:
             self.shutdown()
 
@@ -161,6 +171,9 @@ class MemoryProcessor:
 
     def _poll(self) -> int:
         batches = self._consumer.poll(timeout_ms=self._settings.poll_timeout_ms)
+        if self._poll_failing:
+            self._poll_failing = False
+            self.outage.recovered()
         now = self._monotonic()
         letters: list[DeadLetter] = []
         count = 0
@@ -190,7 +203,7 @@ class MemoryProcessor:
                 else:
                     # Given up already: only recording its failed run is retried, never the
                     # backend call.
-                    self._deliver(batch)
+                    self._settlement.deliver(batch)
         busy = set(self._batches) | set(self._orphans)
         for key in self._buffers.ready(now, force=force, exclude=busy):
             taken = self._buffers.take(key)
@@ -216,109 +229,11 @@ class MemoryProcessor:
                 b for b in self._batches.values() if b.future is not None and b.future.done()
             ]
             for batch in finished:
-                self._settle(batch)
+                self._settlement.settle(batch)
             self._reap_orphans()
             if finished or self._monotonic() >= deadline:
                 return
             time.sleep(0.01)
-
-    # -- outcomes -------------------------------------------------------------------------
-
-    def _settle(self, batch: Batch) -> None:
-        assert batch.future is not None
-        future, batch.future = batch.future, None
-        try:
-            result = future.result()
-        except (EventsAlreadyConsolidated, StaleMemoryVersion) as e:
-            # Another run got there first; planning again on fresh state drops what it did.
-            log.info("re-planning after a concurrent run: %s", e, extra=batch_fields(batch))
-            self._metrics.flushes.labels("replanned").inc()
-            return
-        except TransientBackendError as e:
-            self._retry_or_give_up(batch, e)
-            return
-        except BackendError as e:
-            self._reject(batch, Rejection.of_backend(f"backend error: {e}", e))
-            return
-        except DatabaseUnavailable as e:  # also MemoryBeingErased: asked again once it is done
-            self._wait_out(batch, e, "a flush")
-            return
-        except Exception as e:
-            # A poison batch must not stall its partition: it goes to the dead-letter topic
-            # with the error, and the traceback goes to the log for whoever fixes the bug.
-            log.exception("flush failed unexpectedly", extra=batch_fields(batch))
-            self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
-            return
-        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(result.forgotten)
-        if result.kind is FlushKind.DEFERRED:
-            # The flusher recorded the deferred run itself, under the user's lock.
-            self._reject(batch, Rejection("budget", result.reason, recorded=True))
-            return
-        if result.rejected:
-            self._split_off(batch, result)
-            return
-        self._finish(batch, result.kind.value)
-
-    def _split_off(self, batch: Batch, result: FlushResult) -> None:
-        """A bisected batch: what was consolidated is done, the rest is dead-lettered."""
-        for item in batch.keep_only(result.rejected_reasons):
-            self._offsets.done(item.tp, item.offset)
-        if result.kind is FlushKind.CONSOLIDATED:
-            self._metrics.flushes.labels("split").inc()
-        self._reject(batch, result.split_rejection(len(batch.items)))
-
-    def _retry_or_give_up(self, batch: Batch, error: TransientBackendError) -> None:
-        self._metrics.backend_retries.labels(self._flusher.backend_name).inc()
-        if batch.attempt + 1 >= self._settings.max_attempts:
-            reason = f"gave up after {batch.attempt + 1} attempts: {error}"
-            self._reject(batch, Rejection.of_backend(reason, error))
-        else:
-            self._retry_later(batch, str(error))
-
-    def _retry_later(self, batch: Batch, reason: str) -> None:
-        delay = self._settings.backoff.delay(batch.attempt)
-        batch.not_before = self._monotonic() + delay
-        batch.attempt += 1
-        log.warning("flush failed (%s); retry in %.2fs", reason, delay, extra=batch_fields(batch))
-
-    def _wait_out(self, batch: Batch, error: Exception, what: str) -> None:
-        """An outage, not the batch's fault: retried without counting an attempt."""
-        batch.not_before = self._monotonic() + self.outage.failed(error, what)
-
-    def _reject(self, batch: Batch, rejection: Rejection) -> None:
-        batch.rejection = batch.given_up(rejection)
-        self._deliver(batch)
-
-    def _deliver(self, batch: Batch) -> None:
-        """Record the failed run, then hand the events' letters to `HeldLetters`, which sends
-        each with the commit that passes its record; recording may be retried."""
-        rejection = batch.rejection
-        assert rejection is not None
-        if not rejection.recorded:
-            try:
-                done = self._flusher.record_failure(
-                    batch.key, batch.items, batch.attempt, rejection
-                )
-            except StoreError as e:
-                # Never a letter without its failed run: the run log is what explains it.
-                self._wait_out(batch, e, "recording a failed run")
-                return
-            rejection.recorded = True
-            for item in batch.without(done):  # forgotten or consolidated: no letter
-                self._offsets.done(item.tp, item.offset)
-        letters = event_letters(batch.items, rejection.stage, rejection.reason, rejection.reasons)
-        self._letters.wait(letters)
-        fields = {**batch_fields(batch), "stage": rejection.stage}
-        log.error("giving up on %d event(s): %s", len(letters), rejection.reason, extra=fields)
-        self._finish(batch, f"dead_lettered_{rejection.stage}", done=False)
-
-    def _finish(self, batch: Batch, outcome: str, done: bool = True) -> None:
-        if done:  # else their letters' transaction marks them done
-            for item in batch.items:
-                self._offsets.done(item.tp, item.offset)
-        del self._batches[batch.key]
-        self._metrics.flushes.labels(outcome).inc()
-        self.outage.recovered()
 
     # -- offsets and flow control ---------------------------------------------------------
 
@@ -358,7 +273,7 @@ class MemoryProcessor:
             wait(running, timeout=self._settings.revoke_wait_s)
             for batch in mine:
                 if batch.future is not None and batch.future.done():
-                    self._settle(batch)
+                    self._settlement.settle(batch)
             positions = {tp: p for tp, p in self._offsets.committable().items() if tp in gone}
             commit_async(self._consumer, positions)
         for batch in [b for b in self._batches.values() if b.items[0].tp in gone]:

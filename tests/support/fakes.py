@@ -226,6 +226,7 @@ class FakeConsumer:
         self.commits: list[dict[int, int]] = []
         self.seeks: list[tuple[int, int]] = []
         self.closed = False
+        self.poll_errors: list[Exception] = []  # raised by the next polls, one each
         self._assigned: set[int] = set()
         self._paused: set[int] = set()
         self._listener: Any = None
@@ -260,6 +261,8 @@ class FakeConsumer:
         return {self.topic}
 
     def poll(self, timeout_ms: int) -> Mapping[Any, Sequence[FakeRecord]]:
+        if self.poll_errors:
+            raise self.poll_errors.pop(0)
         self._run_rebalances()
         out: dict[Any, list[FakeRecord]] = {}
         for p in sorted(self._assigned - self._paused):

@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from kafka.errors import TopicAuthorizationFailedError
+
 from consumers.batching import Batch, BufferedEvent, Rejection, TopicPartition
 from consumers.processor import MemoryProcessor
 from domain.model import FactStatus, LedgerEntry, RunRecord
@@ -17,6 +19,7 @@ from store.errors import DatabaseUnavailable, StoreError
 from tests.support.builders import key_of, make_event
 from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
 from tests.support.inmemory import FAST, TOPIC, InMemoryMemoryd, step_until
+from tests.support.ops import wait_for
 
 
 def degraded(processor: MemoryProcessor) -> float:
@@ -211,3 +214,25 @@ def test_run_until_idle_waits_for_letters_the_topic_refused() -> None:
     m.processor(consumer, FlakyBackend(), letters, slow).run_until_idle(idle_s=0.05)
     assert [x.offset for x in letters.letters] == [0]
     assert consumer.committed == {0: 1}
+
+
+def test_a_refused_poll_is_waited_out_and_the_processor_goes_on_consuming() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    consumer.poll_errors = [TopicAuthorizationFailedError(), TopicAuthorizationFailedError()]
+    event = make_event("ada", "I live in Lisbon")
+    consumer.produce(0, event.to_bytes(), event.kafka_key)
+    processor = m.processor(consumer, FlakyBackend(), letters)
+    stop = threading.Event()
+    runner = threading.Thread(target=processor.run, args=(stop,))
+    runner.start()
+    try:
+        wait_for("the event's offset committed", lambda: consumer.committed.get(0) == 1, 20)
+    finally:
+        stop.set()
+        runner.join(timeout=10)
+    assert not runner.is_alive()
+    assert m.memory.already_consolidated(key_of("ada"), [event.event_id]) == {event.event_id}
+    metrics: Any = processor._metrics
+    assert metrics.outage_retries.labels("processor", "broker")._value.get() == 2
+    assert degraded(processor) == 0
+    assert letters.letters == []

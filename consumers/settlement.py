@@ -1,0 +1,149 @@
+"""What becomes of a memory's batch once its flush is over: done, retried, re-planned after a
+concurrent run, waited out through an outage, or given up and dead-lettered.
+
+Runs on the processor's polling thread (it owns the offsets and the batches); only the failed
+run's record goes to the database here, and a refusal of it is waited out like any outage.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from consumers.batching import Batch, OffsetTracker, Rejection
+from consumers.dead_letter import event_letters
+from consumers.flush import FlushKind, FlushResult, UserFlusher
+from consumers.log_fields import batch_fields
+from consumers.metrics import PipelineMetrics
+from consumers.outage import Outage
+from consumers.record_letters import HeldLetters
+from consumers.settings import ProcessorSettings
+from domain.ids import MemoryKey
+from processors.errors import BackendError, TransientBackendError
+from store.errors import (
+    DatabaseUnavailable,
+    EventsAlreadyConsolidated,
+    StaleMemoryVersion,
+    StoreError,
+)
+
+log = logging.getLogger(__name__)
+CONSUMER_NAME = "processor"  # the `consumer` label and log field
+
+
+class Settlement:
+    def __init__(
+        self,
+        batches: dict[MemoryKey, Batch],
+        offsets: OffsetTracker,
+        flusher: UserFlusher,
+        letters: HeldLetters,
+        metrics: PipelineMetrics,
+        outage: Outage,
+        settings: ProcessorSettings,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._batches = batches  # the processor's: a settled batch leaves it
+        self._offsets = offsets
+        self._flusher = flusher
+        self._letters = letters
+        self._metrics = metrics
+        self._outage = outage
+        self._settings = settings
+        self._monotonic = monotonic
+
+    def settle(self, batch: Batch) -> None:
+        assert batch.future is not None
+        future, batch.future = batch.future, None
+        try:
+            result = future.result()
+        except (EventsAlreadyConsolidated, StaleMemoryVersion) as e:
+            # Another run got there first; planning again on fresh state drops what it did.
+            log.info("re-planning after a concurrent run: %s", e, extra=batch_fields(batch))
+            self._metrics.flushes.labels("replanned").inc()
+            return
+        except TransientBackendError as e:
+            self._retry_or_give_up(batch, e)
+            return
+        except BackendError as e:
+            self._reject(batch, Rejection.of_backend(f"backend error: {e}", e))
+            return
+        except DatabaseUnavailable as e:  # also MemoryBeingErased: asked again once it is done
+            self._wait_out(batch, e, "a flush")
+            return
+        except Exception as e:
+            # A poison batch must not stall its partition: it goes to the dead-letter topic
+            # with the error, and the traceback goes to the log for whoever fixes the bug.
+            log.exception("flush failed unexpectedly", extra=batch_fields(batch))
+            self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
+            return
+        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(result.forgotten)
+        if result.kind is FlushKind.DEFERRED:
+            # The flusher recorded the deferred run itself, under the user's lock.
+            self._reject(batch, Rejection("budget", result.reason, recorded=True))
+            return
+        if result.rejected:
+            self._split_off(batch, result)
+            return
+        self._finish(batch, result.kind.value)
+
+    def _split_off(self, batch: Batch, result: FlushResult) -> None:
+        """A bisected batch: what was consolidated is done, the rest is dead-lettered."""
+        for item in batch.keep_only(result.rejected_reasons):
+            self._offsets.done(item.tp, item.offset)
+        if result.kind is FlushKind.CONSOLIDATED:
+            self._metrics.flushes.labels("split").inc()
+        self._reject(batch, result.split_rejection(len(batch.items)))
+
+    def _retry_or_give_up(self, batch: Batch, error: TransientBackendError) -> None:
+        self._metrics.backend_retries.labels(self._flusher.backend_name).inc()
+        if batch.attempt + 1 >= self._settings.max_attempts:
+            reason = f"gave up after {batch.attempt + 1} attempts: {error}"
+            self._reject(batch, Rejection.of_backend(reason, error))
+        else:
+            self._retry_later(batch, str(error))
+
+    def _retry_later(self, batch: Batch, reason: str) -> None:
+        delay = self._settings.backoff.delay(batch.attempt)
+        batch.not_before = self._monotonic() + delay
+        batch.attempt += 1
+        log.warning("flush failed (%s); retry in %.2fs", reason, delay, extra=batch_fields(batch))
+
+    def _wait_out(self, batch: Batch, error: Exception, what: str) -> None:
+        """An outage, not the batch's fault: retried without counting an attempt."""
+        batch.not_before = self._monotonic() + self._outage.failed(error, what)
+
+    def _reject(self, batch: Batch, rejection: Rejection) -> None:
+        batch.rejection = batch.given_up(rejection)
+        self.deliver(batch)
+
+    def deliver(self, batch: Batch) -> None:
+        """Record the failed run, then hand the events' letters to `HeldLetters`, which sends
+        each with the commit that passes its record; recording may be retried."""
+        rejection = batch.rejection
+        assert rejection is not None
+        if not rejection.recorded:
+            try:
+                done = self._flusher.record_failure(
+                    batch.key, batch.items, batch.attempt, rejection
+                )
+            except StoreError as e:
+                # Never a letter without its failed run: the run log is what explains it.
+                self._wait_out(batch, e, "recording a failed run")
+                return
+            rejection.recorded = True
+            for item in batch.without(done):  # forgotten or consolidated: no letter
+                self._offsets.done(item.tp, item.offset)
+        letters = event_letters(batch.items, rejection.stage, rejection.reason, rejection.reasons)
+        self._letters.wait(letters)
+        fields = {**batch_fields(batch), "stage": rejection.stage}
+        log.error("giving up on %d event(s): %s", len(letters), rejection.reason, extra=fields)
+        self._finish(batch, f"dead_lettered_{rejection.stage}", done=False)
+
+    def _finish(self, batch: Batch, outcome: str, done: bool = True) -> None:
+        if done:  # else their letters' transaction marks them done
+            for item in batch.items:
+                self._offsets.done(item.tp, item.offset)
+        del self._batches[batch.key]
+        self._metrics.flushes.labels(outcome).inc()
+        self._outage.recovered()
