@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
-from store.postgres import make_pool
+from store.errors import DatabaseUnavailable
+from store.postgres import make_pool, statement
 
 pytestmark = pytest.mark.integration
 
@@ -22,5 +24,26 @@ def test_a_connection_is_idle_in_the_pool_as_soon_as_it_is_given_back(
                 first.execute("SELECT 1")
                 second.execute("SELECT 1")
             assert pool.get_stats()["pool_available"] == 2
+    finally:
+        pool.close()
+
+
+def test_a_statement_on_a_connection_the_server_dropped_is_the_database_unavailable(
+    fresh_database: str,
+) -> None:
+    # The pool's checkout skips the round-trip check for a connection used a moment ago, so
+    # the statement meets the dropped connection; `statement` then resets `autocommit` on it.
+    # Neither may turn the loss into anything but DatabaseUnavailable (503 at the API).
+    pool = make_pool(fresh_database, min_size=1, max_size=1)
+    try:
+        with statement(pool) as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        with psycopg.connect(fresh_database, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+        with pytest.raises(DatabaseUnavailable), statement(pool) as conn:
+            conn.execute("SELECT 1")
+        with statement(pool) as conn:  # the pool replaced the dropped connection
+            assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         pool.close()
