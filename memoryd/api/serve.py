@@ -60,6 +60,10 @@ def serve(settings: Settings) -> int:
     ]
     for child in children:
         child.start()
+    # Each worker has its own copy now. The parent's would keep the socket listening after
+    # the workers close theirs to drain: the kernel would go on queueing connections nobody
+    # accepts, hanging until the parent exits, where a closed port refuses them at once.
+    sock.close()
     log.info("API on %s:%d with %d worker processes", settings.api.host, settings.api.port, workers)
 
     stopping = threading.Event()
@@ -71,7 +75,6 @@ def serve(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     failed = _supervise(children, stopping)
-    sock.close()
     return 1 if failed else 0
 
 

@@ -5,6 +5,7 @@ ends on its own takes the service down, instead of leaving it to run short of wo
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -41,6 +42,27 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def listening_sockets(port: int) -> set[str]:
+    """The inodes of the sockets listening on `port` (IPv4)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":  # 0A: LISTEN
+            inodes.add(fields[9])
+    return inodes
+
+
+def sockets_of(pid: int) -> set[str]:
+    """The inodes of the sockets process `pid` holds open."""
+    out = set()
+    for fd in (Path("/proc") / str(pid) / "fd").iterdir():
+        with contextlib.suppress(OSError):  # closed while we looked
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                out.add(target[len("socket:[") : -1])
+    return out
 
 
 def metrics_ports(count: int) -> int:
@@ -88,6 +110,13 @@ def test_workers_stop_when_their_parent_is_killed(deployment: Deployment, tmp_pa
         # The spawn start method adds a resource tracker beside the two workers.
         workers = {p for p in children_of(parent.pid) if "spawn_main" in _cmdline(p)}
         assert len(workers) == 2, _cmdline(parent.pid)
+        # Only the workers hold the listening socket: a copy left open in the parent kept it
+        # listening after the workers closed theirs to drain, and the connections the kernel
+        # queued meanwhile hung until the parent exited, instead of being refused at once.
+        listening = listening_sockets(port)
+        assert listening
+        assert not listening & sockets_of(parent.pid)
+        assert all(listening & sockets_of(w) for w in workers)
 
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=30)
