@@ -17,7 +17,7 @@ run two ahead: 9/7 in CI).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import errno
 import logging
 import select
 import socket
@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 DEFER_S = 0.002
 POLL_S = 0.0005
+# As asyncio's own accept loop: out of descriptors or buffers, wait and accept again, while
+# the connections held close and free some.
+ACCEPT_RETRY_S = 1.0
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,12 @@ class BalancedServer(uvicorn.Server):
         self._listener.sock.listen(self.config.backlog)
         await super().startup(sockets=[])
         self._accepting = asyncio.get_running_loop().create_task(self._accept())
+        self._accepting.add_done_callback(self._accept_ended)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self._accepting is not None:
             self._accepting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._accepting
+            await asyncio.wait([self._accepting])  # a failure of it is `_accept_ended`'s
         self._listener.sock.close()
         await super().shutdown(sockets=[])
 
@@ -80,14 +84,28 @@ class BalancedServer(uvicorn.Server):
                 continue  # a less loaded sibling took it
             try:
                 conn, _ = sock.accept()
-            except (BlockingIOError, InterruptedError):
-                continue  # a sibling took it
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue  # a sibling took it, or the client gave up before it was taken
+            except OSError as e:
+                if e.errno not in _OUT_OF_RESOURCES:
+                    raise
+                log.error("cannot accept a connection, again in %.0fs: %s", ACCEPT_RETRY_S, e)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
             conn.setblocking(False)
             self._opening += 1
             self._publish()
             task = loop.create_task(self._connect(conn))
             self._connecting.add(task)
             task.add_done_callback(self._connecting.discard)
+
+    def _accept_ended(self, task: asyncio.Task[None]) -> None:
+        """A worker that no longer accepts must not go on as if it served: it stops, and the
+        parent, seeing a worker end while the service was not stopping, stops the service."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("accepting connections failed; this worker stops", exc_info=task.exception())
+        self.should_exit = True
 
     async def _my_turn(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Whether this worker takes the pending connection: it does when none holds fewer,

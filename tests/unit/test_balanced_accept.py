@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import http.client
+import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, closing, contextmanager
 from typing import Any
 
@@ -26,9 +28,22 @@ async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
+class FailingAccept(socket.socket):
+    """A descriptor of the listening socket whose first accepts raise the given errors."""
+
+    def __init__(self, listening: socket.socket, failures: Sequence[OSError]) -> None:
+        super().__init__(fileno=os.dup(listening.fileno()))
+        self.failures = list(failures)
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if self.failures:
+            raise self.failures.pop(0)
+        return super().accept()
+
+
 @contextmanager
 def workers(
-    n: int, defer_s: float, slots: int = 0
+    n: int, defer_s: float, slots: int = 0, failures: Sequence[OSError] = ()
 ) -> Iterator[tuple[socket.socket, list[BalancedServer]]]:
     """`n` servers on their own threads and loops, each with its own descriptor of one
     listening socket, as the worker processes have; `slots` counts for more workers than
@@ -38,7 +53,11 @@ def workers(
     loads = [0] * max(n, slots)
     config = uvicorn.Config(hello, lifespan="off", log_config=None)
     servers = [
-        BalancedServer(config, SharedListener(listening.dup(), loads, i), defer_s=defer_s)
+        BalancedServer(
+            config,
+            SharedListener(FailingAccept(listening, failures), loads, i),
+            defer_s=defer_s,
+        )
         for i in range(n)
     ]
     threads = [threading.Thread(target=s.run) for s in servers]
@@ -101,3 +120,21 @@ def test_a_deferral_ends_when_a_sibling_takes_the_connection() -> None:
         # the margin is for uvloop's clock, which counts whole milliseconds.
         assert time.monotonic() - started >= DEFER_S * 0.9
         assert len(servers[0].server_state.connections) == 2
+
+
+def test_a_worker_out_of_descriptors_accepts_again_once_it_can() -> None:
+    out = OSError(errno.EMFILE, "Too many open files")
+    with workers(1, DEFER_S, failures=[out]) as (listening, servers), ExitStack() as stack:
+        open_connections(listening, 2, stack)  # the first waits out ACCEPT_RETRY_S
+        assert len(servers[0].server_state.connections) == 2
+        assert not servers[0].should_exit
+
+
+def test_a_worker_that_cannot_accept_stops_instead_of_serving_nothing() -> None:
+    broken = OSError(errno.EINVAL, "Invalid argument")
+    with workers(1, DEFER_S, failures=[broken]) as (listening, servers):
+        socket.create_connection(listening.getsockname()).close()
+        deadline = time.monotonic() + 10
+        while not servers[0].should_exit and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert servers[0].should_exit
