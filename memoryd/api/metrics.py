@@ -13,6 +13,9 @@ from prometheus_client import CollectorRegistry, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# A client may send any token as the method (h11 passes it through): one outside these is
+# "OTHER", or each invented one would add a histogram's series for every route.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"})
 
 
 class HttpMetrics:
@@ -51,6 +54,7 @@ class RequestLatencyMiddleware:
         finally:
             route: Any = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            self._metrics.request_seconds.labels(
-                scope["method"], template, f"{status // 100}xx"
-            ).observe(time.perf_counter() - started)
+            method = scope["method"] if scope["method"] in METHODS else "OTHER"
+            self._metrics.request_seconds.labels(method, template, f"{status // 100}xx").observe(
+                time.perf_counter() - started
+            )
