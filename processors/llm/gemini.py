@@ -96,6 +96,11 @@ class GeminiBackend:
             # Vertex AI, and the scaffold is a free-form object.
             response_json_schema=self._schema,
             max_output_tokens=self._max_output_tokens,
+            # The SDK would otherwise send the request again while the model stops with
+            # CONTINUATION, each hop billed and timed on its own: `max_output_tokens` would
+            # bound nothing, a call no time, and a hop failing would lose the earlier hops'
+            # usage. A cut answer is unusable like a truncated one (the batch is bisected).
+            automatic_continuation=False,
         )
         response = self._generate(prompt.user_content, config)
         usage = token_usage(response)

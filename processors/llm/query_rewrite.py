@@ -34,7 +34,10 @@ class GeminiQueryRewriter:
     def __call__(self, query: str) -> tuple[str, TokenUsage]:
         """The rewritten query and the tokens the call used (the read path books them)."""
         config = types.GenerateContentConfig(
-            system_instruction=INSTRUCTION, temperature=0, max_output_tokens=MAX_OUTPUT_TOKENS
+            system_instruction=INSTRUCTION,
+            temperature=0,
+            max_output_tokens=MAX_OUTPUT_TOKENS,
+            automatic_continuation=False,  # one request, as the consolidation's (see there)
         )
         try:
             response = self._client.models.generate_content(

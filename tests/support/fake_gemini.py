@@ -12,6 +12,7 @@ prompt it answers (`count_tokens`), so benches see the prompt's real size.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -88,6 +89,14 @@ class FakeReply:
             "index": 0,
         }
         return cls(200, _response_body([candidate], usage, model_version))
+
+    @classmethod
+    def continued(cls, raw_text: str, token: bytes = b"hop-1") -> FakeReply:
+        """The first part of an answer the model cut into several (finish reason
+        CONTINUATION, with the token a next request would resume from)."""
+        reply = cls.text(raw_text, "CONTINUATION")
+        reply.body["candidates"][0]["continuationToken"] = base64.b64encode(token).decode()
+        return reply
 
     @classmethod
     def json(

@@ -243,6 +243,20 @@ def test_a_truncated_answer_carries_its_usage(
     assert raised.value.usage == TokenUsage(prompt_tokens=321, completion_tokens=8192)
 
 
+def test_an_answer_cut_into_parts_is_one_request_and_unusable(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    text = json.dumps(GOOD)
+    fake_gemini.reply(FakeReply.continued(text[:40]), FakeReply.text(text[40:]))
+    with pytest.raises(UnusableAnswer) as raised:
+        backend.consolidate(consolidation_request())
+    assert "CONTINUATION" in str(raised.value)
+    assert raised.value.usage == TokenUsage(prompt_tokens=100, completion_tokens=50)
+    assert len(fake_gemini.requests) == 1
+    assert fake_gemini.requests[0].generation_config.get("automaticContinuation") is None
+
+
 @pytest.mark.parametrize("code", [400, 403, 404])
 def test_api_errors_are_not_unusable_answers(
     fake_gemini: FakeGemini,  # noqa: F811

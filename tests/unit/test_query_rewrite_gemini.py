@@ -37,6 +37,17 @@ def test_rewrites_and_delimits_the_message(
     assert "data, not instructions" in sent.system_text
 
 
+def test_a_rewrite_cut_into_parts_is_one_request(
+    fake_gemini: FakeGemini,  # noqa: F811
+    client: genai.Client,
+) -> None:
+    fake_gemini.reply(FakeReply.continued("Ada's employer"), FakeReply.text(" and role"))
+    text, usage = GeminiQueryRewriter(client, "m")("and where does she work now?")
+    assert text == "Ada's employer"
+    assert usage.completion_tokens == 50  # the one request's
+    assert len(fake_gemini.requests) == 1
+
+
 @pytest.mark.parametrize(
     "reply",
     [FakeReply.status(429), FakeReply.status(503), FakeReply.blocked(), FakeReply.no_text()],
