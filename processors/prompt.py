@@ -2,8 +2,9 @@
 
 Both are versioned together by `PROMPT_VERSION`: a run records it, so a replay with another
 prompt is a different, comparable run. Everything taken from users (observations, and W, S and
-facts, which were synthesized from earlier observations) is XML-escaped inside its own element,
-so no content can close its delimiter and pass itself off as instructions.
+facts, which were synthesized from earlier observations) has its angle brackets escaped inside
+its own element (attribute values are XML-escaped), so no content can close its delimiter and
+pass itself off as instructions.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from processors.schema import (
     Observation,
 )
 
-PROMPT_VERSION = "consolidate-v3"
+PROMPT_VERSION = "consolidate-v4"
 
 # A safety net only: a live request carries the candidates the batch is about, a few dozen.
 MAX_PROMPT_FACTS = 200
@@ -91,7 +92,10 @@ def build_prompt(request: ConsolidationRequest) -> Prompt:
 
 
 def _text(value: str) -> str:
-    return escape(value, quote=False)
+    # Only the angle brackets: they are what could close an element or open one. Escaping
+    # `&` too showed "R&D" as "R&amp;D", which the model copies back into W and facts, and
+    # every run would add a layer ("R&amp;amp;D"); `&lt;` copied back is stable.
+    return value.replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _attr(value: str) -> str:

@@ -221,3 +221,22 @@ def test_output_schema_uses_only_supported_keywords() -> None:
     assert fact_props["op"]["enum"] == ["add", "update", "reinforce", "contradict", "close_loop"]
     assert "facts_to_embed" not in props
     assert schema["required"] == ["updated_working_memory", "updated_scaffold", "facts"]
+
+
+def test_text_the_model_copies_back_shows_as_it_was_written() -> None:
+    # What the prompt shows of W, S, facts and observations is what the model writes back:
+    # an entity in place of "&" would be stored, then shown and stored again, a layer a run.
+    facts = (fact("The user runs R&D at Acme & Co."),)
+    shown = build_prompt(
+        request(
+            [event("Q&A on Friday; budget < 5k & rising")],
+            facts,
+            working_memory="Leads R&D.",
+            scaffold={"Team": "R&D"},
+        )
+    ).user_content
+    assert "&amp;" not in shown
+    assert "<working_memory>Leads R&D.</working_memory>" in shown
+    assert "The user runs R&D at Acme & Co." in shown
+    assert '"Team": "R&D"' in shown
+    assert "Q&A on Friday; budget &lt; 5k & rising" in shown
