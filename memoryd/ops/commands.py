@@ -86,7 +86,10 @@ def render_job_state(state: JobState, last: MaintenanceRunRow | None) -> str:
         )
     ]
     if last is not None:
-        lines.append(f"    last run: {last.users} memories, changes {json.dumps(last.changes)}")
+        left = f", {last.skipped} left for the next run" if last.skipped else ""
+        lines.append(
+            f"    last run: {last.users} memories, changes {json.dumps(last.changes)}{left}"
+        )
     if state.last_error:
         lines.append(f"    error: {state.last_error[:500]}")
     return "\n".join(lines)
@@ -111,8 +114,10 @@ def cmd_maintenance(settings: Settings, args: argparse.Namespace) -> int:
             )
             if outcome.ran and outcome.result is not None:
                 r = outcome.result
+                left = f", left {r.skipped} for the next run" if r.skipped else ""
                 print(
-                    f"{job}: changed {r.changed} in {r.users} memories {r.changes} (run {r.run_id})"
+                    f"{job}: changed {r.changed} in {r.users} memories {r.changes}{left}"
+                    f" (run {r.run_id})"
                 )
             else:
                 print(f"{job}: skipped ({outcome.skipped})")

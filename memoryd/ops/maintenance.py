@@ -46,6 +46,7 @@ class JobReport:
     run_id: uuid.UUID
     users: int = 0
     changes: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0  # memories left for the next run
 
     @property
     def changed(self) -> int:
@@ -63,6 +64,8 @@ def lifecycle_policy(s: MaintenanceSettings) -> LifecyclePolicy:
 
 
 Plan = Callable[[Sequence[Fact]], list[RuledChange]]
+# memories changed, changes by rule, memories left for the next run
+Done = tuple[int, dict[str, int], int]
 
 
 class MaintenanceRunner:
@@ -85,17 +88,22 @@ class MaintenanceRunner:
         run_id = uuid.uuid4()  # one execution, whatever it finds
         parameters = self._settings.model_dump(mode="json")
         try:
-            users, changes = getattr(self, f"_{job}")(now)
+            users, changes, skipped = getattr(self, f"_{job}")(now)
         except StoreError as e:
             self._record(MaintenanceRunRow(run_id, job, now, "failed", 0, {}, parameters, str(e)))
             raise
-        report = JobReport(job, run_id, users, changes)
-        self._record(MaintenanceRunRow(run_id, job, now, "succeeded", users, changes, parameters))
+        report = JobReport(job, run_id, users, changes, skipped)
+        self._record(
+            MaintenanceRunRow(
+                run_id, job, now, "succeeded", users, changes, parameters, skipped=skipped
+            )
+        )
         log.info(
-            "maintenance %s changed %d item(s) in %d memories",
+            "maintenance %s changed %d item(s) in %d memories, left %d for the next run",
             job,
             report.changed,
             users,
+            skipped,
             extra={"run_id": str(run_id), "cluster_job": job},
         )
         return report
@@ -109,7 +117,7 @@ class MaintenanceRunner:
 
     # -- the jobs -------------------------------------------------------------------------
 
-    def _lifecycle(self, now: datetime) -> tuple[int, dict[str, int]]:
+    def _lifecycle(self, now: datetime) -> Done:
         policy = lifecycle_policy(self._settings)
         keys = self._queries.lifecycle_candidates(
             active_before=now - min(policy.stale_after, policy.ephemeral_stale_after),
@@ -123,10 +131,11 @@ class MaintenanceRunner:
             now,
         )
 
-    def _dedupe(self, now: datetime) -> tuple[int, dict[str, int]]:
+    def _dedupe(self, now: datetime) -> Done:
         s = self._settings
         policy = DuplicatePolicy(threshold=s.duplicate_threshold, max_facts=s.duplicate_max_facts)
-        keys = self._queries.duplicate_candidates(self._queries.last_success("dedupe"))
+        # Since the last run that left no memory alone: one it left may have changed before.
+        keys = self._queries.duplicate_candidates(self._queries.last_complete("dedupe"))
         embedder = self._core.embedder
         return self._per_memory(
             "dedupe",
@@ -136,21 +145,21 @@ class MaintenanceRunner:
             now,
         )
 
-    def _retention(self, now: datetime) -> tuple[int, dict[str, int]]:
+    def _retention(self, now: datetime) -> Done:
         before = now - timedelta(days=self._settings.context_log_retention_days)
         deleted = self._queries.delete_context_logs(before)
         if self._metrics is not None:
             self._metrics.context_logs_deleted.inc(deleted)
-        return 0, {"context_logs_deleted": deleted} if deleted else {}
+        return 0, {"context_logs_deleted": deleted} if deleted else {}, 0
 
-    def _index(self, _now: datetime) -> tuple[int, dict[str, int]]:
+    def _index(self, _now: datetime) -> Done:
         # Counted as what it found, which is what an operator wants to hear of: Chroma lost
         # vectors or holds erased ones (the MemorydIndexRepaired alert).
         found = index_checker(self._core).check(repair=True)
         changes = dict(
             zip(INDEX_RULES, (found.absent, found.differing, found.orphans), strict=True)
         )
-        return 0, {rule: n for rule, n in changes.items() if n}
+        return 0, {rule: n for rule, n in changes.items() if n}, 0
 
     def _per_memory(
         self,
@@ -159,16 +168,17 @@ class MaintenanceRunner:
         statuses: Sequence[FactStatus],
         plan: Plan,
         now: datetime,
-    ) -> tuple[int, dict[str, int]]:
+    ) -> Done:
         memory = self._core.memory
         parameters: dict[str, Any] = self._settings.model_dump(mode="json")
-        users = 0
+        users = skipped = 0
         totals: dict[str, int] = {}
         for key in keys:
             with memory.memory_lock(key):
                 if self._queries.erasure_open(key):
                     # The erasure decides what stays: merging a fact being erased into another
                     # would have its erasure redact the other's evidence. Next pass, then.
+                    skipped += 1
                     log.info(
                         "maintenance %s skips a memory an erasure is open on",
                         job,
@@ -196,4 +206,4 @@ class MaintenanceRunner:
                     "cluster_job": job,
                 },
             )
-        return users, totals
+        return users, totals, skipped

@@ -21,7 +21,7 @@ DUPLICATE_LOOKBACK = timedelta(hours=1)
 
 # The columns of a MaintenanceRunRow, in its order.
 _RUNS = (
-    "SELECT run_id, job, started_at, outcome, users, changes, parameters, error"
+    "SELECT run_id, job, started_at, outcome, users, changes, parameters, error, skipped"
     " FROM maintenance_runs"
 )
 
@@ -36,6 +36,7 @@ class MaintenanceRunRow:
     changes: Mapping[str, int]
     parameters: Mapping[str, Any]
     error: str | None = None
+    skipped: int = 0  # memories the run left for a later one
 
 
 class MaintenanceQueries:
@@ -117,7 +118,7 @@ class MaintenanceQueries:
         with transaction(self._pool) as conn:
             conn.execute(
                 "INSERT INTO maintenance_runs (run_id, job, started_at, outcome, users, changes,"
-                " parameters, error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                " parameters, error, skipped) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (run_id) DO NOTHING",
                 (
                     row.run_id,
@@ -128,14 +129,16 @@ class MaintenanceQueries:
                     Jsonb(dict(row.changes)),
                     Jsonb(dict(row.parameters)),
                     row.error,
+                    row.skipped,
                 ),
             )
 
-    def last_success(self, job: str) -> datetime | None:
+    def last_complete(self, job: str) -> datetime | None:
+        """When the last run of `job` that succeeded and left no memory for later started."""
         with transaction(self._pool) as conn:
             row = conn.execute(
                 "SELECT max(started_at) FROM maintenance_runs"
-                " WHERE job = %s AND outcome = 'succeeded'",
+                " WHERE job = %s AND outcome = 'succeeded' AND skipped = 0",
                 (job,),
             ).fetchone()
         return None if row is None else row[0]

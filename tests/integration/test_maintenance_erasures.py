@@ -4,7 +4,7 @@ merging a fact being erased into another would have its erasure redact the other
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -14,7 +14,11 @@ from domain.model import FactStatus
 from memoryd import wiring
 from memoryd.ops.config import MaintenanceSettings
 from memoryd.ops.maintenance import MaintenanceRunner
-from store.write.maintenance_queries import DUPLICATE_LOOKBACK, MaintenanceQueries
+from store.write.maintenance_queries import (
+    DUPLICATE_LOOKBACK,
+    MaintenanceQueries,
+    MaintenanceRunRow,
+)
 from tests.support.builders import key_of, make_fact
 from tests.support.deployment import Deployment, seed_core
 
@@ -23,14 +27,20 @@ pytestmark = pytest.mark.integration
 ADA = key_of("ada")
 
 
-def test_a_memory_with_an_open_fact_erasure_is_not_deduplicated(deployment: Deployment) -> None:
-    # Written now: the sweep after the first one looks at memories changed since.
-    now = datetime.now(UTC)
-    porto = make_fact("ada", "Ada lives in Porto", reinforce_count=2, at=now)
-    again = make_fact("ada", "Ada lives in Porto, Portugal", at=now)
-    bob = [make_fact("bob", "Bob lives in Oslo"), make_fact("bob", "Bob lives in Oslo, Norway")]
+def test_a_memory_an_erasure_held_back_is_deduplicated_once_it_completes(
+    deployment: Deployment,
+) -> None:
+    # Written long before the first sweep: the sweeps after it look only at memories changed
+    # since their window, so only the skip itself can bring ada's memory back.
+    at = datetime.now(UTC) - timedelta(days=2)
+    porto = make_fact("ada", "Ada lives in Porto", reinforce_count=2, at=at)
+    again = make_fact("ada", "Ada lives in Porto, Portugal", at=at)
+    bob = [
+        make_fact("bob", "Bob lives in Oslo", at=at),
+        make_fact("bob", "Bob lives in Oslo, Norway", at=at),
+    ]
 
-    def check(c: wiring.Core) -> tuple[dict[str, int], dict[str, int], list[str]]:
+    def check(c: wiring.Core) -> tuple[list[dict[str, int]], list[str], list[MaintenanceRunRow]]:
         seed_core(c, "ada", [porto, again])
         seed_core(c, "bob", bob)
         c.erasures.start(
@@ -43,17 +53,21 @@ def test_a_memory_with_an_open_fact_erasure_is_not_deduplicated(deployment: Depl
             reason="the user asked",
         )
         runner = MaintenanceRunner(c, MaintenanceSettings(duplicate_threshold=0.6))
-        during = runner.run("dedupe").changes
+        changes = [runner.run("dedupe").changes]
         ada_statuses = sorted(f.status.value for f in c.memory.facts(ADA, tuple(FactStatus)))
         with c.pool.connection() as conn:  # the erasure completes (its pending row goes)
             conn.execute("DELETE FROM erasure_pending")
-        after = runner.run("dedupe").changes
-        return during, after, ada_statuses
+        changes += [runner.run("dedupe").changes, runner.run("dedupe").changes]
+        return changes, ada_statuses, MaintenanceQueries(c.pool).runs("dedupe")
 
-    during, after, ada_statuses = deployment.with_core(check)
-    assert during == {"duplicate": 1, "absorbed": 1}  # bob's memory only
+    changes, ada_statuses, runs = deployment.with_core(check)
+    assert changes == [
+        {"duplicate": 1, "absorbed": 1},  # bob's memory only
+        {"duplicate": 1, "absorbed": 1},  # ada's, once the erasure is done
+        {},
+    ]
     assert ada_statuses == ["active", "active"]
-    assert after == {"duplicate": 1, "absorbed": 1}  # ada's, once the erasure is done
+    assert [r.skipped for r in runs] == [1, 0, 0]
 
 
 def test_the_duplicate_sweep_looks_back_past_the_last_ones_start(deployment: Deployment) -> None:

@@ -94,6 +94,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "forgotten_ledger_ids",
             "job_successes",
             "redacted_events",
+            "maintenance_skips",
         ]
     finally:
         pool.close()

@@ -26,3 +26,11 @@ def test_a_failed_job_shows_its_error_and_a_maintenance_job_its_last_changes() -
     assert render_job_state(fine, None).splitlines() == [
         f"retention                -          started {AT.isoformat()} finished -"
     ]
+
+
+def test_a_maintenance_run_that_left_memories_alone_says_how_many() -> None:
+    done = JobState("maintenance-dedupe", AT, AT, "succeeded", AT, AT)
+    last = MaintenanceRunRow(uuid.uuid4(), "dedupe", AT, "succeeded", 1, {}, {}, skipped=2)
+    assert render_job_state(done, last).splitlines()[1] == (
+        "    last run: 1 memories, changes {}, 2 left for the next run"
+    )
