@@ -5,6 +5,8 @@ Each memory is changed under the user's advisory lock (the one flushes take), by
 written like a consolidation run (processors.maintenance.maintenance_update), so the fold of
 the run log reproduces it; each job execution is also recorded in `maintenance_runs`. The
 rules move every fact they touch out of their own reach, so a second run changes nothing.
+A memory the store refuses to change is logged and left for the next run; an outage stops
+the run.
 Scheduled once per cluster (store.write.cluster_jobs); `memoryd maintenance run` runs them by
 hand under the same locks.
 """
@@ -32,12 +34,20 @@ from processors.maintenance import (
     maintenance_update,
     rule_counts,
 )
-from store.errors import StoreError
+from store.errors import (
+    DatabaseUnavailable,
+    EmbeddingModelError,
+    StoreError,
+    VectorIndexUnavailable,
+)
 from store.write.maintenance_queries import MaintenanceQueries, MaintenanceRunRow
 
 log = logging.getLogger(__name__)
 JOBS = ("lifecycle", "dedupe", "retention", "index")
 INDEX_RULES = ("vectors_absent", "vectors_differing", "vectors_orphaned")
+# A dependency away or unusable, not something about one memory: every memory after it would
+# fail alike, so the run stops.
+ABORTS_A_RUN = (DatabaseUnavailable, VectorIndexUnavailable, EmbeddingModelError)
 
 
 @dataclass(frozen=True)
@@ -64,18 +74,35 @@ def lifecycle_policy(s: MaintenanceSettings) -> LifecyclePolicy:
 
 
 Plan = Callable[[Sequence[Fact]], list[RuledChange]]
-# memories changed, changes by rule, memories left for the next run
-Done = tuple[int, dict[str, int], int]
+
+
+@dataclass
+class Tally:
+    """What a run has done so far, kept as it goes: a run that fails midway has committed
+    the memories it changed before, and its record says so."""
+
+    users: int = 0
+    changes: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0  # memories left for the next run
+
+    def add(self, counts: dict[str, int]) -> None:
+        for rule, n in counts.items():
+            if n:
+                self.changes[rule] = self.changes.get(rule, 0) + n
 
 
 class MaintenanceRunner:
     def __init__(
-        self, core: Core, settings: MaintenanceSettings, metrics: MaintenanceMetrics | None = None
+        self,
+        core: Core,
+        settings: MaintenanceSettings,
+        metrics: MaintenanceMetrics | None = None,
+        queries: MaintenanceQueries | None = None,
     ) -> None:
         self._core = core
         self._settings = settings
         self._metrics = metrics
-        self._queries = MaintenanceQueries(core.pool)
+        self._queries = MaintenanceQueries(core.pool) if queries is None else queries
         if metrics is not None:
             # At 0 from the start: an alert on their increase misses a series born at n.
             for rule in INDEX_RULES:
@@ -87,23 +114,34 @@ class MaintenanceRunner:
         now = self._core.clock()
         run_id = uuid.uuid4()  # one execution, whatever it finds
         parameters = self._settings.model_dump(mode="json")
-        try:
-            users, changes, skipped = getattr(self, f"_{job}")(now)
-        except StoreError as e:
-            self._record(MaintenanceRunRow(run_id, job, now, "failed", 0, {}, parameters, str(e)))
-            raise
-        report = JobReport(job, run_id, users, changes, skipped)
-        self._record(
-            MaintenanceRunRow(
-                run_id, job, now, "succeeded", users, changes, parameters, skipped=skipped
+        done = Tally()
+
+        def row(outcome: str, error: str | None = None) -> MaintenanceRunRow:
+            return MaintenanceRunRow(
+                run_id,
+                job,
+                now,
+                outcome,
+                done.users,
+                dict(done.changes),
+                parameters,
+                error,
+                done.skipped,
             )
-        )
+
+        try:
+            getattr(self, f"_{job}")(now, done)
+        except StoreError as e:
+            self._record(row("failed", str(e)))
+            raise
+        report = JobReport(job, run_id, done.users, done.changes, done.skipped)
+        self._record(row("succeeded"))
         log.info(
             "maintenance %s changed %d item(s) in %d memories, left %d for the next run",
             job,
             report.changed,
-            users,
-            skipped,
+            done.users,
+            done.skipped,
             extra={"run_id": str(run_id), "cluster_job": job},
         )
         return report
@@ -117,49 +155,50 @@ class MaintenanceRunner:
 
     # -- the jobs -------------------------------------------------------------------------
 
-    def _lifecycle(self, now: datetime) -> Done:
+    def _lifecycle(self, now: datetime, done: Tally) -> None:
         policy = lifecycle_policy(self._settings)
         keys = self._queries.lifecycle_candidates(
             active_before=now - min(policy.stale_after, policy.ephemeral_stale_after),
             stale_before=now - policy.archive_after,
         )
-        return self._per_memory(
+        self._per_memory(
             "lifecycle",
             keys,
             (FactStatus.ACTIVE, FactStatus.STALE),
             lambda facts: lifecycle_changes(facts, now, policy),
             now,
+            done,
         )
 
-    def _dedupe(self, now: datetime) -> Done:
+    def _dedupe(self, now: datetime, done: Tally) -> None:
         s = self._settings
         policy = DuplicatePolicy(threshold=s.duplicate_threshold, max_facts=s.duplicate_max_facts)
         # Since the last run that left no memory alone: one it left may have changed before.
         keys = self._queries.duplicate_candidates(self._queries.last_complete("dedupe"))
         embedder = self._core.embedder
-        return self._per_memory(
+        self._per_memory(
             "dedupe",
             keys,
             (FactStatus.ACTIVE,),
             lambda facts: duplicate_changes(facts, now, embedder, policy),
             now,
+            done,
         )
 
-    def _retention(self, now: datetime) -> Done:
+    def _retention(self, now: datetime, done: Tally) -> None:
         before = now - timedelta(days=self._settings.context_log_retention_days)
         deleted = self._queries.delete_context_logs(before)
         if self._metrics is not None:
             self._metrics.context_logs_deleted.inc(deleted)
-        return 0, {"context_logs_deleted": deleted} if deleted else {}, 0
+        done.add({"context_logs_deleted": deleted})
 
-    def _index(self, _now: datetime) -> Done:
+    def _index(self, _now: datetime, done: Tally) -> None:
         # Counted as what it found, which is what an operator wants to hear of: Chroma lost
         # vectors or holds erased ones (the MemorydIndexRepaired alert).
         found = index_checker(self._core).check(repair=True)
-        changes = dict(
-            zip(INDEX_RULES, (found.absent, found.differing, found.orphans), strict=True)
+        done.add(
+            dict(zip(INDEX_RULES, (found.absent, found.differing, found.orphans), strict=True))
         )
-        return 0, {rule: n for rule, n in changes.items() if n}, 0
 
     def _per_memory(
         self,
@@ -168,42 +207,66 @@ class MaintenanceRunner:
         statuses: Sequence[FactStatus],
         plan: Plan,
         now: datetime,
-    ) -> Done:
-        memory = self._core.memory
+        done: Tally,
+    ) -> None:
         parameters: dict[str, Any] = self._settings.model_dump(mode="json")
-        users = skipped = 0
-        totals: dict[str, int] = {}
         for key in keys:
-            with memory.memory_lock(key):
-                if self._queries.erasure_open(key):
-                    # The erasure decides what stays: merging a fact being erased into another
-                    # would have its erasure redact the other's evidence. Next pass, then.
-                    skipped += 1
-                    log.info(
-                        "maintenance %s skips a memory an erasure is open on",
-                        job,
-                        extra={"organization_id": key.organization_id, "user_id": key.user_id},
-                    )
-                    continue
-                state = memory.load_state(key)
-                facts = memory.facts(key, statuses)
-                changes = plan(facts)
-                update = maintenance_update(job, state, changes, now, parameters)
-                if update is None:
-                    continue
-                memory.apply(update)
-            users += 1
-            for rule, n in rule_counts(changes).items():
-                totals[rule] = totals.get(rule, 0) + n
-            log.info(
-                "maintenance %s changed %d fact(s)",
-                job,
-                len(changes),
-                extra={
-                    "run_id": str(update.run.run_id),
-                    "user_id": key.user_id,
-                    "organization_id": key.organization_id,
-                    "cluster_job": job,
-                },
-            )
-        return users, totals, skipped
+            try:
+                self._maintain(job, key, statuses, plan, now, parameters, done)
+            except ABORTS_A_RUN:
+                raise
+            except StoreError:
+                # Something about this memory (a row the store refuses, say): the others are
+                # still maintained, and this one is tried again on the next run.
+                done.skipped += 1
+                log.exception(
+                    "maintenance %s left a memory it could not change",
+                    job,
+                    extra={
+                        "organization_id": key.organization_id,
+                        "user_id": key.user_id,
+                        "cluster_job": job,
+                    },
+                )
+
+    def _maintain(
+        self,
+        job: str,
+        key: MemoryKey,
+        statuses: Sequence[FactStatus],
+        plan: Plan,
+        now: datetime,
+        parameters: dict[str, Any],
+        done: Tally,
+    ) -> None:
+        memory = self._core.memory
+        with memory.memory_lock(key):
+            if self._queries.erasure_open(key):
+                # The erasure decides what stays: merging a fact being erased into another
+                # would have its erasure redact the other's evidence. Next pass, then.
+                done.skipped += 1
+                log.info(
+                    "maintenance %s skips a memory an erasure is open on",
+                    job,
+                    extra={"organization_id": key.organization_id, "user_id": key.user_id},
+                )
+                return
+            state = memory.load_state(key)
+            changes = plan(memory.facts(key, statuses))
+            update = maintenance_update(job, state, changes, now, parameters)
+            if update is None:
+                return
+            memory.apply(update)
+        done.users += 1
+        done.add(rule_counts(changes))
+        log.info(
+            "maintenance %s changed %d fact(s)",
+            job,
+            len(changes),
+            extra={
+                "run_id": str(update.run.run_id),
+                "user_id": key.user_id,
+                "organization_id": key.organization_id,
+                "cluster_job": job,
+            },
+        )
