@@ -12,7 +12,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -163,12 +163,15 @@ _DAY_MONTH = re.compile(
 
 
 def due_date(content: str, written_at: datetime) -> datetime | None:
-    """The last calendar date an open loop names, as the end of that day in `written_at`'s zone.
+    """The last calendar date an open loop names, as the end of that day in UTC.
 
     Only explicit dates count ("2026-12-15", "by December 15", "15 Dec 2026"); a date without
-    a year is the next one on or after the day the fact was written. Weekdays and relative
-    phrases ("next Friday") are left alone: a wrong guess would close a live loop.
+    a year is the next one on or after the day (in UTC) the fact was written. Weekdays and
+    relative phrases ("next Friday") are left alone: a wrong guess would close a live loop.
     """
+    # Postgres hands timestamps back in its session's TimeZone: read in that zone, the day
+    # of writing and the end of the due day would move with the server's setting.
+    written_at = written_at.astimezone(UTC)
     found: list[date] = []
     for m in _ISO_DATE.finditer(content):
         found.extend(_date(int(m[1]), int(m[2]), int(m[3])))
@@ -186,7 +189,7 @@ def due_date(content: str, written_at: datetime) -> datetime | None:
                     found.append(candidate)
     if not found:
         return None
-    return datetime.combine(max(found), time.max, tzinfo=written_at.tzinfo)
+    return datetime.combine(max(found), time.max, tzinfo=UTC)
 
 
 def _date(year: int, month: int, day: int) -> list[date]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -212,6 +212,18 @@ DUE_TABLE = [
 def test_due_date(content: str, written: datetime, expected: str | None) -> None:
     due = due_date(content, written)
     assert (None if due is None else due.date().isoformat()) == expected
+
+
+@pytest.mark.parametrize("hours", [-8, 0, 9])
+def test_a_due_date_does_not_depend_on_the_zone_a_time_is_read_in(hours: int) -> None:
+    # Postgres hands timestamps back in its session's TimeZone. Written on the evening of
+    # 2026-12-31 in UTC-8, already 2027 in UTC: "December 31" is the end of 2027 everywhere.
+    written = datetime(2027, 1, 1, 2, 0, tzinfo=UTC).astimezone(timezone(timedelta(hours=hours)))
+    assert due_date("renew by December 31", written) == datetime.combine(
+        date(2027, 12, 31), time.max, tzinfo=UTC
+    )
+    loop = replace(fact("Renew the lease by December 31", FactType.OPEN_LOOP), created_at=written)
+    assert lifecycle_rule(loop, datetime(2027, 1, 3, tzinfo=UTC), POLICY) is None
 
 
 def test_duplicates_merge_into_the_stronger_fact_and_keep_its_provenance() -> None:
