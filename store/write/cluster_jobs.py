@@ -4,7 +4,8 @@ Every processor schedules every cluster job. A tick takes the job's advisory loc
 try-lock (a process that does not get it skips the tick), then runs the job only if no
 process in the cluster started it less than its interval ago (`scheduled_jobs`). So N
 processors run a job once per interval, never twice at once, and a crashed owner is replaced
-on the next tick of any other.
+on the next tick of any other. A run that failed is due again `RETRY_AFTER_FAILURE` after it
+ended (or after its interval, if shorter), not a whole interval after it started.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from store.errors import DatabaseUnavailable
 from store.postgres import transaction
 
 JOB_LOCK_NAMESPACE = 0x4A4F42  # "JOB": apart from the user locks ("MEM") and the index drain
+# Soon enough that an outage of a few minutes does not cost a 6-hour job its turn, rare
+# enough that a job failing every time does not hammer what it fails on.
+RETRY_AFTER_FAILURE = timedelta(minutes=5)
 _T = TypeVar("_T")
 
 
@@ -49,6 +53,18 @@ class JobState:
     def age_s(self, now: datetime) -> float:
         """Seconds since the job last succeeded (since it first started, if it never has)."""
         return max(0.0, (now - (self.last_succeeded_at or self.first_started_at)).total_seconds())
+
+
+def _due(
+    now: datetime,
+    every: timedelta,
+    started_at: datetime,
+    outcome: str | None,
+    finished_at: datetime | None,
+) -> bool:
+    if outcome == "failed" and finished_at is not None:
+        return now - finished_at >= min(every, RETRY_AFTER_FAILURE)
+    return now - started_at >= every
 
 
 class ClusterJobs:
@@ -81,9 +97,11 @@ class ClusterJobs:
         now = self._clock()
         with transaction(self._pool) as conn:
             row = conn.execute(
-                "SELECT last_started_at FROM scheduled_jobs WHERE job = %s", (job,)
+                "SELECT last_started_at, last_outcome, last_finished_at FROM scheduled_jobs"
+                " WHERE job = %s",
+                (job,),
             ).fetchone()
-            if row is not None and not force and now - row[0] < every:
+            if row is not None and not force and not _due(now, every, *row):
                 return JobOutcome(ran=False, skipped="not due")
             conn.execute(
                 "INSERT INTO scheduled_jobs (job, last_started_at, first_started_at, last_outcome)"
