@@ -170,11 +170,14 @@ class LocalKafka:
         return self._process.owned() is not None
 
     def start(self, timeout: float = 120.0) -> str:
-        """Start the broker (or adopt ours if already running) and return its bootstrap address."""
-        deadline = time.monotonic() + timeout
+        """Start the broker (or adopt ours if already running) and return its bootstrap address.
+
+        timeout is the broker's time to answer once launched; fetching the jars and formatting
+        the storage on a first start have limits of their own.
+        """
         self._pid = self._process.owned()
         if self._pid is not None:
-            self._wait_ready(deadline)
+            self._wait_ready(time.monotonic() + timeout)
             return self.bootstrap
         for p in (self.port, self.controller_port):
             ensure_port_free(_HOST, p, f"the broker of {self.home}")
@@ -193,7 +196,9 @@ class LocalKafka:
         ]  # fmt: skip
         self._pid = self._process.spawn(argv, log_path=self._stdout_log)
         try:
-            self._wait_ready(deadline)
+            # Counted from the launch: a first jar download can take minutes, and charging it
+            # to the broker would kill one that was about to answer.
+            self._wait_ready(time.monotonic() + timeout)
         except ServiceError:
             self.stop()
             raise
