@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for memoryd: Postgres binaries if missing, Java check, the project
-# virtualenv from the hash-pinned lock file. Idempotent: a second run only checks.
+# virtualenv from the hash-pinned lock file, the Kafka jars. Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +28,10 @@ if [ ! -f "$stamp" ]; then
   rm -f "$VENV"/.lock-*
   touch "$stamp"
 fi
+
+# The Kafka jars, fetched now rather than by the first test session's broker fixture: a first
+# download can outlast pytest's per-test timeout. Once cached, this only checks the cache.
+"$VENV/bin/memoryd" dev fetch >/dev/null
 
 # promtool checks and unit-tests the alert rules (tests/unit/test_alert_rules.py skips without
 # it). Debian's `prometheus` package would install 37 packages (node exporter, smartmontools,

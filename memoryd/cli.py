@@ -141,6 +141,9 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
         stack.down()
         print("local services stopped")
         return 0
+    if args.action == "fetch":
+        print(f"kafka jars in {stack.kafka.ensure_jars()}")
+        return 0
     endpoints = stack.up()
     print(f"kafka     {endpoints.kafka_bootstrap}")
     print(f"postgres  {endpoints.postgres_dsn}")
@@ -236,7 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", choices=["lean", "balanced", "deep"], default="balanced")
     p.set_defaults(fn=cmd_context)
     p = sub.add_parser("dev", help="start or stop local Kafka, Postgres and Chroma")
-    p.add_argument("action", choices=["up", "down"])
+    p.add_argument(
+        "action",
+        choices=["up", "down", "fetch"],
+        help="fetch: only download what `up` needs (the Kafka jars, once), start nothing",
+    )
     p.set_defaults(fn=cmd_dev)
     p = sub.add_parser("demo", help="the whole pipeline end to end over the bundled sample stream")
     p.add_argument("--keep-services", action="store_true")

@@ -13,7 +13,8 @@ per test, dropped afterwards); postgres_home (a directory a LocalPostgres can ru
 
 The service fixtures are lazy: a test that does not ask for one starts nothing, so pure unit
 tests never pay for a JVM. The Kafka jars are cached in $MEMORYD_CACHE_DIR (default
-~/.cache/memoryd) so only the first run on a machine downloads them.
+~/.cache/memoryd); `make bootstrap` (`memoryd dev fetch`) fills that cache before pytest runs,
+as a first download inside the broker fixture could outlast the per-test timeout.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -37,6 +38,8 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", r"(read|open)_text is deprecated", DeprecationWarning)
     from kafka import KafkaAdminClient  # type: ignore[import-untyped,unused-ignore]
     from kafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
+
+log = logging.getLogger(__name__)
 
 _HOST = "127.0.0.1"
 _COMPLETE_MARKER = ".complete"
@@ -149,6 +152,8 @@ class LocalKafka:
         mvn = shutil.which("mvn")
         if mvn is None:
             raise ServiceError("mvn not found on PATH; it is needed once to fetch the Kafka jars")
+        # Said, because this is the one step of a start that can take minutes.
+        log.info("fetching the Kafka jars from Maven Central into %s (once)", libs)
         partial = libs.with_name(libs.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(libs, ignore_errors=True)
