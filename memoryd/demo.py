@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from importlib import resources
 from pathlib import Path
 
 from domain.ids import MemoryKey
 from memoryd import wiring
-from memoryd.dev.stack import DevPorts, DevStack
+from memoryd.dev.stack import DevPorts, DevStack, LocalService
 from memoryd.ops.topics import ensure_topics
 from memoryd.sample_stream import read_jsonl
 from memoryd.settings import Settings
@@ -28,61 +29,64 @@ def sample_file() -> Path:
     return Path(str(resources.files("memoryd") / "data" / "sample_events.jsonl"))
 
 
-def _point_at(settings: Settings, stack: DevStack) -> Settings:
-    endpoints = stack.up()
-    print(
-        f"kafka {endpoints.kafka_bootstrap} · postgres {endpoints.postgres_dsn} · "
-        f"chroma embedded at {settings.chroma.path}"
-    )
-    return settings.model_copy(
-        update={
-            "kafka": settings.kafka.model_copy(
-                update={"bootstrap_servers": endpoints.kafka_bootstrap}
-            ),
-            "postgres": settings.postgres.model_copy(update={"dsn": endpoints.postgres_dsn}),
-        }
-    )
-
-
-def run_demo(settings: Settings, keep_services: bool = False) -> int:
+@contextmanager
+def _local_services(settings: Settings, keep_services: bool) -> Iterator[Settings]:
+    """settings pointed at the local services, started if need be; then stopped again."""
     d = settings.dev
     stack = DevStack(
         d.state_dir, DevPorts(d.kafka_port, d.kafka_controller_port, d.postgres_port, d.chroma_port)
     )
-    started = time.monotonic()
+    services: list[LocalService] = [stack.kafka, stack.postgres, stack.chroma]
+    # A service already running (`memoryd dev up`, an earlier --keep-services) is used and left
+    # running: whoever started it may still need it.
+    ours = [service for service in services if not service.is_running()]
     try:
-        settings = _point_at(settings, stack)
-        pool = make_pool(settings.postgres.dsn, max_size=2)
-        try:
-            migrate(pool)
-        finally:
-            pool.close()
-        ensure_topics(settings)
-        events = [ContextEvent.from_bytes(raw) for _, raw in read_jsonl(sample_file())]
-        with closing(wiring.publisher(settings)) as pub:
-            pub.publish(events)
-        print(f"published {len(events)} sample events for {len({e.user_id for e in events})} users")
-        with wiring.core(settings) as c:
-            writer = wiring.log_writer(c)
-            writer_thread = threading.Thread(
-                target=writer.drain, kwargs={"idle_s": 3.0}, daemon=True
-            )
-            writer_thread.start()
-            wiring.processor(c).run_until_idle(idle_s=3.0)
-            writer_thread.join(timeout=120)
-            pending = c.events.unconsolidated()
-            if pending:
-                print(f"ERROR: {len(pending)} logged event(s) were not consolidated")
-                return 1
-            print(
-                f"all {c.events.count()} logged events consolidated "
-                f"in {time.monotonic() - started:.1f}s\n"
-            )
-            _print_users(c, sorted({MemoryKey(e.organization_id, e.user_id) for e in events}))
-        return 0
+        kafka, postgres, _ = stack.start(services)
+        print(f"kafka {kafka} · postgres {postgres} · chroma embedded at {settings.chroma.path}")
+        yield settings.model_copy(
+            update={
+                "kafka": settings.kafka.model_copy(update={"bootstrap_servers": kafka}),
+                "postgres": settings.postgres.model_copy(update={"dsn": postgres}),
+            }
+        )
     finally:
         if not keep_services:
-            stack.down()
+            stack.stop(ours)
+
+
+def run_demo(settings: Settings, keep_services: bool = False) -> int:
+    started = time.monotonic()
+    with _local_services(settings, keep_services) as pointed:
+        return _run(pointed, started)
+
+
+def _run(settings: Settings, started: float) -> int:
+    pool = make_pool(settings.postgres.dsn, max_size=2)
+    try:
+        migrate(pool)
+    finally:
+        pool.close()
+    ensure_topics(settings)
+    events = [ContextEvent.from_bytes(raw) for _, raw in read_jsonl(sample_file())]
+    with closing(wiring.publisher(settings)) as pub:
+        pub.publish(events)
+    print(f"published {len(events)} sample events for {len({e.user_id for e in events})} users")
+    with wiring.core(settings) as c:
+        writer = wiring.log_writer(c)
+        writer_thread = threading.Thread(target=writer.drain, kwargs={"idle_s": 3.0}, daemon=True)
+        writer_thread.start()
+        wiring.processor(c).run_until_idle(idle_s=3.0)
+        writer_thread.join(timeout=120)
+        pending = c.events.unconsolidated()
+        if pending:
+            print(f"ERROR: {len(pending)} logged event(s) were not consolidated")
+            return 1
+        print(
+            f"all {c.events.count()} logged events consolidated "
+            f"in {time.monotonic() - started:.1f}s\n"
+        )
+        _print_users(c, sorted({MemoryKey(e.organization_id, e.user_id) for e in events}))
+    return 0
 
 
 def _print_users(c: wiring.Core, memories: list[MemoryKey]) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Protocol
 
 from memoryd.dev._process import ServiceError
 from memoryd.dev.chroma import LocalChroma
@@ -55,6 +57,19 @@ class DevPorts:
         return cls(*sorted(ports))
 
 
+class LocalService(Protocol):
+    """What LocalKafka, LocalPostgres and LocalChroma have in common."""
+
+    @property
+    def home(self) -> Path: ...
+
+    def start(self, timeout: float = ...) -> str: ...
+
+    def stop(self, timeout: float = ...) -> None: ...
+
+    def is_running(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class DevEndpoints:
     kafka_bootstrap: str
@@ -94,21 +109,8 @@ class DevStack:
 
     def up(self) -> DevEndpoints:
         """Start whatever is not running yet; return where the three services listen."""
-        for home in (self.kafka.home, self.postgres.home, self.chroma.home):
-            home.mkdir(parents=True, exist_ok=True)
-        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="dev-up") as pool:
-            kafka = pool.submit(self.kafka.start)
-            postgres = pool.submit(self.postgres.start)
-            chroma = pool.submit(self.chroma.start)
-            # Wait for all three before raising so that no start() is still running behind us.
-            failures = [f.exception() for f in (kafka, postgres, chroma)]
-        errors = [e for e in failures if e is not None]
-        if errors:
-            # The services that did start stay up; `down()` (memoryd dev down) stops them.
-            raise ServiceError(
-                "memoryd dev stack failed to start:\n" + "\n\n".join(str(e) for e in errors)
-            ) from errors[0]
-        endpoints = DevEndpoints(kafka.result(), postgres.result(), chroma.result())
+        kafka, postgres, chroma = self.start([self.kafka, self.postgres, self.chroma])
+        endpoints = DevEndpoints(kafka, postgres, chroma)
         tmp = self.endpoints_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(endpoints), indent=2) + "\n", "utf-8")
         tmp.replace(self.endpoints_file)
@@ -116,13 +118,35 @@ class DevStack:
 
     def down(self) -> None:
         """Stop all three (data is kept for the next up()). Idempotent; raises after trying all."""
+        try:
+            self.stop([self.chroma, self.kafka, self.postgres])
+        finally:
+            self.endpoints_file.unlink(missing_ok=True)
+
+    def start(self, services: Sequence[LocalService]) -> list[str]:
+        """Start those of services not running yet, side by side; return their addresses."""
+        for service in services:
+            service.home.mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="dev-up") as pool:
+            started = [pool.submit(service.start) for service in services]
+            # Wait for all before raising so that no start() is still running behind us.
+            failures = [f.exception() for f in started]
+        errors = [e for e in failures if e is not None]
+        if errors:
+            # The services that did start stay up; `down()` (memoryd dev down) stops them.
+            raise ServiceError(
+                "memoryd dev stack failed to start:\n" + "\n\n".join(str(e) for e in errors)
+            ) from errors[0]
+        return [f.result() for f in started]
+
+    def stop(self, services: Sequence[LocalService]) -> None:
+        """Stop services (data is kept). Idempotent; raises after trying all."""
         errors: list[ServiceError] = []
-        for service in (self.chroma, self.kafka, self.postgres):
+        for service in services:
             try:
                 service.stop()
             except ServiceError as exc:
                 errors.append(exc)
-        self.endpoints_file.unlink(missing_ok=True)
         if errors:
             raise ServiceError("\n\n".join(str(e) for e in errors)) from errors[0]
 
