@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from importlib import resources
 from pathlib import Path
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from domain.ids import MemoryKey
 from memoryd import wiring
@@ -36,22 +38,48 @@ def _local_services(settings: Settings, keep_services: bool) -> Iterator[Setting
     stack = DevStack(
         d.state_dir, DevPorts(d.kafka_port, d.kafka_controller_port, d.postgres_port, d.chroma_port)
     )
-    services: list[LocalService] = [stack.kafka, stack.postgres, stack.chroma]
+    # An address set in the settings (environment or file) names a service the user runs: it is
+    # used as given, and the local one is not started.
+    wanted: dict[str, LocalService] = {}
+    if "bootstrap_servers" not in settings.kafka.model_fields_set:
+        wanted["kafka"] = stack.kafka
+    if "dsn" not in settings.postgres.model_fields_set:
+        wanted["postgres"] = stack.postgres
+    wanted["chroma"] = stack.chroma
     # A service already running (`memoryd dev up`, an earlier --keep-services) is used and left
     # running: whoever started it may still need it.
-    ours = [service for service in services if not service.is_running()]
+    ours = [service for service in wanted.values() if not service.is_running()]
     try:
-        kafka, postgres, _ = stack.start(services)
+        addresses = dict(zip(wanted, stack.start(list(wanted.values())), strict=True))
+        pointed = _point_at(settings, addresses)
+        kafka = _shown(pointed.kafka.bootstrap_servers, "kafka" in addresses)
+        postgres = _shown(_without_password(pointed.postgres.dsn), "postgres" in addresses)
         print(f"kafka {kafka} · postgres {postgres} · chroma embedded at {settings.chroma.path}")
-        yield settings.model_copy(
-            update={
-                "kafka": settings.kafka.model_copy(update={"bootstrap_servers": kafka}),
-                "postgres": settings.postgres.model_copy(update={"dsn": postgres}),
-            }
-        )
+        yield pointed
     finally:
         if not keep_services:
             stack.stop(ours)
+
+
+def _point_at(settings: Settings, addresses: Mapping[str, str]) -> Settings:
+    kafka, postgres = settings.kafka, settings.postgres
+    if "kafka" in addresses:
+        kafka = kafka.model_copy(update={"bootstrap_servers": addresses["kafka"]})
+    if "postgres" in addresses:
+        postgres = postgres.model_copy(update={"dsn": addresses["postgres"]})
+    return settings.model_copy(update={"kafka": kafka, "postgres": postgres})
+
+
+def _shown(address: str, local: bool) -> str:
+    return address if local else f"{address} (from the settings)"
+
+
+def _without_password(dsn: str) -> str:
+    # A DSN from the settings may carry a password, which has no business on a terminal.
+    parts = conninfo_to_dict(dsn)
+    if parts.pop("password", None) is None:
+        return dsn
+    return make_conninfo(**{k: str(v) for k, v in parts.items()})
 
 
 def run_demo(settings: Settings, keep_services: bool = False) -> int:

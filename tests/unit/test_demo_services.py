@@ -1,5 +1,5 @@
 """Which local services the demo starts, points at and stops, with the launchers replaced and the
-pipeline cut short at its first use of Postgres."""
+pipeline cut short where it would first talk to Kafka."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ from memoryd.dev import LocalChroma, LocalKafka, LocalPostgres
 from memoryd.settings import DevSettings, Settings
 
 SERVICES = {"kafka": LocalKafka, "postgres": LocalPostgres, "chroma": LocalChroma}
+LOCAL = {
+    "kafka": "127.0.0.1:29092",
+    "postgres": "postgresql://postgres@127.0.0.1:25432/memoryd",
+    "chroma": "http://127.0.0.1:28000",
+}
 
 
 class Stop(Exception):
@@ -25,6 +30,7 @@ class Launchers:
     started: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     dsn: list[str] = field(default_factory=list)
+    bootstrap: list[str] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -39,7 +45,7 @@ def launchers(monkeypatch: pytest.MonkeyPatch) -> Launchers:
             if name not in record.running:
                 record.started.append(name)
                 record.running.add(name)
-            return f"{name}-address"
+            return LOCAL[name]
 
         def stop(_self: object, timeout: float = 0.0, name: str = name) -> None:
             if name in record.running:
@@ -50,11 +56,21 @@ def launchers(monkeypatch: pytest.MonkeyPatch) -> Launchers:
         monkeypatch.setattr(cls, "start", start)
         monkeypatch.setattr(cls, "stop", stop)
 
-    def make_pool(dsn: str, **_kwargs: object) -> None:
+    class Pool:
+        def close(self) -> None:
+            pass
+
+    def make_pool(dsn: str, **_kwargs: object) -> Pool:
         record.dsn.append(dsn)
+        return Pool()
+
+    def ensure_topics(settings: Settings) -> None:
+        record.bootstrap.append(settings.kafka.bootstrap_servers)
         raise Stop
 
     monkeypatch.setattr(demo, "make_pool", make_pool)
+    monkeypatch.setattr(demo, "migrate", lambda _pool: None)
+    monkeypatch.setattr(demo, "ensure_topics", ensure_topics)
     return record
 
 
@@ -70,7 +86,8 @@ def test_the_demo_leaves_running_the_services_it_found_running(
     with pytest.raises(Stop):
         demo.run_demo(_settings(tmp_path))
 
-    assert launchers.dsn == ["postgres-address"]
+    assert launchers.dsn == [LOCAL["postgres"]]
+    assert launchers.bootstrap == [LOCAL["kafka"]]
     assert launchers.started == ["chroma"]
     assert launchers.stopped == ["chroma"]
     assert launchers.running == {"kafka", "postgres"}
@@ -89,3 +106,25 @@ def test_the_demo_stops_what_it_started_unless_told_to_keep_it(
         demo.run_demo(_settings(tmp_path), keep_services=True)
     assert sorted(launchers.started) == ["chroma", "kafka", "postgres"]
     assert launchers.stopped == []
+
+
+def test_the_demo_uses_the_kafka_and_postgres_the_settings_name_and_starts_neither(
+    tmp_path: Path,
+    launchers: Launchers,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("MEMORYD_KAFKA__BOOTSTRAP_SERVERS", "broker.example:9092")
+    monkeypatch.setenv("MEMORYD_POSTGRES__DSN", "postgresql://memoryd:s3cret@db.example/memoryd")
+
+    with pytest.raises(Stop):
+        demo.run_demo(_settings(tmp_path))
+
+    assert launchers.bootstrap == ["broker.example:9092"]
+    assert launchers.dsn == ["postgresql://memoryd:s3cret@db.example/memoryd"]
+    assert "kafka" not in launchers.started
+    assert "postgres" not in launchers.started
+    shown = capsys.readouterr().out
+    assert "broker.example:9092 (from the settings)" in shown
+    assert "db.example" in shown
+    assert "s3cret" not in shown
