@@ -45,7 +45,9 @@ def _local_services(settings: Settings, keep_services: bool) -> Iterator[Setting
         wanted["kafka"] = stack.kafka
     if "dsn" not in settings.postgres.model_fields_set:
         wanted["postgres"] = stack.postgres
-    wanted["chroma"] = stack.chroma
+    # Embedded Chroma (the default) needs no server.
+    if settings.chroma.mode == "http" and "url" not in settings.chroma.model_fields_set:
+        wanted["chroma"] = stack.chroma
     # A service already running (`memoryd dev up`, an earlier --keep-services) is used and left
     # running: whoever started it may still need it.
     ours = [service for service in wanted.values() if not service.is_running()]
@@ -54,7 +56,12 @@ def _local_services(settings: Settings, keep_services: bool) -> Iterator[Setting
         pointed = _point_at(settings, addresses)
         kafka = _shown(pointed.kafka.bootstrap_servers, "kafka" in addresses)
         postgres = _shown(_without_password(pointed.postgres.dsn), "postgres" in addresses)
-        print(f"kafka {kafka} · postgres {postgres} · chroma embedded at {settings.chroma.path}")
+        chroma = (
+            f"embedded at {pointed.chroma.path}"
+            if pointed.chroma.mode == "embedded"
+            else _shown(pointed.chroma.url, "chroma" in addresses)
+        )
+        print(f"kafka {kafka} · postgres {postgres} · chroma {chroma}")
         yield pointed
     finally:
         if not keep_services:
@@ -62,12 +69,14 @@ def _local_services(settings: Settings, keep_services: bool) -> Iterator[Setting
 
 
 def _point_at(settings: Settings, addresses: Mapping[str, str]) -> Settings:
-    kafka, postgres = settings.kafka, settings.postgres
+    kafka, postgres, chroma = settings.kafka, settings.postgres, settings.chroma
     if "kafka" in addresses:
         kafka = kafka.model_copy(update={"bootstrap_servers": addresses["kafka"]})
     if "postgres" in addresses:
         postgres = postgres.model_copy(update={"dsn": addresses["postgres"]})
-    return settings.model_copy(update={"kafka": kafka, "postgres": postgres})
+    if "chroma" in addresses:
+        chroma = chroma.model_copy(update={"url": addresses["chroma"]})
+    return settings.model_copy(update={"kafka": kafka, "postgres": postgres, "chroma": chroma})
 
 
 def _shown(address: str, local: bool) -> str:

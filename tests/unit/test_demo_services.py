@@ -10,7 +10,7 @@ import pytest
 
 from memoryd import demo
 from memoryd.dev import LocalChroma, LocalKafka, LocalPostgres
-from memoryd.settings import DevSettings, Settings
+from memoryd.settings import ChromaSettings, DevSettings, Settings
 
 SERVICES = {"kafka": LocalKafka, "postgres": LocalPostgres, "chroma": LocalChroma}
 LOCAL = {
@@ -31,6 +31,7 @@ class Launchers:
     stopped: list[str] = field(default_factory=list)
     dsn: list[str] = field(default_factory=list)
     bootstrap: list[str] = field(default_factory=list)
+    chroma_url: list[str] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -66,6 +67,7 @@ def launchers(monkeypatch: pytest.MonkeyPatch) -> Launchers:
 
     def ensure_topics(settings: Settings) -> None:
         record.bootstrap.append(settings.kafka.bootstrap_servers)
+        record.chroma_url.append(settings.chroma.url)
         raise Stop
 
     monkeypatch.setattr(demo, "make_pool", make_pool)
@@ -74,8 +76,11 @@ def launchers(monkeypatch: pytest.MonkeyPatch) -> Launchers:
     return record
 
 
-def _settings(tmp_path: Path) -> Settings:
-    return Settings(dev=DevSettings(state_dir=tmp_path / "state"))
+def _settings(tmp_path: Path, chroma: ChromaSettings | None = None) -> Settings:
+    return Settings(
+        dev=DevSettings(state_dir=tmp_path / "state", chroma_port=28000),
+        chroma=chroma or ChromaSettings(path=tmp_path / "embedded"),
+    )
 
 
 def test_the_demo_leaves_running_the_services_it_found_running(
@@ -84,7 +89,7 @@ def test_the_demo_leaves_running_the_services_it_found_running(
     launchers.running = {"kafka", "postgres"}  # as `memoryd dev up` left them, say
 
     with pytest.raises(Stop):
-        demo.run_demo(_settings(tmp_path))
+        demo.run_demo(_settings(tmp_path, chroma=ChromaSettings(mode="http")))
 
     assert launchers.dsn == [LOCAL["postgres"]]
     assert launchers.bootstrap == [LOCAL["kafka"]]
@@ -98,13 +103,13 @@ def test_the_demo_stops_what_it_started_unless_told_to_keep_it(
 ) -> None:
     with pytest.raises(Stop):
         demo.run_demo(_settings(tmp_path))
-    assert sorted(launchers.stopped) == ["chroma", "kafka", "postgres"]
+    assert sorted(launchers.stopped) == ["kafka", "postgres"]
 
     launchers.started.clear()
     launchers.stopped.clear()
     with pytest.raises(Stop):
         demo.run_demo(_settings(tmp_path), keep_services=True)
-    assert sorted(launchers.started) == ["chroma", "kafka", "postgres"]
+    assert sorted(launchers.started) == ["kafka", "postgres"]
     assert launchers.stopped == []
 
 
@@ -128,3 +133,35 @@ def test_the_demo_uses_the_kafka_and_postgres_the_settings_name_and_starts_neith
     assert "broker.example:9092 (from the settings)" in shown
     assert "db.example" in shown
     assert "s3cret" not in shown
+
+
+def test_the_demo_starts_no_chroma_server_for_embedded_chroma(
+    tmp_path: Path, launchers: Launchers
+) -> None:
+    with pytest.raises(Stop):
+        demo.run_demo(_settings(tmp_path))
+
+    assert "chroma" not in launchers.started
+
+
+def test_with_chroma_over_http_the_demo_points_at_the_server_it_starts(
+    tmp_path: Path, launchers: Launchers
+) -> None:
+    # Default url: 18000; the local server listens on the dev port.
+    with pytest.raises(Stop):
+        demo.run_demo(_settings(tmp_path, chroma=ChromaSettings(mode="http")))
+
+    assert sorted(launchers.started) == ["chroma", "kafka", "postgres"]
+    assert launchers.chroma_url == [LOCAL["chroma"]]
+
+
+def test_a_chroma_url_set_in_the_settings_is_used_and_no_server_started(
+    tmp_path: Path, launchers: Launchers
+) -> None:
+    given = ChromaSettings(mode="http", url="http://chroma.example:8000")
+
+    with pytest.raises(Stop):
+        demo.run_demo(_settings(tmp_path, chroma=given))
+
+    assert "chroma" not in launchers.started
+    assert launchers.chroma_url == ["http://chroma.example:8000"]
