@@ -21,6 +21,7 @@ from memoryd.dev._process import (
     ensure_port_free,
     exited,
     log_tail,
+    pid_cmdline,
 )
 
 _HOST = "127.0.0.1"
@@ -89,6 +90,8 @@ class LocalChroma:
         """Start the server (or adopt ours if already running) and return its base URL."""
         deadline = time.monotonic() + timeout
         self._pid = self._process.owned()
+        if self._pid is not None and self._running_port(self._pid) != self.port:
+            self.stop()  # running on another port from an earlier configuration
         if self._pid is None:
             ensure_port_free(_HOST, self.port, f"the Chroma server of {self.home}")
             self._data.mkdir(parents=True, exist_ok=True)
@@ -110,6 +113,14 @@ class LocalChroma:
             f"Chroma on {self.url} did not answer its heartbeat ({status})\n"
             f"--- tail of {self._log} ---\n{log_tail(self._log)}"
         )
+
+    @staticmethod
+    def _running_port(pid: int) -> int | None:
+        args = pid_cmdline(pid).split()
+        try:
+            return int(args[args.index("--port") + 1])
+        except (ValueError, IndexError):
+            return None
 
     def _launcher(self) -> list[str]:
         if self.chroma_exe is not None:

@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -182,8 +183,10 @@ class LocalKafka:
         """
         self._pid = self._process.owned()
         if self._pid is not None:
-            self._wait_ready(time.monotonic() + timeout)
-            return self.bootstrap
+            if self._running_ports() == (self.port, self.controller_port):
+                self._wait_ready(time.monotonic() + timeout)
+                return self.bootstrap
+            self.stop()  # running on other ports from an earlier configuration
         for p in (self.port, self.controller_port):
             ensure_port_free(_HOST, p, f"the broker of {self.home}")
         libs = self.ensure_jars()
@@ -213,6 +216,18 @@ class LocalKafka:
         """Stop the broker (controlled shutdown on SIGTERM, SIGKILL after timeout). Idempotent."""
         self._process.stop(self._pid, timeout)
         self._pid = None
+
+    def _running_ports(self) -> tuple[int, int] | None:
+        """The client and controller ports of the running broker's config (written at its start)."""
+        try:
+            text = self._props.read_text("utf-8")
+        except OSError:
+            return None
+        listeners = next((ln for ln in text.splitlines() if ln.startswith("listeners=")), "")
+        ports = dict(re.findall(r"(PLAINTEXT|CONTROLLER)://[^,]*:(\d+)", listeners))
+        if set(ports) != {"PLAINTEXT", "CONTROLLER"}:
+            return None
+        return int(ports["PLAINTEXT"]), int(ports["CONTROLLER"])
 
     def _write_config(self) -> None:
         self._logs_dir.mkdir(parents=True, exist_ok=True)

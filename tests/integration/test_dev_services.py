@@ -22,8 +22,12 @@ from chromadb.config import Settings
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
-from memoryd.dev import LocalChroma, LocalPostgres, free_port
+from memoryd.dev import DevPorts, LocalChroma, LocalKafka, LocalPostgres, free_port
+from memoryd.dev._process import port_open
+from memoryd.dev.chroma import heartbeat
+from memoryd.dev.kafka import kafka_ready
 from memoryd.dev.postgres import find_bin_dir
+from memoryd.dev.stack import DEFAULT_KAFKA_POM, default_cache_dir
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +151,40 @@ def test_local_chroma_start_is_idempotent(tmp_path: Path) -> None:
         chroma.stop()
     assert not chroma.is_running()
     chroma.stop()
+
+
+def test_local_chroma_started_again_on_another_port_moves_there(tmp_path: Path) -> None:
+    ports = DevPorts.free()  # distinct
+    before = LocalChroma(tmp_path / "chroma", ports.chroma)
+    after = LocalChroma(tmp_path / "chroma", ports.postgres)
+    try:
+        before.start()
+        assert after.start(timeout=30) == after.url
+        assert heartbeat(after.url)
+        assert not heartbeat(before.url)
+    finally:
+        after.stop()
+        before.stop()
+
+
+def test_local_kafka_started_again_on_other_ports_moves_there(tmp_path: Path) -> None:
+    def kafka(port: int, controller_port: int) -> LocalKafka:
+        return LocalKafka(
+            tmp_path / "kafka",
+            port,
+            controller_port,
+            pom=DEFAULT_KAFKA_POM,
+            jars_cache=default_cache_dir() / "kafka-jars",
+        )
+
+    ports = DevPorts.free()  # four distinct ports, two for each configuration
+    before = kafka(ports.kafka, ports.kafka_controller)
+    after = kafka(ports.postgres, ports.chroma)
+    try:
+        before.start(timeout=180)
+        assert after.start(timeout=60) == after.bootstrap
+        assert kafka_ready(after.bootstrap)
+        assert not port_open("127.0.0.1", before.port)
+    finally:
+        after.stop()
+        before.stop()
