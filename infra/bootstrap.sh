@@ -17,6 +17,19 @@ if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless maven >/dev/null
 fi
+# The java the broker will run on (memoryd/dev/kafka.py: $JAVA_HOME's, else PATH's). Kafka 4
+# needs 17+; an older one would only fail later, in the broker's log, with
+# UnsupportedClassVersionError.
+java_bin=$(command -v java || echo java)
+if [ -n "${JAVA_HOME:-}" ] && [ -f "$JAVA_HOME/bin/java" ]; then java_bin=$JAVA_HOME/bin/java; fi
+java_version=$("$java_bin" -version 2>&1 | awk -F'"' '/ version "/ {print $2; exit}' || true)
+java_major=${java_version#1.}  # Java 8 and older call themselves 1.8, 1.7, ...
+java_major=${java_major%%[!0-9]*}
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
+  echo "bootstrap: Kafka 4 needs Java 17 or newer, but $java_bin is Java ${java_version:-of an unknown version}" >&2
+  echo "bootstrap: install one (apt-get install openjdk-17-jre-headless), then put it first on PATH or point JAVA_HOME at it" >&2
+  exit 1
+fi
 
 stamp="$VENV/.lock-$(sha256sum requirements.lock pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
