@@ -97,7 +97,11 @@ class Consolidator:
         for proposal in proposals:
             ledger.apply(proposal)
 
-        scaffold, left_out = self._scaffold(request, output.updated_scaffold)
+        # An answer without S (the seed's shape, a model off its schema) leaves S as it was:
+        # read as an empty S, it would have wiped the user's profile.
+        answered = "updated_scaffold" in output.model_fields_set
+        proposed = output.updated_scaffold if answered else request.state.scaffold
+        scaffold, left_out = self._scaffold(request, proposed)
         state = MemoryState(
             user_id=request.user_id,
             organization_id=request.organization_id,

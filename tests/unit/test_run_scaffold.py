@@ -44,3 +44,27 @@ def test_a_scaffold_key_an_event_names_wins_its_room_and_what_is_left_out_is_rec
     run_output = update.run.output or {}
     assert run_output["scaffold_left_out"] == ["Notes 3"]
     assert list(scaffold) == ["Notes 0", "Notes 1", "Notes 2", "Title"]
+
+
+def plan_of(state: MemoryState, output: ConsolidationOutput) -> MemoryState:
+    note = make_event("ada", "I moved to Porto")
+    request = ConsolidationRequest.build(state, (), [note], BASE_TIME)
+    update = Consolidator(WriteGate(None), PriceTable({})).plan(
+        request,
+        BackendResponse(output, "{}", TokenUsage(), "gemini"),
+        run_id=uuid.uuid4(),
+        backend="gemini",
+        prompt_version="v",
+        started_at=BASE_TIME,
+        duration_ms=0,
+    )
+    return update.state
+
+
+def test_an_answer_without_a_scaffold_leaves_s_as_it_was() -> None:
+    state = MemoryState("ada", "org-a", "", {"Role": "designer", "City": "Lisbon"}, (), 3)
+    kept = plan_of(state, ConsolidationOutput.model_validate({"updated_working_memory": "W"}))
+    assert dict(kept.scaffold) == {"Role": "designer", "City": "Lisbon"}
+    # An S the model did write is S, even an empty one.
+    emptied = ConsolidationOutput(updated_working_memory="W", updated_scaffold={})
+    assert dict(plan_of(state, emptied).scaffold) == {}
