@@ -188,6 +188,11 @@ class FactLedger:
         if decision.verdict is Verdict.DISCARD:
             self._record(proposal, decision.verdict, decision.reason)
             return
+        if decision.verdict is Verdict.HOLD:
+            # A doubtful rewrite does not overwrite what is believed: it is kept beside the
+            # fact, held, as a doubtful contradiction is (and the decision log says so).
+            self._add(proposal, supersedes=target)
+            return
         fact = replace(
             target,
             content=proposal.content,

@@ -169,6 +169,17 @@ def test_a_doubtful_contradiction_is_held_and_supersedes_nothing() -> None:
     assert change.after.fact_id != ENGINEERING.fact_id
 
 
+def test_a_doubtful_update_is_held_beside_the_fact_it_would_rewrite() -> None:
+    run = ledger(ENGINEERING)
+    run.apply(propose(FactOp.UPDATE, "The user might lead design.", ENGINEERING, confidence=0.5))
+    [change] = run.changes()
+    assert change.after.status is FactStatus.HELD
+    assert change.after.fact_id != ENGINEERING.fact_id
+    assert change.after.content == "The user might lead design."
+    assert run.counts() == GateCounts(held=1)
+    assert run.decisions[-1].verdict == "hold"
+
+
 def test_a_contradiction_that_repeats_another_fact_reinforces_that_one() -> None:
     design = fact("The user works in design.")
     run = ledger(ENGINEERING, design)
