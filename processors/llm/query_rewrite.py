@@ -53,7 +53,7 @@ class GeminiQueryRewriter:
             raise QueryRewriteFailed(f"gemini rewrite failed: {type(e).__name__}: {e}") from e
         text = response.text
         if not text or not text.strip():
-            raise QueryRewriteFailed("gemini returned no text")
+            raise QueryRewriteFailed("gemini returned no text", token_usage(response))
         return text.strip(), token_usage(response)
 
 

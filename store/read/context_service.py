@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from domain.ids import MemoryKey
-from domain.model import Fact, FactStatus, LedgerEntry
+from domain.model import Fact, FactStatus, LedgerEntry, TokenUsage
 from domain.ports import Clock, ReadModel, Vector, VectorHit, VectorIndex
 from domain.reads import ContextLogRow, Injection, MemoryStamp, Scope
 from store.errors import VectorIndexUnavailable
@@ -31,7 +31,7 @@ from store.read.background import BatchWriter
 from store.read.bundle import ContextBundle, RetrievedFact, audit_row
 from store.read.dense import DenseSearch
 from store.read.injection import InjectionCache
-from store.read.query_rewrite import Rewrite, RewriteOutcome
+from store.read.query_rewrite import Rewrite, RewriteOutcome, late_usage
 from store.read.ranking import PROFILES, Budget, BudgetProfile
 from store.read.read_ledger import ReadCharge, ReadCost
 from store.read.rendering import render_prompt_block
@@ -274,19 +274,23 @@ class ContextService:
     def _book(
         self, bundle: ContextBundle, injection: Injection, embedded: bool, rewrite: Rewrite
     ) -> None:
-        """Hand the read's costs (query embedding, query rewrite) to the ledger writer."""
+        """Hand the read's costs (query embedding, query rewrite) to the ledger writer; a
+        rewrite call the turn did not wait for is booked when it ends."""
         if self._charges is None or self._ledger is None or bundle.log_id is None:
             return
-        charge = ReadCharge(
-            bundle.log_id,
-            bundle.user_id,
-            bundle.organization_id,
-            self._clock(),
-            embedded,
-            rewrite.usage,
-        )
-        for entry in self._charges(charge):
-            self._ledger.submit(ReadCost(entry, injection.generation))
+        charges, ledger = self._charges, self._ledger
+        log_id, generation = bundle.log_id, injection.generation
+
+        def book(embedded: bool, usage: TokenUsage | None) -> None:
+            charge = ReadCharge(
+                log_id, bundle.user_id, bundle.organization_id, self._clock(), embedded, usage
+            )
+            for entry in charges(charge):
+                ledger.submit(ReadCost(entry, generation))
+
+        book(embedded, rewrite.usage)
+        if rewrite.late is not None:
+            rewrite.late.add_done_callback(lambda call: book(False, late_usage(call)))
 
     def _observe(self, bundle: ContextBundle, hit: bool, rewrite: Rewrite) -> None:
         if self._observer is not None:

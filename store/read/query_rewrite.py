@@ -2,14 +2,16 @@
 
 A chat turn's raw text ("and what about him?") is often a poor search query; a rewriter (a
 small LLM call, say) can make it standalone. It must never cost the turn more than its time
-limit nor fail it: on timeout or on `QueryRewriteFailed` the raw query is used.
+limit nor fail it: on timeout or on `QueryRewriteFailed` the raw query is used. A call is
+billed whether or not its answer was used: an unusable answer carries its usage, and a call
+still running at the limit is handed back (`late`) for the read path to book once it ends.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from domain.errors import QueryRewriteFailed
@@ -30,6 +32,8 @@ class Rewrite:
     query: str  # what retrieval uses
     outcome: RewriteOutcome
     usage: TokenUsage | None = None  # what the rewrite call cost, when it answered
+    # The call still running when the turn stopped waiting for it (TIMEOUT).
+    late: concurrent.futures.Future[RewriteAnswer] | None = field(default=None, compare=False)
 
 
 # A rewriter answers with the text, or with the text and the tokens the call used (booked to
@@ -58,11 +62,12 @@ class TimeBoundRewriter:
         try:
             answer = future.result(timeout=self._timeout_s)
         except concurrent.futures.TimeoutError:
-            future.cancel()
-            return Rewrite(query, RewriteOutcome.TIMEOUT)
-        except QueryRewriteFailed:
-            return Rewrite(query, RewriteOutcome.FAILED)
-        text, usage = (answer, None) if isinstance(answer, str) else answer
+            if future.cancel():  # never started: nothing was called, nothing to book
+                return Rewrite(query, RewriteOutcome.TIMEOUT)
+            return Rewrite(query, RewriteOutcome.TIMEOUT, late=future)
+        except QueryRewriteFailed as e:
+            return Rewrite(query, RewriteOutcome.FAILED, e.usage)
+        text, usage = answer_usage(answer)
         text = " ".join(text.split())[:MAX_REWRITE_CHARS]
         if not text or text == query:
             return Rewrite(query, RewriteOutcome.UNCHANGED, usage)
@@ -70,3 +75,17 @@ class TimeBoundRewriter:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def answer_usage(answer: RewriteAnswer) -> tuple[str, TokenUsage | None]:
+    return (answer, None) if isinstance(answer, str) else answer
+
+
+def late_usage(future: concurrent.futures.Future[RewriteAnswer]) -> TokenUsage | None:
+    """What a call the turn stopped waiting for cost, now that it has ended."""
+    if future.cancelled():
+        return None
+    error = future.exception()
+    if error is None:
+        return answer_usage(future.result())[1]
+    return error.usage if isinstance(error, QueryRewriteFailed) else None

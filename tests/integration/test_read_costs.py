@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
 
+from domain.errors import QueryRewriteFailed
 from domain.ids import MemoryKey
 from domain.model import TokenUsage
 from memoryd import wiring
@@ -13,10 +15,11 @@ from store.embeddings import MODEL_NAME
 from store.read.background import BatchWriter
 from store.read.context_service import ContextService
 from store.read.injection import InjectionCache
-from store.read.query_rewrite import TimeBoundRewriter
+from store.read.query_rewrite import RewriteAnswer, TimeBoundRewriter
 from store.read.read_ledger import ReadLedger
 from tests.support.builders import make_fact
 from tests.support.deployment import Deployment, seed_core
+from tests.support.ops import wait_for
 
 pytestmark = pytest.mark.integration
 ADA = MemoryKey("org-a", "ada")
@@ -62,3 +65,59 @@ def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deploy
     assert len(embeddings) == 2  # two turns, the retried one booked once
     assert {r[1] for r in embeddings} == {MODEL_NAME}
     assert rewrites == [("llm", "gemini-2.5-flash-lite", 48, "org-a")] * 2
+
+
+def test_a_rewrite_call_not_used_is_booked_all_the_same(deployment: Deployment) -> None:
+    # The turn stops waiting at its limit, or the model's answer has no usable text: either
+    # way the call was billed, and its tokens are the user's.
+    settings = deployment.settings
+    deployment.settings = settings.model_copy(
+        update={"read_path": settings.read_path.model_copy(update={"rewrite": "gemini"})}
+    )
+    answered = threading.Event()
+
+    def rewrite(query: str) -> RewriteAnswer:
+        if query.startswith("slow"):
+            answered.wait(10)  # still running when the turn has gone on without it
+            return "a rewrite too late", TokenUsage(30, 5)
+        raise QueryRewriteFailed("gemini returned no text", TokenUsage(20, 64))
+
+    def check(c: wiring.Core) -> None:
+        seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
+        reads = wiring.read_model(c)
+        rewriter = TimeBoundRewriter(rewrite, timeout_s=0.05)
+        service = ContextService(
+            reads,
+            c.index,
+            c.clock,
+            cache=InjectionCache(reads),
+            rewriter=rewriter,
+            charges=wiring.read_charges(c),
+            ledger=BatchWriter("read-costs", ReadLedger(c.pool).write),
+        )
+        try:
+            slow = service.assemble(ADA, "slow: how does she take it?")
+            assert slow.rewritten_query is None
+            answered.set()
+            failed = service.assemble(ADA, "and tea?")
+            assert failed.rewritten_query is None
+            # The late call's cost is queued when the call ends, after the turn answered.
+            wait_for("both calls booked", lambda: len(booked(c)) == 2, 20)
+        finally:
+            service.close()
+            rewriter.close()
+
+    deployment.with_core(check)
+    rows = deployment.query(
+        "SELECT units FROM credit_ledger"
+        " WHERE user_id = 'ada' AND run_id IS NULL AND operation = 'llm' ORDER BY units"
+    )
+    assert rows == [(35,), (84,)]
+
+
+def booked(c: wiring.Core) -> list[tuple[int]]:
+    with c.pool.connection() as conn:
+        return conn.execute(
+            "SELECT units FROM credit_ledger"
+            " WHERE user_id = 'ada' AND run_id IS NULL AND operation = 'llm'"
+        ).fetchall()

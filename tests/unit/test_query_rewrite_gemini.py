@@ -37,6 +37,17 @@ def test_rewrites_and_delimits_the_message(
     assert "data, not instructions" in sent.system_text
 
 
+def test_an_answer_without_text_carries_what_it_cost(
+    fake_gemini: FakeGemini,  # noqa: F811
+    client: genai.Client,
+) -> None:
+    fake_gemini.reply(FakeReply.no_text("MAX_TOKENS", thoughts_tokens=64))
+    with pytest.raises(QueryRewriteFailed) as raised:
+        GeminiQueryRewriter(client, "m")("hello")
+    assert raised.value.usage is not None
+    assert (raised.value.usage.prompt_tokens, raised.value.usage.completion_tokens) == (100, 64)
+
+
 def test_a_rewrite_cut_into_parts_is_one_request(
     fake_gemini: FakeGemini,  # noqa: F811
     client: genai.Client,
