@@ -14,7 +14,7 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import SkipJsonSchema
 
 from domain.ids import OfMemory
@@ -38,11 +38,6 @@ class FactOp(StrEnum):
     CLOSE_LOOP = "close_loop"
 
 
-OPS_NEEDING_TARGET = frozenset(
-    {FactOp.UPDATE, FactOp.REINFORCE, FactOp.CONTRADICT, FactOp.CLOSE_LOOP}
-)
-
-
 class FactProposal(BaseModel):
     """One change to long-term memory proposed by the backend."""
 
@@ -54,6 +49,8 @@ class FactProposal(BaseModel):
     confidence: float = Field(default=0.8, ge=0.0, le=1.0)
     salience: float = Field(default=0.5, ge=0.0, le=1.0)
     surface: SurfacePolicy = SurfacePolicy.SPEAK
+    # Missing on an op that needs one, or naming no fact the run was shown: the proposal is
+    # read as an add (processors.lifecycle), never a reason to refuse the whole answer.
     target_fact_id: str | None = None
     # Which observations (by their index label, e.g. "E3") the fact came from.
     evidence: list[str] = Field(default_factory=list, max_length=20)
@@ -61,12 +58,6 @@ class FactProposal(BaseModel):
     # out of the output schema a model is given.
     subject: SkipJsonSchema[str | None] = Field(default=None, max_length=80)
     event_date: SkipJsonSchema[date | None] = None
-
-    @model_validator(mode="after")
-    def _target_when_needed(self) -> FactProposal:
-        if self.op in OPS_NEEDING_TARGET and not self.target_fact_id:
-            raise ValueError(f"op {self.op} needs target_fact_id")
-        return self
 
 
 class ConsolidationOutput(BaseModel):

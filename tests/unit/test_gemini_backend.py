@@ -207,11 +207,6 @@ def test_truncated_json_fails_with_raw_response(
         pytest.param(FakeReply.text("I cannot", finish_reason="SAFETY"), "SAFETY", id="safety"),
         pytest.param(FakeReply.text("[1, 2]"), "not an object", id="array"),
         pytest.param(FakeReply.json({"facts": []}), "updated_working_memory", id="missing-w"),
-        pytest.param(
-            FakeReply.json({**GOOD, "facts": [{"op": "update", "content": "x"}]}),
-            "target_fact_id",
-            id="update-without-target",
-        ),
     ],
 )
 def test_unusable_answers_fail_never_empty(
@@ -377,6 +372,23 @@ def test_parse_output_makes_what_postgres_refuses_storable() -> None:
     assert output.updated_working_memory == "Ada\ufffd likes tea"
     assert output.updated_scaffold == {"Pet": "\ufffd", "Score": None, "Big": None}
     assert output.facts[0].content == "Ada likes tea\ufffd"
+
+
+def test_an_op_without_its_target_does_not_refuse_the_answer() -> None:
+    # One proposal off the schema's spirit (an update naming no fact) must not cost the whole
+    # answer, and a bisection of the batch with it: the ledger reads it as an add.
+    answer = {
+        **GOOD,
+        "facts": [
+            *GOOD["facts"],
+            {**GOOD["facts"][0], "op": "update", "content": "The user leads Atlas."},
+        ],
+    }
+    output = parse_output(json.dumps(answer))
+    assert [(p.op, p.target_fact_id) for p in output.facts] == [
+        (FactOp.ADD, None),
+        (FactOp.UPDATE, None),
+    ]
 
 
 def test_seed_shape_is_accepted(
