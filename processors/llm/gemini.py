@@ -44,6 +44,9 @@ API_VERSION = "v1beta"
 
 # HTTP statuses that say "try again later" even though they are 4xx.
 _TRANSIENT_CLIENT_CODES = frozenset({408, 429})
+# A server error that says the request itself is not served (not implemented): asking again
+# changes nothing.
+_PERMANENT_SERVER_CODES = frozenset({501})
 # The SDK uses httpx2 by default and httpx when GOOGLE_GENAI_HTTP_CLIENT=httpx: the two have
 # separate exception trees. Timeouts, refused or reset connections and a server that hangs up
 # mid-answer are worth a retry; other transport errors (bad URL scheme, ...) are configuration.
@@ -124,11 +127,20 @@ class GeminiBackend:
                 raise TransientBackendError(_api_error(e)) from e
             raise BackendError(_api_error(e)) from e
         except genai_errors.ServerError as e:
+            if e.code in _PERMANENT_SERVER_CODES:
+                raise BackendError(_api_error(e)) from e
             raise TransientBackendError(_api_error(e)) from e
         except genai_errors.APIError as e:
             raise BackendError(_api_error(e)) from e
         except genai_errors.UnknownApiResponseError as e:
-            raise BackendError(f"gemini answered something that is not JSON: {e}") from e
+            # The HTTP answer itself is broken (cut short by a proxy or a dropped connection),
+            # which says nothing about the batch: retried, up to the attempts allowed.
+            raise TransientBackendError(f"gemini answered something that is not JSON: {e}") from e
+        except json.JSONDecodeError as e:
+            # The SDK json.loads the HTTP body bare (it catches this error where it decodes
+            # the model's text for `.parsed`): a body that is not JSON was cut short on its way,
+            # which says nothing about the batch.
+            raise TransientBackendError(f"gemini answered something that is not JSON: {e}") from e
         except (ValueError, RecursionError) as e:
             # With a dict schema the SDK json.loads the answer for `.parsed` and catches only
             # JSONDecodeError: a too-long integer (ValueError) or absurd nesting escapes it.

@@ -59,6 +59,7 @@ class FakeReply:
     http_status: int
     body: dict[str, Any]
     delay_seconds: float = 0.0
+    raw_body: bytes | None = None  # sent instead of `body` (an answer that is not JSON)
 
     @classmethod
     def text(
@@ -113,6 +114,11 @@ class FakeReply:
             completion_tokens=completion_tokens,
             thoughts_tokens=thoughts_tokens,
         )
+
+    @classmethod
+    def not_json(cls, raw: bytes = b'{"candidates": [{"content": {"par') -> FakeReply:
+        """A 200 whose body is not JSON: cut short on its way, say."""
+        return cls(200, {}, raw_body=raw)
 
     @classmethod
     def status(cls, code: int, message: str | None = None) -> FakeReply:
@@ -306,7 +312,7 @@ def _handler_for(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
             self._send(reply)
 
         def _send(self, reply: FakeReply) -> None:
-            payload = json.dumps(reply.body).encode()
+            payload = json.dumps(reply.body).encode() if reply.raw_body is None else reply.raw_body
             try:
                 self.send_response(reply.http_status)
                 self.send_header("Content-Type", "application/json; charset=UTF-8")

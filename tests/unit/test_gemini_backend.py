@@ -136,6 +136,7 @@ def test_request_is_deterministic_json_with_schema(
         pytest.param(FakeReply.status(429, "Resource has been exhausted"), True, id="429"),
         pytest.param(FakeReply.status(500), True, id="500"),
         pytest.param(FakeReply.status(503, "The model is overloaded"), True, id="503"),
+        pytest.param(FakeReply.status(501, "Method not implemented"), False, id="501"),
         pytest.param(FakeReply.status(400, "Invalid JSON payload"), False, id="400"),
         pytest.param(FakeReply.status(403, "API key not valid"), False, id="403"),
         pytest.param(FakeReply.status(404, "models/x is not found"), False, id="404"),
@@ -153,6 +154,18 @@ def test_http_errors_are_mapped_without_sdk_retries(
     assert isinstance(raised.value, TransientBackendError) is transient
     assert str(reply.http_status) in str(raised.value)
     # One request: retrying is the consumer's job, per user, with backoff.
+    assert len(fake_gemini.requests) == 1
+
+
+def test_an_answer_cut_short_on_its_way_is_transient(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    # A 200 whose body is not JSON says nothing about the batch: a proxy or a connection cut
+    # it. Dead-lettering the batch on it would lose good events to a network glitch.
+    fake_gemini.reply(FakeReply.not_json())
+    with pytest.raises(TransientBackendError, match="not JSON"):
+        backend.consolidate(consolidation_request())
     assert len(fake_gemini.requests) == 1
 
 
