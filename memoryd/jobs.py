@@ -19,7 +19,7 @@ from consumers.flush import BudgetPolicy
 from memoryd import wiring
 from producers.errors import ProducerError
 from store.errors import StoreError
-from store.postgres import translated
+from store.postgres import held_lock
 
 log = logging.getLogger(__name__)
 INDEX_DRAIN_LOCK = 0x6D656D6F72796432
@@ -34,16 +34,8 @@ T = TypeVar("T")
 
 def _once(c: wiring.Core, lock: int, job: Callable[[], T]) -> T | None:
     """Run `job` if no other process holds `lock`; None when it was taken."""
-    with translated(f"advisory lock {lock:#x}"), c.pool.connection() as conn:
-        conn.autocommit = True
-        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
-        if not got or not got[0]:
-            return None
-        try:
-            return job()
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
-            conn.autocommit = False
+    with held_lock(c.pool, lock, f"advisory lock {lock:#x}") as got:
+        return job() if got else None
 
 
 def drain_index_once(c: wiring.Core) -> int | None:

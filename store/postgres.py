@@ -29,6 +29,7 @@ from store.errors import DatabaseRefused, DatabaseUnavailable, StoreError
 # raise the same SQLSTATE for a write no privilege allows. (A read-only transaction is no
 # refusal: the analyst tools connect read-only on purpose.)
 _NO_PRIVILEGE = "42501"
+LOCK_CONNECT_TIMEOUT_S = 10
 
 
 def make_pool(
@@ -126,6 +127,24 @@ def statement(pool: ConnectionPool, operation: str = "query") -> Iterator[psycop
             yield conn
         finally:
             conn.autocommit = False
+
+
+@contextmanager
+def held_lock(pool: ConnectionPool, key: int, operation: str) -> Iterator[bool]:
+    """Try a session advisory lock, on a connection of its own rather than the pool's; yields
+    whether it was got, and holds it until the block ends (the connection's end releases it).
+
+    For a job that holds its lock while it runs (minutes, hours): a pooled connection held
+    that long is one the flushes and reads the pool is sized for go without, and with all
+    the cluster jobs due at once they waited out the pool's timeout.
+    """
+    conninfo = pool.conninfo if isinstance(pool.conninfo, str) else pool.conninfo()
+    with (
+        translated(operation),
+        psycopg.connect(conninfo, autocommit=True, connect_timeout=LOCK_CONNECT_TIMEOUT_S) as conn,
+    ):
+        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        yield bool(got and got[0])
 
 
 class SnapshotPool(ConnectionPool):

@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
-from store.errors import DatabaseUnavailable
-from store.postgres import transaction
+from store.postgres import held_lock, transaction
 
 JOB_LOCK_NAMESPACE = 0x4A4F42  # "JOB": apart from the user locks ("MEM") and the index drain
 # Soon enough that an outage of a few minutes does not cost a 6-hour job its turn, rare
@@ -76,20 +74,10 @@ class ClusterJobs:
         self, job: str, every: timedelta, fn: Callable[[], _T], *, force: bool = False
     ) -> JobOutcome[_T]:
         """Run `fn` if this process gets the lock and the job is due (or `force`)."""
-        try:
-            with self._pool.connection() as conn:
-                conn.autocommit = True
-                key = job_lock_key(job)
-                got = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-                if not got or not got[0]:
-                    return JobOutcome(ran=False, skipped="locked")
-                try:
-                    return self._run_locked(job, every, fn, force=force)
-                finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-                    conn.autocommit = False
-        except psycopg.OperationalError as e:
-            raise DatabaseUnavailable(str(e)) from e
+        with held_lock(self._pool, job_lock_key(job), f"cluster job {job}") as got:
+            if not got:
+                return JobOutcome(ran=False, skipped="locked")
+            return self._run_locked(job, every, fn, force=force)
 
     def _run_locked(
         self, job: str, every: timedelta, fn: Callable[[], _T], *, force: bool
