@@ -124,6 +124,8 @@ class ConnectionContext:
 class TokenUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Of prompt_tokens, those served from the provider's context cache (billed lower).
+    cached_prompt_tokens: int = 0
 
     @property
     def total(self) -> int:

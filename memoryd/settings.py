@@ -166,11 +166,18 @@ class DevSettings(BaseModel):
 
 
 def default_prices() -> dict[str, ModelPrice]:
-    # USD list prices per million tokens; override in settings when they change.
+    # USD list prices per million tokens (prompts up to 200k tokens; a cached prompt token at
+    # a tenth of an input one); override in settings when they change.
     return {
-        "gemini-2.5-flash": ModelPrice(input_usd_per_mtok=0.30, output_usd_per_mtok=2.50),
-        "gemini-2.5-flash-lite": ModelPrice(input_usd_per_mtok=0.10, output_usd_per_mtok=0.40),
-        "gemini-2.5-pro": ModelPrice(input_usd_per_mtok=1.25, output_usd_per_mtok=10.0),
+        "gemini-2.5-flash": ModelPrice(
+            input_usd_per_mtok=0.30, output_usd_per_mtok=2.50, cached_input_usd_per_mtok=0.03
+        ),
+        "gemini-2.5-flash-lite": ModelPrice(
+            input_usd_per_mtok=0.10, output_usd_per_mtok=0.40, cached_input_usd_per_mtok=0.01
+        ),
+        "gemini-2.5-pro": ModelPrice(
+            input_usd_per_mtok=1.25, output_usd_per_mtok=10.0, cached_input_usd_per_mtok=0.125
+        ),
         "offline-deterministic-v2": ModelPrice(),
         INTEGER_PRODUCTS_MODEL: ModelPrice(usd_per_1k_embeddings=0.0),
         FLOAT_PRODUCTS_MODEL: ModelPrice(usd_per_1k_embeddings=0.0),

@@ -27,6 +27,8 @@ class ModelPrice:
     input_usd_per_mtok: float = 0.0
     output_usd_per_mtok: float = 0.0
     usd_per_1k_embeddings: float = 0.0
+    # Prompt tokens the provider's context cache served; unset: the input price.
+    cached_input_usd_per_mtok: float | None = None
 
 
 class PriceTable:
@@ -67,7 +69,12 @@ class PriceTable:
     def llm_cost_micro_usd(self, model: str, usage: TokenUsage) -> int:
         p = self.price(model)
         # (tokens / 1e6) * usd per Mtok * 1e6 micro-usd per usd
-        prompt = usage.prompt_tokens * _exact(p.input_usd_per_mtok)
+        cached = min(usage.cached_prompt_tokens, usage.prompt_tokens)
+        cached_price = p.input_usd_per_mtok
+        if p.cached_input_usd_per_mtok is not None:
+            cached_price = p.cached_input_usd_per_mtok
+        prompt = (usage.prompt_tokens - cached) * _exact(p.input_usd_per_mtok)
+        prompt += cached * _exact(cached_price)
         completion = usage.completion_tokens * _exact(p.output_usd_per_mtok)
         return math.ceil(prompt + completion)
 

@@ -187,9 +187,15 @@ def token_usage(response: types.GenerateContentResponse) -> TokenUsage:
     meta = response.usage_metadata
     if meta is None:
         return TokenUsage()
-    # Thinking tokens are billed as output, so they count as completion.
+    # Thinking tokens are billed as output, so they count as completion. The prompt count
+    # includes what the context cache served (Gemini 2.5 caches repeated prefixes on its own,
+    # such as the system instruction), which is billed at the cached rate.
     completion = (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0)
-    return TokenUsage(prompt_tokens=meta.prompt_token_count or 0, completion_tokens=completion)
+    return TokenUsage(
+        prompt_tokens=meta.prompt_token_count or 0,
+        completion_tokens=completion,
+        cached_prompt_tokens=meta.cached_content_token_count or 0,
+    )
 
 
 def parse_output(text: str, finish_reason: str | None = None) -> ConsolidationOutput:

@@ -85,3 +85,16 @@ def test_a_read_is_booked_once_per_turn_with_deterministic_ids() -> None:
     ]
     assert entries(uuid.UUID(int=1)) == first  # the same turn, the same entries
     assert {e[0] for e in entries(uuid.UUID(int=2))}.isdisjoint({e[0] for e in first})
+
+
+def test_prompt_tokens_the_context_cache_served_are_priced_at_the_cached_rate() -> None:
+    cached = PriceTable(
+        {"m": ModelPrice(input_usd_per_mtok=0.30, output_usd_per_mtok=2.50,
+                         cached_input_usd_per_mtok=0.03)}
+    )  # fmt: skip
+    usage = TokenUsage(prompt_tokens=1_000_000, completion_tokens=0, cached_prompt_tokens=600_000)
+    # 400k fresh at $0.30/M and 600k cached at $0.03/M: $0.12 + $0.018.
+    assert cached.llm_cost_micro_usd("m", usage) == 138_000
+    # Without a cached rate, a cached token costs what an input one does.
+    plain = PriceTable({"m": ModelPrice(input_usd_per_mtok=0.30)})
+    assert plain.llm_cost_micro_usd("m", usage) == 300_000

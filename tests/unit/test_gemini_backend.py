@@ -109,6 +109,17 @@ def test_good_response_is_validated_with_usage(
     assert (backend.name, backend.prompt_version) == ("gemini", PROMPT_VERSION)
 
 
+def test_what_the_context_cache_served_is_counted_apart(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    reply = FakeReply.json(GOOD, prompt_tokens=1200, completion_tokens=30)
+    reply.body["usageMetadata"]["cachedContentTokenCount"] = 1024
+    fake_gemini.reply(reply)
+    usage = backend.consolidate(consolidation_request()).usage
+    assert usage == TokenUsage(prompt_tokens=1200, completion_tokens=30, cached_prompt_tokens=1024)
+
+
 def test_request_is_deterministic_json_with_schema(
     fake_gemini: FakeGemini,  # noqa: F811
     client: genai.Client,
