@@ -94,9 +94,31 @@ class FactIndexer:
 
         marked = self.store.mark_indexed(facts, now, ledger_for)
         if len(marked) < len(facts):
-            self._drop_erased(facts)
+            done = {f.fact_id for f in marked}
+            unmarked = [f for f in facts if f.fact_id not in done]
+            embedded += self._rewrite_overtaken(unmarked)
+            self._drop_erased(unmarked)
         self.observer.indexed(embedded, sum(e.cost_micro_usd for e in booked))
         return len(marked)
+
+    def _rewrite_overtaken(self, facts: Sequence[Fact]) -> int:
+        """Put back the current versions of facts this indexer may have written over.
+
+        A version read before a newer one was written can reach the index after the newer
+        one did, and the newer one's mark (made or to come) would then vouch for the older
+        text. The store hands back the rows not indexed at the version written here, locked
+        so that no new version and no mark comes between, and they are written again.
+        """
+        embedded = 0
+
+        def write(current: Sequence[Fact]) -> None:
+            nonlocal embedded
+            embedded = self.index.upsert(current)
+
+        rewritten = self.store.rewrite_overtaken(facts, write)
+        if rewritten:
+            log.info("wrote %d overtaken fact version(s) again", len(rewritten))
+        return embedded
 
     def _drop_erased(self, facts: Sequence[Fact]) -> None:
         """Take back the vectors of facts erased while they were being indexed.

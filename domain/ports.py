@@ -250,6 +250,15 @@ class IndexOutbox(Protocol):
         atomically; returns the facts marked (a version is marked, and booked, once)."""
         ...
 
+    def rewrite_overtaken(
+        self, written: Sequence[Fact], write: Callable[[Sequence[Fact]], object]
+    ) -> list[Fact]:
+        """Hand `write` the current rows of those of these facts (versions an indexer wrote
+        to the index but did not mark) that are not indexed at the version written, with no
+        new version written or marked meanwhile; returns those rows. Books nothing: the
+        version the index gets back is booked by whoever marks it."""
+        ...
+
 
 @dataclass(frozen=True)
 class StoredFact:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -197,6 +197,23 @@ class InMemoryMemoryStore:
                     marked.append(fact)
             self._insert_ledger(ledger_for(marked))
         return marked
+
+    def rewrite_overtaken(
+        self, written: Sequence[Fact], write: Callable[[Sequence[Fact]], object]
+    ) -> list[Fact]:
+        with self._db.lock:
+            overtaken = [
+                stored
+                for fact in written
+                if (stored := self._db.facts.get(fact.fact_id)) is not None
+                and (
+                    stored.indexed_at is None
+                    or (stored.version, stored.updated_at) != (fact.version, fact.updated_at)
+                )
+            ]
+            if overtaken:
+                write(overtaken)
+        return overtaken
 
     # -- statements -----------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -34,6 +34,7 @@ from store import fact_rows
 from store.candidate_ranking import CONSOLIDATION_STATUS_VALUES, COUNT_CONSOLIDATION_FACTS
 from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
 from store.postgres import memory_params, statement, transaction, translated
+from store.write import index_marks
 from store.write.locks import memory_lock_key
 from store.write.run_rows import append_connections, insert_ledger, insert_run
 
@@ -318,24 +319,12 @@ class PostgresMemoryStore:
         ones marked here: however many indexers race, a fact version is booked once.
         Returns the facts marked.
         """
-        params = [(at, f.fact_id, f.version, f.updated_at) for f in facts]
-        if not params:
-            return []
-        with transaction(self._pool) as conn, conn.cursor() as cur:
-            cur.executemany(
-                "UPDATE memory_facts SET indexed_at = %s WHERE fact_id = %s AND version = %s"
-                " AND updated_at = %s AND indexed_at IS NULL RETURNING fact_id",
-                params,
-                returning=True,
-            )
-            marked_ids: set[uuid.UUID] = set()
-            while True:
-                marked_ids.update(row[0] for row in cur.fetchall())
-                if not cur.nextset():
-                    break
-            marked = [f for f in facts if f.fact_id in marked_ids]
-            insert_ledger(conn, ledger_for(marked))
-        return marked
+        return index_marks.mark_indexed(self._pool, facts, at, ledger_for)
+
+    def rewrite_overtaken(
+        self, written: Sequence[Fact], write: Callable[[Sequence[Fact]], object]
+    ) -> list[Fact]:
+        return index_marks.rewrite_overtaken(self._pool, written, write)
 
     def set_credit(self, key: MemoryKey, credit_micro_usd: int) -> None:
         with transaction(self._pool) as conn:

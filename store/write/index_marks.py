@@ -1,0 +1,82 @@
+"""The index outbox's writes: marking fact versions indexed, and catching up on overtaken ones.
+
+An indexer writes the versions it read to the vector index, then marks them. Chroma keeps
+whichever upsert came last, so an indexer that read a version before a newer one was written
+can write its older text over the newer one another indexer already wrote (and may yet
+mark). Its mark then matches nothing; `rewrite_overtaken` writes such facts' current rows
+again while no one can write or mark them, so the index ends up holding what Postgres says.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from psycopg_pool import ConnectionPool
+
+from domain.model import Fact
+from domain.ports import Pricing
+from store import fact_rows
+from store.postgres import transaction
+from store.write.run_rows import insert_ledger
+
+
+def mark_indexed(
+    pool: ConnectionPool, facts: Sequence[Fact], at: datetime, ledger_for: Pricing
+) -> list[Fact]:
+    params = [(at, f.fact_id, f.version, f.updated_at) for f in facts]
+    if not params:
+        return []
+    with transaction(pool) as conn, conn.cursor() as cur:
+        cur.executemany(
+            "UPDATE memory_facts SET indexed_at = %s WHERE fact_id = %s AND version = %s"
+            " AND updated_at = %s AND indexed_at IS NULL RETURNING fact_id",
+            params,
+            returning=True,
+        )
+        marked_ids: set[uuid.UUID] = set()
+        while True:
+            marked_ids.update(row[0] for row in cur.fetchall())
+            if not cur.nextset():
+                break
+        marked = [f for f in facts if f.fact_id in marked_ids]
+        insert_ledger(conn, ledger_for(marked))
+    return marked
+
+
+def rewrite_overtaken(
+    pool: ConnectionPool, written: Sequence[Fact], write: Callable[[Sequence[Fact]], object]
+) -> list[Fact]:
+    if not written:
+        return []
+    ids = sorted({f.fact_id for f in written})
+    with transaction(pool, "rewriting overtaken facts") as conn:
+        # Waited for, not skipped: a row held by another indexer's mark is the very race
+        # being caught up on.
+        conn.execute(
+            "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)"
+            " ORDER BY fact_id FOR NO KEY UPDATE",
+            (ids,),
+        )
+        rows = conn.execute(
+            f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} f"
+            " WHERE f.fact_id = ANY(%s) ORDER BY f.fact_id",
+            (ids,),
+        ).fetchall()
+        ours = {f.fact_id: (f.version, f.updated_at) for f in written}
+        overtaken = [
+            f
+            for f in map(fact_rows.from_row, rows)
+            if f.indexed_at is None or (f.version, f.updated_at) != ours[f.fact_id]
+        ]
+        if not overtaken:
+            return []
+        write(overtaken)
+        # Written again, unchanged: the trigger stamps the rows with this transaction, so a
+        # memory's cached entries read them (and their vectors) again at its next version.
+        conn.execute(
+            "UPDATE memory_facts SET indexed_at = indexed_at WHERE fact_id = ANY(%s)",
+            ([f.fact_id for f in overtaken],),
+        )
+    return overtaken
