@@ -8,6 +8,7 @@ the same names, so the live row and the folded fact cannot drift apart.
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -72,3 +73,9 @@ def merge_fact(stored: Fact | None, after: Fact) -> Fact:
 
 def _real(value: float) -> float:
     return float(str(np.float32(value)))
+
+
+def written_as(fact: Fact) -> tuple[int, datetime, str]:
+    """What tells apart two texts of a fact the vector index may hold: its version and time,
+    and its content, which an erasure of a fact it quotes redacts keeping both."""
+    return fact.version, fact.updated_at, fact.content

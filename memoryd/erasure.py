@@ -29,6 +29,7 @@ from datetime import datetime
 from consumers.errors import ConsumerError
 from domain.erasure import ErasureReceipt, ErasureScope, ErasureStatus, TombstoneAt
 from domain.ids import MemoryKey, SubjectHasher, erasure_id_for
+from domain.model import FactStatus
 from domain.ports import VectorIndex
 from producers.contract import MemoryTombstone
 from producers.errors import PublishError
@@ -38,6 +39,9 @@ from store.write.erasure_log import ErasureRecord, PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore
 
 log = logging.getLogger(__name__)
+
+# What `erase_fact` (migration 0014) writes in place of the erased text in the facts quoting it.
+REDACTION = "[erased]"
 
 
 class ErasureIncomplete(StoreError):
@@ -177,8 +181,25 @@ class Eraser:
             self.index.delete([fact_id])
             if self.index.embeddings([fact_id]):
                 raise ErasureIncomplete(f"erasure {record.erasure_id}: the fact's vector is left")
+            self._rewrite_redacted(key)
         self.on_erased(key)
         return self.erasures.complete(record.erasure_id)
+
+    def _rewrite_redacted(self, key: MemoryKey) -> None:
+        """Give the index the redacted text of the facts that quoted the erased one.
+
+        Postgres redacts them and leaves them pending; until an indexer got to them, and the
+        drain leaves an out-of-credit memory's facts pending, the index held the erased text
+        under their ids. They are written under their row locks and left pending, unbooked:
+        the indexer marks them as ever, and one that read them before the redaction writes
+        them again when its mark misses.
+        """
+        redacted = [
+            f
+            for f in self.memory.facts(key, tuple(FactStatus))
+            if f.indexed_at is None and REDACTION in f.content
+        ]
+        self.memory.rewrite_overtaken(redacted, self.index.upsert)
 
     # -- resuming -------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from domain.model import (
     RunStatus,
 )
 from domain.ports import Pricing
-from domain.upsert import merge_fact
+from domain.upsert import merge_fact, written_as
 from store.candidate_ranking import CONSOLIDATION_STATUSES
 from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
 from store.inmemory.database import InMemoryDatabase
@@ -191,7 +191,7 @@ class InMemoryMemoryStore:
                 if (
                     stored is not None
                     and stored.indexed_at is None
-                    and (stored.version, stored.updated_at) == (fact.version, fact.updated_at)
+                    and written_as(stored) == written_as(fact)
                 ):
                     self._db.facts[fact.fact_id] = replace(stored, indexed_at=at)
                     marked.append(fact)
@@ -206,10 +206,7 @@ class InMemoryMemoryStore:
                 stored
                 for fact in written
                 if (stored := self._db.facts.get(fact.fact_id)) is not None
-                and (
-                    stored.indexed_at is None
-                    or (stored.version, stored.updated_at) != (fact.version, fact.updated_at)
-                )
+                and (stored.indexed_at is None or written_as(stored) != written_as(fact))
             ]
             if overtaken:
                 write(overtaken)

@@ -17,6 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from domain.model import Fact
 from domain.ports import Pricing
+from domain.upsert import written_as
 from store import fact_rows
 from store.postgres import transaction
 from store.write.run_rows import insert_ledger
@@ -25,13 +26,16 @@ from store.write.run_rows import insert_ledger
 def mark_indexed(
     pool: ConnectionPool, facts: Sequence[Fact], at: datetime, ledger_for: Pricing
 ) -> list[Fact]:
-    params = [(at, f.fact_id, f.version, f.updated_at) for f in facts]
+    # The content too: an erasure redacts the facts quoting the erased one in place, keeping
+    # their version and time (the fold of the runs gives both), and the text an indexer read
+    # before that must not be vouched for.
+    params = [(at, f.fact_id, f.version, f.updated_at, f.content) for f in facts]
     if not params:
         return []
     with transaction(pool) as conn, conn.cursor() as cur:
         cur.executemany(
             "UPDATE memory_facts SET indexed_at = %s WHERE fact_id = %s AND version = %s"
-            " AND updated_at = %s AND indexed_at IS NULL RETURNING fact_id",
+            " AND updated_at = %s AND content = %s AND indexed_at IS NULL RETURNING fact_id",
             params,
             returning=True,
         )
@@ -64,11 +68,11 @@ def rewrite_overtaken(
             " WHERE f.fact_id = ANY(%s) ORDER BY f.fact_id",
             (ids,),
         ).fetchall()
-        ours = {f.fact_id: (f.version, f.updated_at) for f in written}
+        ours = {f.fact_id: written_as(f) for f in written}
         overtaken = [
             f
             for f in map(fact_rows.from_row, rows)
-            if f.indexed_at is None or (f.version, f.updated_at) != ours[f.fact_id]
+            if f.indexed_at is None or written_as(f) != ours[f.fact_id]
         ]
         if not overtaken:
             return []

@@ -38,3 +38,14 @@ def test_only_facts_not_indexed_at_the_version_written_are_handed_back(stores: S
     assert written == [handed]
     assert stores.memory.rewrite_overtaken([current], written.append) == []
     assert len(written) == 1
+
+
+def test_a_text_redacted_in_place_is_neither_marked_nor_taken_as_indexed(stores: Stores) -> None:
+    seed(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin")])
+    (stored,) = stores.memory.pending_index()
+    unredacted = replace(stored, content="Ada lives in Berlin with Bramble")  # same version
+    assert stores.memory.mark_indexed([unredacted], LATER, lambda marked: []) == []
+    assert stores.memory.mark_indexed([stored], LATER, lambda marked: []) == [stored]
+    written: list[Sequence[Fact]] = []
+    (handed,) = stores.memory.rewrite_overtaken([unredacted], written.append)
+    assert handed.content == "Ada lives in Berlin"
