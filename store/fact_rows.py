@@ -219,6 +219,15 @@ def write_changes(
     if not ordered:
         return
     with conn.cursor() as cur:
+        # The rows already stored are locked first, in id order, as the indexer's marks lock
+        # them: the upserts' own order (new facts first) would let two transactions over the
+        # same rows deadlock, and an aborted run pays for its model call again. In a
+        # pipeline, nothing waits for the answer.
+        conn.execute(
+            "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)"
+            " ORDER BY fact_id FOR NO KEY UPDATE",
+            (sorted({c.after.fact_id for c in ordered}),),
+        )
         cur.executemany(
             _UPSERT + " RETURNING fact_id",
             [_params(c.after, run_id) for c in ordered],

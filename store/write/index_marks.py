@@ -29,7 +29,10 @@ def mark_indexed(
     # The content too: an erasure redacts the facts quoting the erased one in place, keeping
     # their version and time (the fold of the runs gives both), and the text an indexer read
     # before that must not be vouched for.
-    params = [(at, f.fact_id, f.version, f.updated_at, f.content) for f in facts]
+    # In id order, as a run's upsert locks them (`fact_rows.write_changes`): two
+    # transactions over the same rows in different orders can deadlock, and an aborted
+    # run pays for its model call again.
+    params = [(at, f.fact_id, f.version, f.updated_at, f.content) for f in sorted(facts, key=_id)]
     if not params:
         return []
     with transaction(pool) as conn, conn.cursor() as cur:
@@ -57,7 +60,7 @@ def rewrite_overtaken(
     ids = sorted({f.fact_id for f in written})
     with transaction(pool, "rewriting overtaken facts") as conn:
         # Waited for, not skipped: a row held by another indexer's mark is the very race
-        # being caught up on.
+        # being caught up on. In id order, as every writer of many fact rows takes them.
         conn.execute(
             "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)"
             " ORDER BY fact_id FOR NO KEY UPDATE",
@@ -84,3 +87,7 @@ def rewrite_overtaken(
             ([f.fact_id for f in overtaken],),
         )
     return overtaken
+
+
+def _id(fact: Fact) -> uuid.UUID:
+    return fact.fact_id
