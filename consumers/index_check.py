@@ -8,7 +8,8 @@ text, in clear). Two passes:
 
 1. every fact marked indexed, in id order, against what the index holds under its id: an
    absent or differing one is written again from its current row (`IndexedFacts.repair`);
-2. every id the index holds, page by page, against the rows: one no row holds is deleted.
+2. every id the index holds, page by page, against the rows: one no row holds, still none
+   once the walk is over, is deleted.
 
 A fact or vector written or removed while a pass runs may be counted on the wrong side or
 missed; running the check again settles it. Ids that are not fact ids (not a UUID) are
@@ -76,6 +77,7 @@ class IndexChecker:
         """Both passes; with `repair` false nothing is written, only counted."""
         indexed, absent, differing, repaired = self._check_facts(repair)
         held, orphans, foreign = self._check_vectors()
+        orphans = self._still_orphans(orphans)
         if repair and orphans:
             self._index.delete(orphans)
             log.warning("deleted %d vector(s) of facts no row holds", len(orphans))
@@ -136,6 +138,16 @@ class IndexChecker:
             # once more (3.4 s at 1,000,000 vectors) to learn that nothing follows.
             if len(ids) < self._id_page:
                 return held, orphans, foreign
+
+    def _still_orphans(self, orphans: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        """Those still of no row once the walk is over. A page's orphans were found before the
+        rest of the walk, which can take minutes: an erased fact written again meanwhile (its
+        id is a digest of its memory and content) has its row back, and its vector, which the
+        indexer has written since, is its own again."""
+        left: list[uuid.UUID] = []
+        for start in range(0, len(orphans), self._id_page):
+            left += self._facts.missing_facts(orphans[start : start + self._id_page])
+        return left
 
 
 def _same(fact: Fact, stored: StoredFact) -> bool:

@@ -173,3 +173,32 @@ def test_a_metadata_key_this_version_does_not_write_is_no_difference() -> None:
     index.upsert([replace(facts[0], salience=0.25)])  # a field this version writes differs
     result = IndexChecker(InMemoryIndexedFacts(db), index).check(repair=False)
     assert result == IndexCheck(indexed=8, differing=1, held=8)
+
+
+class WrittenAgainDuringTheWalk(InMemoryVectorIndex):
+    """An index whose listing of a later page comes after a fact had its row written again."""
+
+    def __init__(self, db: InMemoryDatabase, fact: Fact) -> None:
+        super().__init__(BagOfWordsEmbedder())
+        self._db, self._fact = db, fact
+
+    def ids_page(self, offset: int, limit: int) -> list[str]:
+        if offset > 0:
+            indexed(self._db, self, [self._fact])
+        return super().ids_page(offset, limit)
+
+
+def test_a_vector_whose_row_came_back_during_the_walk_is_not_deleted() -> None:
+    db = InMemoryDatabase()
+    facts = facts_of_two_organizations()
+    again = facts[0]
+    index = WrittenAgainDuringTheWalk(db, again)
+    indexed(db, index, facts)
+    del db.facts[again.fact_id]  # erased, its vector left behind; written again later
+    assert index.ids_page(0, 1)[0] == str(again.fact_id)  # on the walk's first page
+
+    result = IndexChecker(InMemoryIndexedFacts(db), index, page=4, id_page=3).check(repair=True)
+
+    # Pass 1 ran before the row was back; pass 2 saw the vector as an orphan, at first.
+    assert result == IndexCheck(indexed=7, held=8)
+    assert str(again.fact_id) in held(index)
