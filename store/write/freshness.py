@@ -5,6 +5,9 @@ deferred run lists it (it is then parked on the dead-letter topic for `memoryd r
 counted apart: it waits for an operator, not for the pipeline). Both are permanent, so
 everything below the first still-pending event is settled for good, and the probe remembers
 that point as a watermark instead of scanning the whole log on every measurement.
+
+A discarded run parks nothing: its answer was not applied (a bisection's probe, a run
+planned on a version another run changed first) and its events go on to another run.
 """
 
 from __future__ import annotations
@@ -19,15 +22,18 @@ from store.postgres import transaction
 # the watermark never passes rows younger than this, so a late commit is never skipped.
 SETTLE_S = 60
 
+# The runs whose events are parked on the dead-letter topic.
+_PARKING = "r.status IN ('failed', 'deferred')"
+
 # A logged event e still waiting for the pipeline: not consolidated, not parked by a failed run.
-_WAITING = """
+_WAITING = f"""
   AND NOT EXISTS (
       SELECT 1 FROM consolidated_events c
       WHERE (c.organization_id, c.user_id, c.event_id) = (e.organization_id, e.user_id, e.event_id))
   AND NOT EXISTS (
       SELECT 1 FROM consolidation_runs r
       WHERE (r.organization_id, r.user_id) = (e.organization_id, e.user_id)
-        AND r.status <> 'succeeded' AND r.input_event_ids @> ARRAY[e.event_id])
+        AND {_PARKING} AND r.input_event_ids @> ARRAY[e.event_id])
 """
 
 _FIRST_PENDING = f"""
@@ -48,11 +54,11 @@ SELECT coalesce(max(seq), %(after)s) FROM context_events
 WHERE seq > %(after)s AND recorded_at < now() - make_interval(secs => %(settle)s)
 """
 
-_PARKED = """
+_PARKED = f"""
 SELECT count(*) FROM (
     SELECT DISTINCT r.organization_id, r.user_id, id
     FROM consolidation_runs r, unnest(r.input_event_ids) AS id
-    WHERE r.status <> 'succeeded'
+    WHERE {_PARKING}
       AND EXISTS (
           SELECT 1 FROM context_events e
           WHERE (e.organization_id, e.user_id, e.event_id) = (r.organization_id, r.user_id, id))
