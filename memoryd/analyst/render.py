@@ -7,7 +7,7 @@ import difflib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from consumers.replay import ShadowResult
@@ -109,7 +109,13 @@ def render_memory(memory: FoldedMemory, at: datetime) -> str:
 
 
 def _side(left: Any, right: Any) -> dict[str, Any]:
-    return {"live": left, "shadow": right}
+    return {"live": _plain(left), "shadow": _plain(right)}
+
+
+def _plain(value: Any) -> Any:
+    """A compared value as JSON has it: a fact's times (updated_at, observed_at, event_date)
+    differ as datetimes and dates, which json.dumps refuses."""
+    return value.isoformat() if isinstance(value, date | datetime) else value
 
 
 def diff_json(diff: MemoryDiff) -> dict[str, Any]:
