@@ -140,10 +140,15 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     if args.max_batch is None:
         args.max_batch = settings.processor.max_batch
     key = memory_key(args)
-    with analyst_core(_shadow_settings(settings, args)) as (c, run_log):
-        events = [e.event for e in c.events.user_events(key)]
+    with analyst_core(_shadow_settings(settings, args)) as (c, _):
+        # The log, the runs and live memory as of one moment, read before the shadow's calls:
+        # read after them (minutes with a model), runs committed meanwhile were differences.
+        with memory_snapshot(c) as (at, run_log):
+            events = [e.event for e in at.events.user_events(key)]
+            runs = run_log.runs(key) if args.batching == "live" else []
+            live = live_memory(at, run_log, key)
         if args.batching == "live":
-            batches = batches_like_live(events, run_log.runs(key), args.max_batch)
+            batches = batches_like_live(events, runs, args.max_batch)
         else:
             batches = batches_by_size(events, args.max_batch)
         backend, consolidator = wiring.consolidation(c)
@@ -155,7 +160,6 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
             embedder=c.embedder,
             policy=c.settings.processor.candidates,
         )
-        live = live_memory(c, run_log, key)
     diff = diff_memory(live, shadow.memory)
     identity = {
         "backend": backend.name,
