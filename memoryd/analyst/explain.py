@@ -20,13 +20,19 @@ from store.write.run_log import FactHistoryEntry
 
 
 def _gate_verdicts(run: LoggedRun, fact: Fact) -> list[dict[str, Any]]:
-    """The gate decisions of a run about this fact: by id, or by its content when discarded."""
+    """The gate decisions of a run about this fact: by id, or by its content when discarded
+    (a discard names no fact). A decision naming another fact is that one's, whatever its
+    wording: the same text in another connection's scope is another fact."""
     decisions = (run.run.output or {}).get("gate_decisions") or []
     fid = str(fact.fact_id)
     return [
         dict(d)
         for d in decisions
-        if isinstance(d, Mapping) and (d.get("fact_id") == fid or d.get("content") == fact.content)
+        if isinstance(d, Mapping)
+        and (
+            d.get("fact_id") == fid
+            or (d.get("fact_id") is None and d.get("content") == fact.content)
+        )
     ]
 
 
