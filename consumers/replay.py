@@ -20,7 +20,7 @@ from domain.ids import MemoryKey, run_id_for
 from domain.model import Fact, LoggedRun, RunRecord, RunStatus
 from domain.ports import Embedder
 from domain.retry import Backoff
-from processors.candidates import CandidatePolicy, select_candidates
+from processors.candidates import CandidatePolicy, retraction_targets, select_candidates
 from processors.consolidate import Consolidator
 from processors.errors import BackendError, TransientBackendError
 from processors.fold import FoldedMemory, fold_run
@@ -125,8 +125,14 @@ def shown_facts(
     them; a batch of a live run sees the very facts that run saw."""
     image = memory.facts_in(REQUEST_STATUSES)
     if batch.shown is not None:
+        # A run records what its backend was shown, which leaves out the facts its batch
+        # retracts; the request carried them (as `select_candidates` adds them), and the
+        # retraction is applied to them.
         by_id = {f.fact_id: f for f in image}
-        return tuple(by_id[i] for i in batch.shown if i in by_id), len(image)
+        shown = [i for i in batch.shown if i in by_id]
+        named = {i for i in retraction_targets(batch.events) if i in by_id} - set(shown)
+        retracted = sorted(named, key=str)
+        return tuple(by_id[i] for i in [*shown, *retracted]), len(image)
     search = InMemoryFactSearch.over(image, embedder)
     chosen = select_candidates(memory.state().key, batch.events, search, policy)
     return chosen.facts, chosen.known

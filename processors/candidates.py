@@ -100,7 +100,7 @@ def select_candidates(
     chosen += _within_budget(
         _rounds(related.ranked), policy.max_tokens, {f.fact_id for f in chosen}
     )
-    named = _retraction_targets(events)
+    named = retraction_targets(events)
     shown = {f.fact_id for f in chosen}
     retracted = search.by_ids(key, [i for i in named if i not in shown])
     facts = (*chosen, *sorted(retracted, key=lambda f: str(f.fact_id)))
@@ -132,7 +132,9 @@ def _within_budget(
     return chosen
 
 
-def _retraction_targets(events: Sequence[ContextEvent]) -> list[uuid.UUID]:
+def retraction_targets(events: Sequence[ContextEvent]) -> list[uuid.UUID]:
+    """The facts a batch's retractions name, in the batch's order: a request carries them
+    whether or not the search found them, so the retraction can be applied."""
     return [
         e.retraction().fact_id
         for e in in_request_order(events)

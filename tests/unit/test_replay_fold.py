@@ -34,7 +34,8 @@ from processors.errors import BackendError, TransientBackendError
 from processors.fold import FoldedMemory, FoldError, fold_runs, runs_until
 from processors.gate import WriteGate
 from processors.offline import OfflineBackend
-from producers.contract import ContextEvent, EventType
+from processors.retraction import RetractingConsolidator, RetractionAwareBackend
+from producers.contract import ContextEvent, EventType, FactRetraction
 from tests.support.builders import key_of, make_event, make_fact, make_run
 from tests.support.fakes import BagOfWordsEmbedder, FlakyBackend
 
@@ -388,6 +389,31 @@ def test_a_batch_of_a_live_run_is_shown_the_facts_that_run_recorded() -> None:
     # Shown nothing, the correction could only add: as the live run that recorded it did.
     assert statuses(as_recorded) == [FactStatus.ACTIVE, FactStatus.ACTIVE]
     assert (as_recorded.runs[1].output or {})["candidates"] == {"shown": [], "known": 1}
+
+
+def test_a_live_run_s_retraction_is_replayed_though_its_record_leaves_the_target_out() -> None:
+    # A run records what its backend was shown: never the facts its retractions take back.
+    # Replayed on those alone, the retraction found no target and the fact stayed active.
+    embedder = BagOfWordsEmbedder()
+    backend = RetractionAwareBackend(OfflineBackend(embedder))
+    planner = RetractingConsolidator(WriteGate(embedder), PriceTable({}))
+    told = make_event(USER, "I work in engineering at Initech", minutes=0)
+    made = shadow_consolidate(
+        key_of(USER), [ShadowBatch((told,), told.occurred_at)], backend, planner, embedder=embedder
+    )
+    (fact,) = made.memory.facts.values()
+    taken_back = make_event(
+        USER, FactRetraction(fact_id=fact.fact_id).model_dump_json(), EventType.FACT_RETRACTION,
+        minutes=1,
+    )  # fmt: skip
+    live = [
+        ShadowBatch((told,), told.occurred_at, shown=()),
+        ShadowBatch((taken_back,), taken_back.occurred_at, shown=()),
+    ]
+    replayed = shadow_consolidate(key_of(USER), live, backend, planner, embedder=embedder)
+    (after,) = replayed.memory.facts.values()
+    assert after.fact_id == fact.fact_id
+    assert after.status is FactStatus.ARCHIVED  # deleted by the user
 
 
 def test_shadow_retries_transient_errors_and_skips_batches_the_backend_cannot_do() -> None:
