@@ -85,6 +85,9 @@ class LlmSettings(BaseModel):
     base_url: str | None = None
     timeout_ms: int = Field(default=60_000, ge=100)
     max_output_tokens: int = 8_192
+    # Of max_output_tokens, at most this many for the model's thinking (Gemini 2.5); None
+    # leaves it to the model (one that takes no thinking budget).
+    thinking_budget: int | None = Field(default=2_048, ge=0)
 
 
 class MetricsSettings(BaseModel):

@@ -191,7 +191,7 @@ def backend(c: Core) -> ConsolidationBackend:
     if llm.api_key is None:
         raise ValueError("llm.backend=gemini needs MEMORYD_LLM__API_KEY")
     client = make_gemini_client(llm.api_key.get_secret_value(), llm.base_url, llm.timeout_ms)
-    return GeminiBackend(client, model=llm.model, max_output_tokens=llm.max_output_tokens)
+    return GeminiBackend(client, llm.model, llm.max_output_tokens, llm.thinking_budget)
 
 
 def indexer(c: Core) -> FactIndexer:

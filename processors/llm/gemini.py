@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gemini-2.5-flash"
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
+DEFAULT_THINKING_BUDGET = 2_048
 API_VERSION = "v1beta"
 
 # HTTP statuses that say "try again later" even though they are 4xx.
@@ -82,11 +83,17 @@ class GeminiBackend:
         client: genai.Client,
         model: str = DEFAULT_MODEL,
         max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        thinking_budget: int | None = DEFAULT_THINKING_BUDGET,
     ) -> None:
         self._client = client
         self.model = model
         self.prompt_version = PROMPT_VERSION
         self._max_output_tokens = max_output_tokens
+        # A 2.5 model's thinking counts against max_output_tokens, and left to itself it may
+        # think the answer's room away: no text, MAX_TOKENS, and the batch bisected at the
+        # price of more calls. None: the model's own default (for models that take none).
+        budget = thinking_budget
+        self._thinking = None if budget is None else types.ThinkingConfig(thinking_budget=budget)
         self._schema = output_json_schema()
 
     def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
@@ -104,6 +111,7 @@ class GeminiBackend:
             # bound nothing, a call no time, and a hop failing would lose the earlier hops'
             # usage. A cut answer is unusable like a truncated one (the batch is bisected).
             automatic_continuation=False,
+            thinking_config=self._thinking,
         )
         response = self._generate(prompt.user_content, config)
         usage = token_usage(response)

@@ -109,6 +109,20 @@ def test_good_response_is_validated_with_usage(
     assert (backend.name, backend.prompt_version) == ("gemini", PROMPT_VERSION)
 
 
+def test_the_model_s_thinking_is_given_a_budget_inside_the_output_cap(
+    fake_gemini: FakeGemini,  # noqa: F811
+    client: genai.Client,
+) -> None:
+    fake_gemini.reply(FakeReply.json(GOOD), FakeReply.json(GOOD))
+    GeminiBackend(client).consolidate(consolidation_request())
+    GeminiBackend(client, thinking_budget=None).consolidate(consolidation_request())
+    budgeted, unset = (r.generation_config for r in fake_gemini.requests)
+    # The SDK passes the config's field through as named (proto JSON reads either casing).
+    assert budgeted["thinkingConfig"] in ({"thinkingBudget": 2048}, {"thinking_budget": 2048})
+    assert budgeted["maxOutputTokens"] == 8192
+    assert "thinkingConfig" not in unset
+
+
 def test_what_the_context_cache_served_is_counted_apart(
     fake_gemini: FakeGemini,  # noqa: F811
     backend: GeminiBackend,
