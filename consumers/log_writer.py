@@ -127,7 +127,6 @@ class LogWriter:
                     good.append((decoded, KafkaCoordinates(tp.topic, tp.partition, record.offset)))
             positions[tp] = records[-1].offset + 1
         count = sum(len(r) for r in batches.values())
-        self._metrics.records.labels(CONSUMER_NAME).inc(count)
         try:
             appended = self._log.append(good)
             if bad:  # their transaction commits the offsets
@@ -137,6 +136,8 @@ class LogWriter:
             for ktp, offset in first.items():
                 self._consumer.seek(ktp, offset)
             raise
+        # Counted once handled: a batch rewound by an outage is polled again, maybe many times.
+        self._metrics.records.labels(CONSUMER_NAME).inc(count)
         self._metrics.events_logged.inc(appended.inserted)
         self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(appended.forgotten)
         self._metrics.events_duplicate.labels(CONSUMER_NAME).inc(

@@ -145,6 +145,20 @@ def test_a_letter_is_not_sent_when_the_append_fails() -> None:
     assert [x.offset for x in letters.letters] == [3]
 
 
+def test_a_batch_read_again_after_an_outage_is_counted_once() -> None:
+    consumer, letters = FakeConsumer(TOPIC), ListDeadLetters()
+    letters.refuse = 2
+    events = FlakyEventLog(DatabaseUnavailable("down"), failures=3)
+    w, registry = writer(consumer, events, letters)
+    produce(consumer, 3)
+    run_until(w, lambda: consumer.committed.get(0) == 4)
+    assert (
+        sample(registry, "memoryd_outage_retries_total", consumer="log-writer", cause="database")
+        == 3
+    )
+    assert sample(registry, "memoryd_records_total", consumer="log-writer") == 4
+
+
 def test_the_dead_letter_topic_away_is_retried_and_each_letter_sent_once() -> None:
     consumer, letters = FakeConsumer(TOPIC), ListDeadLetters()
     letters.refuse = 2
