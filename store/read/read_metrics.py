@@ -15,7 +15,8 @@ from store.read.background import DROP_REASONS
 from store.read.bundle import ContextBundle
 from store.read.query_rewrite import RewriteOutcome
 
-READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# 0.3: MemorydReadPathSlow's threshold, which histogram_quantile can only tell at a bound.
+READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.3, 0.5, 1.0, 2.5)
 
 
 class ReadPathMetrics:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Histogram
 
 from memoryd.ops.catalog import COMPONENTS, component_registry
 
@@ -26,6 +26,10 @@ ALERTS = REPO_ROOT / "infra" / "prometheus" / "alerts.yml"
 PROVISIONING = REPO_ROOT / "infra" / "grafana" / "provisioning"
 # memoryd's own families, and the standard process and interpreter ones every registry has.
 METRIC = re.compile(r"\b(?:memoryd|process|python)_[a-z_]+")
+# histogram_quantile(q, ... NAME_bucket ...) > threshold
+QUANTILE_ALERT = re.compile(
+    r"histogram_quantile\(.*?\b(memoryd_[a-z_]+_bucket)\b.*\)\s*>\s*([0-9.]+)", re.DOTALL
+)
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
@@ -137,3 +141,28 @@ def test_the_dashboard_provider_reads_where_compose_mounts_the_dashboards() -> N
     path = provider["providers"][0]["options"]["path"]
     assert f"./grafana/dashboards:{path}:ro" in compose
     assert "./grafana/provisioning:/etc/grafana/provisioning:ro" in compose
+
+
+def bucket_bounds() -> dict[str, set[float]]:
+    """Histogram series name (`_bucket`) → its upper bounds, over every process's registry."""
+    bounds: dict[str, set[float]] = {}
+    for component in COMPONENTS:
+        registry = component_registry(component)
+        for name, collector in registry._names_to_collectors.items():
+            if isinstance(collector, Histogram) and name.endswith("_bucket"):
+                bounds[name] = set(collector._upper_bounds)
+    return bounds
+
+
+def test_every_quantile_alert_threshold_is_a_bucket_bound() -> None:
+    # Inside a bucket histogram_quantile interpolates: with bounds 0.25 and 0.5 only, whether
+    # the p99 is above 0.3 s is guessed from how many requests took 0.25-0.5 s.
+    quantiles = [
+        (alert, m.group(1), float(m.group(2)))
+        for alert, expr in alert_expressions()
+        if (m := QUANTILE_ALERT.search(expr))
+    ]
+    assert len(quantiles) >= 3, "the scan found no quantile alerts"
+    bounds = bucket_bounds()
+    off = [(a, series, t) for a, series, t in quantiles if t not in bounds[series]]
+    assert not off, f"add these thresholds to the histograms' buckets: {off}"
