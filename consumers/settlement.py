@@ -96,11 +96,11 @@ class Settlement:
         self._reject(batch, result.split_rejection(len(batch.items)))
 
     def _retry_or_give_up(self, batch: Batch, error: TransientBackendError) -> None:
-        self._metrics.backend_retries.labels(self._flusher.backend_name).inc()
         if batch.attempt + 1 >= self._settings.max_attempts:
             reason = f"gave up after {batch.attempt + 1} attempts: {error}"
             self._reject(batch, Rejection.of_backend(reason, error))
         else:
+            self._metrics.backend_retries.labels(self._flusher.backend_name).inc()
             self._retry_later(batch, str(error))
 
     def _retry_later(self, batch: Batch, reason: str) -> None:

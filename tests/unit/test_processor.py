@@ -118,6 +118,27 @@ def test_a_batch_that_keeps_failing_is_dead_lettered_with_its_failed_run() -> No
     assert m.memory.load_state(key_of("ada")).version == 0
 
 
+def test_only_the_tries_after_a_transient_failure_count_as_backend_retries() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    backend = FlakyBackend([TransientBackendError("503")] * 10)
+    registry = CollectorRegistry()
+    settings = FAST.model_copy(update={"max_attempts": 3})
+    processor = MemoryProcessor(
+        consumer,
+        TOPIC,
+        m.flusher(backend, settings.budget_policy),
+        letters,
+        PipelineMetrics(registry),
+        settings,
+    )
+    publish(consumer, 0, make_event("ada", "I live in Lisbon"))
+    step_until(started(processor), lambda: consumer.committed.get(0) == 1)
+    processor.shutdown()
+    assert backend.calls == 3
+    retries = {"backend": backend.name}
+    assert registry.get_sample_value("memoryd_backend_retries_total", retries) == 2
+
+
 def test_an_unusable_answer_is_not_retried() -> None:
     m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
     backend = FlakyBackend([BackendError("unparseable", raw_response="{oops")])
