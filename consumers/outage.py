@@ -6,6 +6,10 @@ it is retried, without a cap on the number of attempts, each wait bounded by the
 policy (`domain.retry.Backoff`). While it lasts the process is degraded: a warning per retry
 in the log, `memoryd_consumer_degraded{consumer}` at 1 and a count of retries by cause; the
 first success logs the recovery and puts the gauge back to 0. Nothing needs a restart.
+
+A flush of a memory being erased is waited out the same way and counted with cause
+`erasure`, but does not make the process degraded: no dependency is away, and an erasure
+that does not end is what `MemorydErasureStuck` watches.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from kafka.errors import KafkaError
 from consumers.errors import DeadLetterError
 from consumers.metrics import PipelineMetrics
 from domain.retry import Backoff
-from store.errors import DatabaseRefused, DatabaseUnavailable, StoreError
+from store.errors import DatabaseRefused, DatabaseUnavailable, MemoryBeingErased, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +31,15 @@ OUTAGES: tuple[type[Exception], ...] = (StoreError, DeadLetterError, KafkaError)
 DEFAULT_BACKOFF = Backoff(base_s=0.5, max_s=30.0)
 
 
+# Waiting for an erasure is routine (it takes seconds) and no dependency is away: counted,
+# but the consumer is not degraded. One that does not end is MemorydErasureStuck's.
+NOT_DEGRADING = frozenset({"erasure"})
+
+
 def cause_of(error: BaseException) -> str:
     """A low-cardinality label for what is away."""
+    if isinstance(error, MemoryBeingErased):
+        return "erasure"
     if isinstance(error, DatabaseRefused) or (
         isinstance(error, StoreError) and not isinstance(error, DatabaseUnavailable)
     ):
@@ -60,10 +71,14 @@ class Outage:
         cause = cause_of(error)
         wait = self._backoff.delay(self._failures)
         self._failures += 1
-        self._metrics.degraded.labels(self._consumer).set(1)
+        degrading = cause not in NOT_DEGRADING
+        if degrading:
+            self._metrics.degraded.labels(self._consumer).set(1)
         self._metrics.outage_retries.labels(self._consumer, cause).inc()
-        log.warning(
-            "degraded (%s): %s failed, retry %d in %.1fs: %s",
+        log.log(
+            logging.WARNING if degrading else logging.INFO,
+            "%s (%s): %s failed, retry %d in %.1fs: %s",
+            "degraded" if degrading else "waiting",
             cause,
             what,
             self._failures,

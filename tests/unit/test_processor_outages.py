@@ -59,6 +59,23 @@ def test_a_failed_run_that_cannot_be_recorded_yet_is_not_dead_lettered_without_i
     assert degraded(processor) == 0
 
 
+def test_a_flush_waiting_for_an_erasure_is_counted_as_such_and_degrades_nothing() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    m.db.erasing.add(key_of("ada"))
+    event = make_event("ada", "I live in Lisbon")
+    consumer.produce(0, event.to_bytes(), event.kafka_key)
+    processor = m.processor(consumer, FlakyBackend(), letters)
+    processor.start()
+    metrics: Any = processor._metrics
+    retries = metrics.outage_retries.labels
+    step_until(processor, lambda: retries("processor", "erasure")._value.get() >= 2)
+    assert retries("processor", "database")._value.get() == 0
+    assert degraded(processor) == 0
+    m.db.erasing.discard(key_of("ada"))
+    step_until(processor, lambda: consumer.committed.get(0) == 1)
+    processor.shutdown()
+
+
 def test_the_dead_letter_topic_away_holds_bad_records_not_the_process() -> None:
     m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
     letters.refuse = 3
