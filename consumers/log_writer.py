@@ -86,7 +86,7 @@ class LogWriter:
                 except OUTAGES as e:
                     stop.wait(self.outage.failed(e, "a batch"))
                 else:
-                    self.outage.recovered()
+                    self.outage.recovered("a batch")
         finally:
             self.close()
 

@@ -4,8 +4,9 @@ An outage is a dependency that is away for a while (Postgres, the broker, the de
 topic, a database that refuses writes until an operator acts): the work is not at fault, so
 it is retried, without a cap on the number of attempts, each wait bounded by the one retry
 policy (`domain.retry.Backoff`). While it lasts the process is degraded: a warning per retry
-in the log, `memoryd_consumer_degraded{consumer}` at 1 and a count of retries by cause; the
-first success logs the recovery and puts the gauge back to 0. Nothing needs a restart.
+in the log, `memoryd_consumer_degraded{consumer}` at 1 and a count of retries by cause. Each
+source (what failed: a poll, a flush, dead letters) recovers on its own success, which logs
+it; the gauge goes back to 0 once none is failing. Nothing needs a restart.
 
 A flush of a memory being erased is waited out the same way and counted with cause
 `erasure`, but does not make the process degraded: no dependency is away, and an erasure
@@ -15,6 +16,7 @@ that does not end is what `MemorydErasureStuck` watches.
 from __future__ import annotations
 
 import logging
+import threading
 
 from kafka.errors import KafkaError
 
@@ -52,28 +54,36 @@ def cause_of(error: BaseException) -> str:
 
 
 class Outage:
+    """One consumer's outages, kept per source: what failed (a poll, a flush, dead letters)
+    and why. A source that succeeds recovers itself only: the dead-letter topic away is not
+    over because a flush committed, and its retries do not start again at the base backoff.
+    The consumer stays degraded while any source is failing."""
+
     def __init__(
         self, consumer: str, metrics: PipelineMetrics, backoff: Backoff = DEFAULT_BACKOFF
     ) -> None:
         self._consumer = consumer
         self._metrics = metrics
         self._backoff = backoff
-        self._failures = 0
+        self._lock = threading.Lock()  # a rebalance callback may recover from the IO thread
+        self._failing: dict[tuple[str, str], int] = {}  # (what, cause) -> retries
         metrics.degraded.labels(consumer).set(0)
 
     @property
     def failures(self) -> int:
-        """Retries since the last success (0: healthy)."""
-        return self._failures
+        """Retries since each failing source last succeeded (0: healthy)."""
+        with self._lock:
+            return sum(self._failing.values())
 
     def failed(self, error: BaseException, what: str) -> float:
-        """Count a failure of `what`; returns how long to wait before trying again."""
+        """Count a failure of `what`; returns how long to wait before trying it again."""
         cause = cause_of(error)
-        wait = self._backoff.delay(self._failures)
-        self._failures += 1
+        with self._lock:
+            retries = self._failing.get((what, cause), 0)
+            self._failing[(what, cause)] = retries + 1
+            self._publish()
+        wait = self._backoff.delay(retries)
         degrading = cause not in NOT_DEGRADING
-        if degrading:
-            self._metrics.degraded.labels(self._consumer).set(1)
         self._metrics.outage_retries.labels(self._consumer, cause).inc()
         log.log(
             logging.WARNING if degrading else logging.INFO,
@@ -81,19 +91,29 @@ class Outage:
             "degraded" if degrading else "waiting",
             cause,
             what,
-            self._failures,
+            retries + 1,
             wait,
             error,
             extra={"consumer": self._consumer, "cause": cause},
         )
         return wait
 
-    def recovered(self) -> None:
-        if self._failures:
-            log.info(
-                "recovered after %d retries",
-                self._failures,
-                extra={"consumer": self._consumer},
-            )
-            self._failures = 0
-            self._metrics.degraded.labels(self._consumer).set(0)
+    def recovered(self, what: str) -> None:
+        """`what` succeeded, or nothing waits on it any more."""
+        with self._lock:
+            ended = {k: n for k, n in self._failing.items() if k[0] == what}
+            if not ended:
+                return
+            for key in ended:
+                del self._failing[key]
+            self._publish()
+        log.info(
+            "%s recovered after %d retries",
+            what,
+            sum(ended.values()),
+            extra={"consumer": self._consumer},
+        )
+
+    def _publish(self) -> None:
+        degraded = any(cause not in NOT_DEGRADING for _, cause in self._failing)
+        self._metrics.degraded.labels(self._consumer).set(1 if degraded else 0)

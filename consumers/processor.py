@@ -50,6 +50,7 @@ from domain.ids import MemoryKey
 from producers.contract import ContextEvent, MemoryTombstone
 
 log = logging.getLogger(__name__)
+POLL = "a poll"  # the outage source
 
 
 class MemoryProcessor:
@@ -120,7 +121,7 @@ class MemoryProcessor:
                 except KafkaError as e:
                     # A fetch refused (e.g. the topic's ACL revoked, a record too large): wait
                     # it out as the log writer does. Nothing past a done record was committed.
-                    stop.wait(self.outage.failed(e, "a poll"))
+                    stop.wait(self.outage.failed(e, POLL))
                     self._poll_failing = True
         finally:
             self.shutdown()
@@ -173,7 +174,7 @@ class MemoryProcessor:
         batches = self._consumer.poll(timeout_ms=self._settings.poll_timeout_ms)
         if self._poll_failing:
             self._poll_failing = False
-            self.outage.recovered()
+            self.outage.recovered(POLL)
         now = self._monotonic()
         letters: list[DeadLetter] = []
         count = 0
@@ -281,6 +282,8 @@ class MemoryProcessor:
             if batch.future is not None:
                 # Still running: its memory waits for it before a new flush starts here.
                 self._orphans[batch.key] = batch.future
+        if not self._batches:
+            self._settlement.forsaken()
         dropped = self._buffers.drop_partitions(gone)
         if not lost:
             for tp in gone:

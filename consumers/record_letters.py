@@ -24,6 +24,7 @@ from consumers.metrics import PipelineMetrics
 from consumers.outage import Outage
 
 log = logging.getLogger(__name__)
+SENDING = "dead letters"  # the outage source
 
 
 class HeldLetters:
@@ -55,6 +56,8 @@ class HeldLetters:
         """Forget the letters of partitions no longer ours: their next owner reads those
         records again."""
         self._waiting = [x for x in self._waiting if _partition(x) not in partitions]
+        if not self._waiting:
+            self._outage.recovered(SENDING)  # nothing is left to send: not failing any more
 
     def send_due(self, offsets: OffsetTracker) -> list[DeadLetter]:
         """Send the letters whose records lead their partition's open offsets, with the
@@ -76,7 +79,7 @@ class HeldLetters:
         try:
             self._sink.send(due, consumed, self._group())
         except DeadLetterError as e:
-            self._not_before = self._monotonic() + self._outage.failed(e, "dead letters")
+            self._not_before = self._monotonic() + self._outage.failed(e, SENDING)
             return []
         # By record, not by letter: a record read twice (a fetch repeated) waits twice.
         sent = {(_partition(x), x.offset) for x in due}
@@ -86,7 +89,7 @@ class HeldLetters:
             self._metrics.dead_letters.labels(self._consumer, x.stage).inc()
             log.warning("dead-lettered a record: %s", x.reason, extra=letter_fields(x))
         offsets.committed(consumed)
-        self._outage.recovered()
+        self._outage.recovered(SENDING)
         return due
 
 

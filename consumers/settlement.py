@@ -29,6 +29,8 @@ from store.errors import (
 
 log = logging.getLogger(__name__)
 CONSUMER_NAME = "processor"  # the `consumer` label and log field
+# The outage sources: a flush kept from the database, and the record of a failed run.
+FLUSH, RECORDING = "a flush", "recording a failed run"
 
 
 class Settlement:
@@ -52,6 +54,12 @@ class Settlement:
         self._settings = settings
         self._monotonic = monotonic
 
+    def forsaken(self) -> None:
+        """No batch is left (their partitions went to another processor): nothing waits out
+        an outage of the flushes any more."""
+        self._outage.recovered(FLUSH)
+        self._outage.recovered(RECORDING)
+
     def settle(self, batch: Batch) -> None:
         assert batch.future is not None
         future, batch.future = batch.future, None
@@ -59,17 +67,20 @@ class Settlement:
             result = future.result()
         except (EventsAlreadyConsolidated, StaleMemoryVersion) as e:
             # Another run got there first; planning again on fresh state drops what it did.
+            self._outage.recovered(FLUSH)
             log.info("re-planning after a concurrent run: %s", e, extra=batch_fields(batch))
             self._metrics.flushes.labels("replanned").inc()
             return
         except TransientBackendError as e:
+            self._outage.recovered(FLUSH)  # the backend is asked after the memory is read
             self._retry_or_give_up(batch, e)
             return
         except BackendError as e:
+            self._outage.recovered(FLUSH)
             self._reject(batch, Rejection.of_backend(f"backend error: {e}", e))
             return
         except DatabaseUnavailable as e:  # also MemoryBeingErased: asked again once it is done
-            self._wait_out(batch, e, "a flush")
+            self._wait_out(batch, e, FLUSH)
             return
         except Exception as e:
             # A poison batch must not stall its partition: it goes to the dead-letter topic
@@ -77,6 +88,7 @@ class Settlement:
             log.exception("flush failed unexpectedly", extra=batch_fields(batch))
             self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
             return
+        self._outage.recovered(FLUSH)
         self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(result.forgotten)
         if result.kind is FlushKind.DEFERRED:
             # The flusher recorded the deferred run itself, under the user's lock.
@@ -129,8 +141,9 @@ class Settlement:
                 )
             except StoreError as e:
                 # Never a letter without its failed run: the run log is what explains it.
-                self._wait_out(batch, e, "recording a failed run")
+                self._wait_out(batch, e, RECORDING)
                 return
+            self._outage.recovered(RECORDING)
             rejection.recorded = True
             for item in batch.without(done):  # forgotten or consolidated: no letter
                 self._offsets.done(item.tp, item.offset)
@@ -146,4 +159,3 @@ class Settlement:
                 self._offsets.done(item.tp, item.offset)
         del self._batches[batch.key]
         self._metrics.flushes.labels(outcome).inc()
-        self._outage.recovered()
