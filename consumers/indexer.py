@@ -66,7 +66,13 @@ class FactIndexer:
                 facts = self.store.pending_index(limit=batch, skip_out_of_credit=skip_out_of_credit)
                 if not facts:
                     break
-                done = self._index_facts(facts)
+                try:
+                    done = self._index_facts(facts)
+                except StoreError:
+                    # Counted as the flush path's writes are: while only the scheduled drain
+                    # writes (no flush), its failures are all MemorydIndexWritesFailing sees.
+                    self.observer.index_failed(len(facts))
+                    raise
                 total += done
                 if done == 0:
                     break  # another indexer got them first, or only stale versions were read

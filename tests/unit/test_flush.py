@@ -164,6 +164,7 @@ def test_an_index_outage_leaves_the_facts_pending() -> None:
     with pytest.raises(VectorIndexUnavailable):  # still down: the gauge shows the backlog
         m.indexer(BrokenIndex()).drain_pending()  # type: ignore[arg-type]
     assert m.observer.pending_facts == pending
+    assert m.observer.index_failures == 2  # the drain's failed write too
     assert m.indexer().drain_pending() == pending  # the drain picks them up
     assert m.memory.pending_count() == 0
     assert m.observer.pending_facts == 0
