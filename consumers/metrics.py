@@ -129,14 +129,22 @@ class PipelineMetrics:
             self.gate_verdicts.labels(verdict).inc(count)
 
     def expect(
-        self, consumer: str, stages: Iterable[str], budget_policy: str | None = None
+        self,
+        consumer: str,
+        stages: Iterable[str],
+        budget_policy: str | None = None,
+        flush_outcomes: Iterable[str] = (),
     ) -> None:
-        """Start the consumer's dead-letter series (and its budget policy's) at 0: an alert
-        on their increase misses a series born at 1, the first bad record."""
+        """Start the series alerts watch at 0 (the consumer's dead letters and commit
+        failures, its budget policy's actions, its flush outcomes): an alert on their
+        increase misses a series born at 1, the first bad record or failed flush."""
         for stage in stages:
             self.dead_letters.labels(consumer, stage)
+        self.commit_failures.labels(consumer)
         if budget_policy is not None:
             self.budget_actions.labels(budget_policy)
+        for outcome in flush_outcomes:
+            self.flushes.labels(outcome)
 
     def budget_applied(self, policy: str) -> None:
         self.budget_actions.labels(policy).inc()

@@ -45,7 +45,7 @@ from consumers.metrics import PipelineMetrics
 from consumers.outage import Outage
 from consumers.record_letters import HeldLetters
 from consumers.settings import ProcessorSettings
-from consumers.settlement import CONSUMER_NAME, Settlement
+from consumers.settlement import CONSUMER_NAME, FLUSH_OUTCOMES, Settlement
 from domain.ids import MemoryKey
 from producers.contract import ContextEvent, MemoryTombstone
 
@@ -82,7 +82,9 @@ class MemoryProcessor:
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="flush")
         self._backpressure = Backpressure(consumer, settings.max_buffered)
         self.outage = Outage(CONSUMER_NAME, metrics, settings.backoff)
-        metrics.expect(CONSUMER_NAME, PROCESSOR_STAGES, settings.budget_policy.value)
+        metrics.expect(
+            CONSUMER_NAME, PROCESSOR_STAGES, settings.budget_policy.value, FLUSH_OUTCOMES
+        )
         # Undecodable records whose letters the dead-letter topic did not take yet.
         self._letters = HeldLetters(
             dead_letters, CONSUMER_NAME, metrics, self.outage, monotonic, consumer.group_metadata

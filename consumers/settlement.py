@@ -29,6 +29,15 @@ from store.errors import (
 
 log = logging.getLogger(__name__)
 CONSUMER_NAME = "processor"  # the `consumer` label and log field
+# Every outcome `memoryd_flushes_total` is counted by: `_finish`'s flush kinds, re-planned,
+# split, and given up at a stage of `_reject`'s.
+FLUSH_OUTCOMES = (
+    *(k.value for k in (FlushKind.CONSOLIDATED, FlushKind.NOTHING_NEW, FlushKind.FORGOTTEN)),
+    "replanned",
+    "split",
+    "dead_lettered_consolidate",
+    "dead_lettered_budget",
+)
 # The outage sources: a flush kept from the database, and the record of a failed run.
 FLUSH, RECORDING = "a flush", "recording a failed run"
 

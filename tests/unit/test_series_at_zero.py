@@ -35,7 +35,7 @@ def zeros(
     return {v: registry.get_sample_value(name, {**fixed, label: v}) for v in values}
 
 
-def test_every_dead_letter_stage_and_the_budget_policy_start_at_zero() -> None:
+def test_the_consumers_alerting_series_start_at_zero() -> None:
     registry = CollectorRegistry()
     metrics = PipelineMetrics(registry)
     m = InMemoryMemoryd()
@@ -57,6 +57,14 @@ def test_every_dead_letter_stage_and_the_budget_policy_start_at_zero() -> None:
     assert by_stage == dict.fromkeys(READ_STAGES, 0.0)
     policy = settings.budget_policy.value
     assert zeros(registry, "memoryd_budget_actions_total", "policy", [policy]) == {policy: 0.0}
+    consumers = [PROCESSOR, LOG_WRITER]
+    commits = zeros(registry, "memoryd_commit_failures_total", "consumer", consumers)
+    assert commits == dict.fromkeys(consumers, 0.0)
+    # Both sides of MemorydFlushFailureRatioHigh.
+    outcomes = ["dead_lettered_consolidate", "consolidated", "nothing_new", "forgotten"]
+    assert zeros(registry, "memoryd_flushes_total", "outcome", outcomes) == dict.fromkeys(
+        outcomes, 0.0
+    )
 
 
 def test_a_background_writers_drop_reasons_start_at_zero() -> None:
