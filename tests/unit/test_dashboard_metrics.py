@@ -166,3 +166,17 @@ def test_every_quantile_alert_threshold_is_a_bucket_bound() -> None:
     bounds = bucket_bounds()
     off = [(a, series, t) for a, series, t in quantiles if t not in bounds[series]]
     assert not off, f"add these thresholds to the histograms' buckets: {off}"
+
+
+def test_no_panel_plots_the_deleted_audit_rows_twice() -> None:
+    # Retention counts them in its own counter and as a maintenance change of rule
+    # context_logs_deleted: a panel with both draws each deletion as two lines.
+    def counts_deletions(expr: str) -> bool:
+        if "memoryd_context_logs_deleted_total" in expr:
+            return True
+        changes = "memoryd_maintenance_changes_total" in expr
+        return changes and not re.search(r'rule!?=|cluster_job="(?!retention)', expr)
+
+    for panel in panels():
+        plotting = [t["expr"] for t in panel["targets"] if counts_deletions(t["expr"])]
+        assert len(plotting) <= 1, f"{panel['title']}: {plotting}"
