@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
+from memoryd.settings import ApiSettings, MetricsSettings
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO_ROOT / "infra" / "prometheus"
 ALERTS = PROMETHEUS / "alerts.yml"
@@ -92,3 +94,17 @@ def test_every_alert_has_a_runbook_entry_in_the_readme() -> None:
         if f"| {r['alert']} ({r['labels']['severity']}) |" not in runbook
     ]
     assert not missing, f"add these alerts to the README's runbook: {missing}"
+
+
+def test_the_scrape_config_has_a_target_for_every_api_worker_of_the_defaults() -> None:
+    # The defaults, not the environment's: the config is written for them.
+    config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    (memoryd,) = [job for job in config["scrape_configs"] if job["job_name"] == "memoryd"]
+    api = [
+        int(target.rsplit(":", 1)[1])
+        for group in memoryd["static_configs"]
+        if group["labels"]["component"] == "api"
+        for target in group["targets"]
+    ]
+    first = MetricsSettings().api_port
+    assert api == list(range(first, first + ApiSettings().workers))
