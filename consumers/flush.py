@@ -170,9 +170,9 @@ class UserFlusher:
         the flush failed (a run then would write the erased memory's ids and the model's
         answer after it), or an earlier try of a bisected batch consolidated some. Returns
         the events left out for either reason: they get no letter either. Raises
-        MemoryBeingErased while an erasure runs.
+        MemoryBeingErased while an erasure runs, MemoryBusy while another holds the lock.
         """
-        with self._forgotten.locked(key, items) as (reads, kept):
+        with self._forgotten.locked(key, items, wait=False) as (reads, kept):
             events = [i.event for i in kept if i.event.event_id not in reads.consumed]
             if events:
                 request = ConsolidationRequest.build(reads.state, (), events, self._clock())

@@ -48,7 +48,7 @@ class ForgottenEvents:
 
     @contextmanager
     def locked(
-        self, key: MemoryKey, items: Sequence[BufferedEvent]
+        self, key: MemoryKey, items: Sequence[BufferedEvent], *, wait: bool = True
     ) -> Iterator[tuple[FlushReads, list[BufferedEvent]]]:
         """Hold the memory's lock; give what the flush needs of the memory, and the items an
         erasure did not forget.
@@ -57,7 +57,7 @@ class ForgottenEvents:
         keep (events after its tombstone) is only known once it is done.
         """
         ids = list(dict.fromkeys(i.event.event_id for i in items))
-        with self._memory.locked_reads(key, self._subjects(key), ids) as reads:
+        with self._memory.locked_reads(key, self._subjects(key), ids, wait=wait) as reads:
             if reads.erasure_open:
                 raise MemoryBeingErased(f"memory {key} is being erased")
             cutoffs = reads.cutoffs

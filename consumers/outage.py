@@ -23,7 +23,13 @@ from kafka.errors import KafkaError
 from consumers.errors import DeadLetterError
 from consumers.metrics import PipelineMetrics
 from domain.retry import Backoff
-from store.errors import DatabaseRefused, DatabaseUnavailable, MemoryBeingErased, StoreError
+from store.errors import (
+    DatabaseRefused,
+    DatabaseUnavailable,
+    MemoryBeingErased,
+    MemoryBusy,
+    StoreError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +41,15 @@ DEFAULT_BACKOFF = Backoff(base_s=0.5, max_s=30.0)
 
 # Waiting for an erasure is routine (it takes seconds) and no dependency is away: counted,
 # but the consumer is not degraded. One that does not end is MemorydErasureStuck's.
-NOT_DEGRADING = frozenset({"erasure"})
+NOT_DEGRADING = frozenset({"erasure", "memory_busy"})
 
 
 def cause_of(error: BaseException) -> str:
     """A low-cardinality label for what is away."""
     if isinstance(error, MemoryBeingErased):
         return "erasure"
+    if isinstance(error, MemoryBusy):  # the give-up path does not wait for a memory's lock
+        return "memory_busy"
     if isinstance(error, DatabaseRefused) or (
         isinstance(error, StoreError) and not isinstance(error, DatabaseUnavailable)
     ):

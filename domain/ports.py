@@ -176,10 +176,11 @@ class MemoryStore(Protocol):
         ...
 
     def locked_reads(
-        self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID]
+        self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID], *, wait: bool = True
     ) -> AbstractContextManager[FlushReads]:
         """`memory_lock`, and under it `memory_erasure_open`, `forgotten_before(subject)`,
-        `already_consolidated`, `load_state` and `balance` of the memory, read together."""
+        `already_consolidated`, `load_state` and `balance` of the memory, read together.
+        Without `wait`, raises MemoryBusy instead of waiting for another holder of the lock."""
         ...
 
     def apply(self, update: MemoryUpdate) -> None: ...

@@ -54,3 +54,8 @@ class EventsAlreadyConsolidated(StoreError):
 class MemoryBeingErased(DatabaseUnavailable):
     """An erasure of this memory is under way; consolidating it waits until it completes
     (retried as an outage is: later, without counting an attempt)."""
+
+
+class MemoryBusy(DatabaseUnavailable):
+    """Another holds the memory's lock (a flush, an erasure) and the caller chose not to wait
+    for it: it tries again later, as through an outage."""

@@ -27,7 +27,7 @@ from domain.model import (
 from domain.ports import Pricing
 from domain.upsert import merge_fact, written_as
 from store.candidate_ranking import CONSOLIDATION_STATUSES
-from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
+from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersion, StoreError
 from store.inmemory.database import InMemoryDatabase
 
 
@@ -91,9 +91,9 @@ class InMemoryMemoryStore:
 
     @contextmanager
     def locked_reads(
-        self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID]
+        self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID], *, wait: bool = True
     ) -> Iterator[FlushReads]:
-        with self.memory_lock(key):
+        with self._memory_lock(key, wait):
             yield FlushReads(
                 erasure_open=self.memory_erasure_open(key),
                 cutoffs=self.forgotten_before(subject),
@@ -107,10 +107,19 @@ class InMemoryMemoryStore:
 
     @contextmanager
     def memory_lock(self, key: MemoryKey) -> Iterator[None]:
+        with self._memory_lock(key, wait=True):
+            yield
+
+    @contextmanager
+    def _memory_lock(self, key: MemoryKey, wait: bool) -> Iterator[None]:
         with self._locks_lock:
             lock = self._memory_locks.setdefault(key, threading.Lock())
-        with lock:
+        if not lock.acquire(blocking=wait):
+            raise MemoryBusy(f"memory {key} is locked")
+        try:
             yield
+        finally:
+            lock.release()
 
     # -- writes ---------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from domain.model import (
 from domain.ports import Pricing
 from store import fact_rows
 from store.candidate_ranking import CONSOLIDATION_STATUS_VALUES, COUNT_CONSOLIDATION_FACTS
-from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
+from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersion, StoreError
 from store.postgres import memory_params, statement, transaction, translated
 from store.write import index_marks
 from store.write.locks import memory_lock_key
@@ -48,6 +48,7 @@ _OUT_OF_CREDIT = (
 )
 _MEMORY = "organization_id = %s AND user_id = %s"
 _LOCK = "SELECT pg_advisory_lock(%s::bigint)"
+_TRY_LOCK = "SELECT pg_try_advisory_lock(%s::bigint)"
 _UNLOCK = "SELECT pg_advisory_unlock(%s::bigint)"
 # What a flush reads under the memory lock (`locked_reads`), each also read on its own.
 _STATE = f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {_MEMORY}"
@@ -147,7 +148,7 @@ class PostgresMemoryStore:
 
     @contextmanager
     def locked_reads(
-        self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID]
+        self, key: MemoryKey, subject: str, event_ids: Sequence[uuid.UUID], *, wait: bool = True
     ) -> Iterator[FlushReads]:
         """Hold the memory lock (as `memory_lock`) and read what a flush needs under it.
 
@@ -156,31 +157,45 @@ class PostgresMemoryStore:
         instead of two on two connections (nothing else changes them while the lock is held).
         """
         lock = memory_lock_key(key)
-        with translated("memory lock"), self._lock_slots, self._pool.connection() as conn:
-            conn.autocommit = True
-            try:
-                with conn.pipeline():
-                    conn.execute(_LOCK, (lock,))
-                    erasure = conn.execute(_ERASURE_OPEN, memory_params(key))
-                    cutoffs = conn.execute(_CUTOFFS, (subject,))
-                    consumed = conn.execute(_CONSUMED, (*memory_params(key), list(event_ids)))
-                    state = conn.execute(_STATE, memory_params(key))
-                    balance = conn.execute(_BALANCE, memory_params(key))
-                    known = conn.execute(
-                        COUNT_CONSOLIDATION_FACTS,
-                        (*memory_params(key), CONSOLIDATION_STATUS_VALUES),
-                    )
-                    reads = FlushReads(
-                        erasure_open=_exists(erasure.fetchone()),
-                        cutoffs=_cutoffs(cutoffs.fetchall()),
-                        consumed=frozenset(r[0] for r in consumed.fetchall()),
-                        state=_state(key, state.fetchone()),
-                        balance=_balance(balance.fetchone()),
-                        known_facts=_count(known.fetchone()),
-                    )
-                yield reads
-            finally:
-                _release(conn, lock)
+        if not self._lock_slots.acquire(blocking=wait):
+            raise MemoryBusy(f"no lock slot free for memory {key}")
+        refused = False  # known not held: anything else (an error midway) is released
+        try:
+            with translated("memory lock"), self._pool.connection() as conn:
+                conn.autocommit = True
+                try:
+                    with conn.pipeline():
+                        got = conn.execute(_LOCK if wait else _TRY_LOCK, (lock,))
+                        erasure = conn.execute(_ERASURE_OPEN, memory_params(key))
+                        cutoffs = conn.execute(_CUTOFFS, (subject,))
+                        consumed = conn.execute(_CONSUMED, (*memory_params(key), list(event_ids)))
+                        state = conn.execute(_STATE, memory_params(key))
+                        balance = conn.execute(_BALANCE, memory_params(key))
+                        known = conn.execute(
+                            COUNT_CONSOLIDATION_FACTS,
+                            (*memory_params(key), CONSOLIDATION_STATUS_VALUES),
+                        )
+                        # The lock answers an empty value once granted; the try-lock, whether.
+                        row = got.fetchone()
+                        refused = not wait and not (row and row[0])
+                        reads = FlushReads(
+                            erasure_open=_exists(erasure.fetchone()),
+                            cutoffs=_cutoffs(cutoffs.fetchall()),
+                            consumed=frozenset(r[0] for r in consumed.fetchall()),
+                            state=_state(key, state.fetchone()),
+                            balance=_balance(balance.fetchone()),
+                            known_facts=_count(known.fetchone()),
+                        )
+                    if refused:  # the reads went out with the try and are of no use
+                        raise MemoryBusy(f"memory {key} is locked")
+                    yield reads
+                finally:
+                    if not refused:
+                        _release(conn, lock)
+                    elif not conn.broken:
+                        conn.autocommit = False
+        finally:
+            self._lock_slots.release()
 
     # -- erasures -------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import REQUEST_STATUSES, ConsolidationRequest
 from store.candidate_ranking import CONSOLIDATION_STATUSES
-from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion, StoreError
+from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersion, StoreError
 from tests.contracts.conftest import SUBJECTS, Stores
 from tests.support.builders import (
     BASE_TIME,
@@ -381,6 +381,44 @@ def test_the_memory_lock_lets_one_holder_in_at_a_time(stores: Stores) -> None:
     for t in threads:
         t.join(timeout=30)
     assert most == 1
+
+
+def test_locked_reads_that_may_not_wait_refuse_a_held_memory_and_leave_it_unlocked(
+    stores: Stores,
+) -> None:
+    seed(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin")])
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with stores.memory.memory_lock(ADA):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(MemoryBusy), stores.memory.locked_reads(ADA, "", [], wait=False):
+            pass
+        # Another memory's lock is free, and so is the same user id in another organization.
+        with stores.memory.locked_reads(key_of("ada", "org-b"), "", [], wait=False) as reads:
+            assert reads.state.version == 0
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    with stores.memory.locked_reads(ADA, SUBJECTS(ADA), [], wait=False) as reads:
+        assert reads.state.version == 1
+    # The refused try left nothing held: a waiting lock is granted at once.
+    done = threading.Event()
+
+    def lock_again() -> None:
+        with stores.memory.memory_lock(ADA):
+            done.set()
+
+    again = threading.Thread(target=lock_again)
+    again.start()
+    again.join(timeout=30)
+    assert done.is_set()
 
 
 def test_folding_the_run_log_gives_the_live_tables(stores: Stores) -> None:

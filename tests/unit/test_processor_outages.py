@@ -5,6 +5,7 @@ different content. The process keeps running and says it is degraded meanwhile."
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -253,3 +254,57 @@ def test_a_refused_poll_is_waited_out_and_the_processor_goes_on_consuming() -> N
     assert metrics.outage_retries.labels("processor", "broker")._value.get() == 2
     assert degraded(processor) == 0
     assert letters.letters == []
+
+
+class FailingOnCue(FlakyBackend):
+    """Fails its one call once told to: the flush holds the memory's lock until then."""
+
+    def __init__(self) -> None:
+        super().__init__([BackendError("unparseable")])
+        self.entered, self.go = threading.Event(), threading.Event()
+
+    def before(self, request: Any) -> None:
+        self.entered.set()
+        self.go.wait(20)
+        super().before(request)
+
+
+def test_a_batch_given_up_waits_on_no_memory_lock_on_the_polling_thread() -> None:
+    # Its failed run is recorded under the memory's lock. Another holding it (an erasure, an
+    # orphaned flush) must not stall the thread that polls, commits and heartbeats for every
+    # memory: the record is tried again later, and the letter waits for it.
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    event = make_event("ada", "I live in Lisbon")
+    consumer.produce(0, event.to_bytes(), event.kafka_key)
+    backend = FailingOnCue()
+    processor = m.processor(consumer, backend, letters)
+    processor.start()
+    step_until(processor, backend.entered.is_set)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # takes the lock the moment the failed flush lets go of it
+        with m.memory.memory_lock(key_of("ada")):
+            held.set()
+            release.wait(20)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        backend.go.set()
+        assert held.wait(5)
+        started = time.monotonic()
+        for _ in range(20):
+            processor.step()
+        assert time.monotonic() - started < 5  # never waited for the holder
+        assert letters.letters == []
+        assert consumer.committed.get(0, 0) == 0
+        assert degraded(processor) == 0
+    finally:
+        release.set()
+        holder.join(10)
+    step_until(processor, lambda: consumer.committed.get(0) == 1)
+    processor.shutdown()
+    (letter,) = letters.letters
+    assert letter.reason == "backend error: unparseable"
+    (failed,) = [r.run for r in m.runs.runs(key_of("ada"))]
+    assert failed.status.value == "failed"
