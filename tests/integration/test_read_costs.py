@@ -25,6 +25,21 @@ pytestmark = pytest.mark.integration
 ADA = MemoryKey("org-a", "ada")
 
 
+def seeded_service(c: wiring.Core, rewriter: TimeBoundRewriter) -> ContextService:
+    """The read path over a memory of one fact, its costs booked to the ledger."""
+    seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
+    reads = wiring.read_model(c)
+    return ContextService(
+        reads,
+        c.index,
+        c.clock,
+        cache=InjectionCache(reads),
+        rewriter=rewriter,
+        charges=wiring.read_charges(c),
+        ledger=BatchWriter("read-costs", ReadLedger(c.pool).write),
+    )
+
+
 def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deployment) -> None:
     settings = deployment.settings
     deployment.settings = settings.model_copy(
@@ -32,20 +47,10 @@ def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deploy
     )
 
     def check(c: wiring.Core) -> None:
-        seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
-        reads = wiring.read_model(c)
         rewriter = TimeBoundRewriter(
             lambda q: ("coffee preferences of Ada", TokenUsage(40, 8)), timeout_s=5.0
         )
-        service = ContextService(
-            reads,
-            c.index,
-            c.clock,
-            cache=InjectionCache(reads),
-            rewriter=rewriter,
-            charges=wiring.read_charges(c),
-            ledger=BatchWriter("read-costs", ReadLedger(c.pool).write),
-        )
+        service = seeded_service(c, rewriter)
         turn = uuid.uuid4()
         try:
             for _ in range(2):  # a client retrying the same turn
@@ -83,18 +88,8 @@ def test_a_rewrite_call_not_used_is_booked_all_the_same(deployment: Deployment) 
         raise QueryRewriteFailed("gemini returned no text", TokenUsage(20, 64))
 
     def check(c: wiring.Core) -> None:
-        seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
-        reads = wiring.read_model(c)
         rewriter = TimeBoundRewriter(rewrite, timeout_s=0.05)
-        service = ContextService(
-            reads,
-            c.index,
-            c.clock,
-            cache=InjectionCache(reads),
-            rewriter=rewriter,
-            charges=wiring.read_charges(c),
-            ledger=BatchWriter("read-costs", ReadLedger(c.pool).write),
-        )
+        service = seeded_service(c, rewriter)
         try:
             slow = service.assemble(ADA, "slow: how does she take it?")
             assert slow.rewritten_query is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from domain.model import MemoryState, TokenUsage
+from domain.model import MemoryState, MemoryUpdate, TokenUsage
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
 from processors.gate import WriteGate
@@ -15,8 +15,22 @@ from processors.schema import (
     ConsolidationRequest,
     scaffold_size,
 )
-from producers.contract import EventType, Source
+from producers.contract import ContextEvent, EventType, Source
 from tests.support.builders import BASE_TIME, make_event
+
+
+def planned(state: MemoryState, event: ContextEvent, output: ConsolidationOutput) -> MemoryUpdate:
+    """The run a consolidator plans on `state` for one event and the model's `output`."""
+    request = ConsolidationRequest.build(state, (), [event], BASE_TIME)
+    return Consolidator(WriteGate(None), PriceTable({})).plan(
+        request,
+        BackendResponse(output, "{}", TokenUsage(), "offline"),
+        run_id=uuid.uuid4(),
+        backend="offline",
+        prompt_version="v",
+        started_at=BASE_TIME,
+        duration_ms=0,
+    )
 
 
 def test_a_scaffold_key_an_event_names_wins_its_room_and_what_is_left_out_is_recorded() -> None:
@@ -27,17 +41,8 @@ def test_a_scaffold_key_an_event_names_wins_its_room_and_what_is_left_out_is_rec
         scaffold_key="Title",
     )  # fmt: skip
     state = MemoryState("ada", "org-a", "", {}, (), 0)
-    request = ConsolidationRequest.build(state, (), [title], BASE_TIME)
     output = ConsolidationOutput(updated_working_memory="", updated_scaffold=model_scaffold)
-    update = Consolidator(WriteGate(None), PriceTable({})).plan(
-        request,
-        BackendResponse(output, "{}", TokenUsage(), "offline"),
-        run_id=uuid.uuid4(),
-        backend="offline",
-        prompt_version="v",
-        started_at=BASE_TIME,
-        duration_ms=0,
-    )
+    update = planned(state, title, output)
     scaffold = dict(update.state.scaffold)
     assert scaffold["Title"] == "Product designer"
     assert scaffold_size(scaffold) <= MAX_SCAFFOLD_CHARS
@@ -46,25 +51,12 @@ def test_a_scaffold_key_an_event_names_wins_its_room_and_what_is_left_out_is_rec
     assert list(scaffold) == ["Notes 0", "Notes 1", "Notes 2", "Title"]
 
 
-def plan_of(state: MemoryState, output: ConsolidationOutput) -> MemoryState:
-    note = make_event("ada", "I moved to Porto")
-    request = ConsolidationRequest.build(state, (), [note], BASE_TIME)
-    update = Consolidator(WriteGate(None), PriceTable({})).plan(
-        request,
-        BackendResponse(output, "{}", TokenUsage(), "gemini"),
-        run_id=uuid.uuid4(),
-        backend="gemini",
-        prompt_version="v",
-        started_at=BASE_TIME,
-        duration_ms=0,
-    )
-    return update.state
-
-
 def test_an_answer_without_a_scaffold_leaves_s_as_it_was() -> None:
     state = MemoryState("ada", "org-a", "", {"Role": "designer", "City": "Lisbon"}, (), 3)
-    kept = plan_of(state, ConsolidationOutput.model_validate({"updated_working_memory": "W"}))
+    note = make_event("ada", "I moved to Porto")
+    silent = ConsolidationOutput.model_validate({"updated_working_memory": "W"})
+    kept = planned(state, note, silent).state
     assert dict(kept.scaffold) == {"Role": "designer", "City": "Lisbon"}
     # An S the model did write is S, even an empty one.
     emptied = ConsolidationOutput(updated_working_memory="W", updated_scaffold={})
-    assert dict(plan_of(state, emptied).scaffold) == {}
+    assert dict(planned(state, note, emptied).state.scaffold) == {}
