@@ -13,11 +13,10 @@ consolidated together in one run, and the flush returns the failing ones for the
 topic. Every call that did not become a succeeded run is recorded as a failed or discarded
 run with its tokens, booked in the ledger in the same transaction.
 
-Budget: a user with a credit line whose balance is spent (<= 0) before a flush gets the
-configured policy, decided under the lock and written down: DEFER records a deferred run and
-the runtime parks the events on the dead-letter topic (stage `budget`) until `memoryd redrive`;
-SKIP_EMBEDDINGS consolidates, records `budget_action` in the run's output and leaves the new
-facts unindexed until credit is added (the index drain skips users out of credit).
+Budget: a spent credit line (balance <= 0) gets the configured policy, decided under the lock:
+DEFER records a deferred run and parks the events on the dead-letter topic (stage `budget`)
+until `memoryd redrive`; SKIP_EMBEDDINGS consolidates, notes `budget_action` in the run and
+leaves the new facts unindexed until credit is added (the index drain skips them).
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from domain.ids import MemoryKey, deferred_run_id_for, run_id_for
 from domain.model import FlushReads, MemoryState, MemoryUpdate, RunStatus
 from domain.ports import Clock, FactSearch, MemoryStore
 from processors.candidates import CandidatePolicy, select_candidates
-from processors.consolidate import Consolidator
+from processors.consolidate import Consolidator, updated_connections
 from processors.errors import UnusableAnswer
 from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
@@ -88,8 +87,7 @@ class FlushResult:
         return {i: r.reason for r in self.rejected for i in r.event_ids}
 
     def split_rejection(self, count: int) -> Rejection:
-        """The dead letter of the `count` events split off: each carries its own failure, and
-        their failed runs are recorded already."""
+        """The letter of the `count` events split off, each with its failure (runs recorded)."""
         summary = f"{count} event(s) the backend cannot answer usably, as in: "
         summary += self.rejected[0].reason
         return Rejection("consolidate", summary, recorded=True, reasons=self.rejected_reasons)
@@ -283,8 +281,10 @@ class UserFlusher:
         candidates = select_candidates(
             state.key, events, self._search, self._candidate_policy, known=known
         )
+        known_info = self._store.connections(state.key, updated_connections(events))
+        connections = {c.connection_id: c.learned_info for c in known_info}
         request = ConsolidationRequest.build(
-            state, candidates.facts, list(events), now, known_facts=candidates.known
+            state, candidates.facts, list(events), now, candidates.known, connections
         )
         return request, candidates.degraded
 

@@ -161,7 +161,7 @@ def shadow_consolidate(
     for batch in batches:
         facts, known = shown_facts(memory, batch, embedder, policy)
         request = ConsolidationRequest.build(
-            memory.state(), facts, list(batch.events), batch.now, known_facts=known
+            memory.state(), facts, list(batch.events), batch.now, known, memory.connections
         )
         try:
             run = _plan(request, backend, consolidator, sleep, memory.facts)

@@ -36,7 +36,7 @@ from processors.schema import (
     BackendResponse,
     ConsolidationRequest,
 )
-from producers.contract import EventType
+from producers.contract import ContextEvent, EventType
 
 MAX_LEARNED_INFO = 200
 
@@ -208,25 +208,49 @@ class Consolidator:
     @staticmethod
     def _learned_info(request: ConsolidationRequest) -> tuple[str, ...]:
         learned = list(request.state.learned_info)
-        known = {" ".join(x.split()).casefold() for x in learned}
+        known = {_said(x) for x in learned}
         for obs in request.observations:
             if obs.event.event_type is not EventType.LEARNED_FACT:
                 continue
-            key = " ".join(obs.event.content.split()).casefold()
+            key = _said(obs.event.content)
             if key not in known:
                 known.add(key)
                 learned.append(obs.event.content)
         return tuple(learned[-MAX_LEARNED_INFO:])
 
 
+def updated_connections(events: Sequence[ContextEvent]) -> list[str]:
+    """The connections a batch's events add learned info to."""
+    return sorted(
+        {
+            e.source_metadata.connection_id
+            for e in events
+            if e.event_type is EventType.CONNECTION_UPDATE and e.source_metadata.connection_id
+        }
+    )
+
+
 def _connection_additions(request: ConsolidationRequest) -> dict[str, tuple[str, ...]]:
+    # What a connection knows already, or this batch adds twice (a tool client sending its
+    # update again without a key is a new event), is not added again: compared as the
+    # memory's learned info is, case and spacing aside.
     additions: dict[str, list[str]] = {}
+    known: dict[str, set[str]] = {}
     for obs in request.observations:
         event = obs.event
         connection = event.source_metadata.connection_id
-        if event.event_type is EventType.CONNECTION_UPDATE and connection is not None:
+        if event.event_type is not EventType.CONNECTION_UPDATE or connection is None:
+            continue
+        if connection not in known:
+            known[connection] = {_said(x) for x in request.connections.get(connection, ())}
+        if _said(event.content) not in known[connection]:
+            known[connection].add(_said(event.content))
             additions.setdefault(connection, []).append(event.content)
     return {k: tuple(v) for k, v in additions.items()}
+
+
+def _said(text: str) -> str:
+    return " ".join(text.split()).casefold()
 
 
 def applied_effect(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Protocol
@@ -108,6 +108,8 @@ class ConsolidationRequest(OfMemory):
     observations: tuple[Observation, ...]
     now: datetime
     known_facts: int | None = None
+    # What the connections the batch updates know already: an addition repeating it is none.
+    connections: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -117,6 +119,7 @@ class ConsolidationRequest(OfMemory):
         events: list[ContextEvent],
         now: datetime,
         known_facts: int | None = None,
+        connections: Mapping[str, tuple[str, ...]] | None = None,
     ) -> ConsolidationRequest:
         strangers = [
             e.event_id
@@ -139,6 +142,7 @@ class ConsolidationRequest(OfMemory):
             observations=tuple(Observation(f"E{i + 1}", e) for i, e in enumerate(ordered)),
             now=now,
             known_facts=known_facts,
+            connections=dict(connections or {}),
         )
 
     @property
