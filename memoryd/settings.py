@@ -196,7 +196,12 @@ def _over_default_prices(given: dict[str, ModelPrice]) -> dict[str, ModelPrice]:
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="MEMORYD_", env_nested_delimiter="__", extra="forbid", toml_file=None
+        env_prefix="MEMORYD_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        toml_file=None,
+        # An optional setting is unset from the environment as in JSON: THINKING_BUDGET=null.
+        env_parse_none_str="null",
     )
 
     kafka: KafkaSettings = KafkaSettings()
