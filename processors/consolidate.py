@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from domain.codec import fact_to_json
+from domain.ids import normalize_content
 from domain.model import (
     Fact,
     FactChange,
@@ -208,11 +209,11 @@ class Consolidator:
     @staticmethod
     def _learned_info(request: ConsolidationRequest) -> tuple[str, ...]:
         learned = list(request.state.learned_info)
-        known = {_said(x) for x in learned}
+        known = {normalize_content(x) for x in learned}
         for obs in request.observations:
             if obs.event.event_type is not EventType.LEARNED_FACT:
                 continue
-            key = _said(obs.event.content)
+            key = normalize_content(obs.event.content)
             if key not in known:
                 known.add(key)
                 learned.append(obs.event.content)
@@ -242,15 +243,14 @@ def _connection_additions(request: ConsolidationRequest) -> dict[str, tuple[str,
         if event.event_type is not EventType.CONNECTION_UPDATE or connection is None:
             continue
         if connection not in known:
-            known[connection] = {_said(x) for x in request.connections.get(connection, ())}
-        if _said(event.content) not in known[connection]:
-            known[connection].add(_said(event.content))
+            known[connection] = {
+                normalize_content(x) for x in request.connections.get(connection, ())
+            }
+        said = normalize_content(event.content)
+        if said not in known[connection]:
+            known[connection].add(said)
             additions.setdefault(connection, []).append(event.content)
     return {k: tuple(v) for k, v in additions.items()}
-
-
-def _said(text: str) -> str:
-    return " ".join(text.split()).casefold()
 
 
 def applied_effect(

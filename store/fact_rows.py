@@ -4,7 +4,7 @@ upsert a run makes."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -206,6 +206,25 @@ def insert_new(conn: psycopg.Connection[Any], facts: Sequence[Fact]) -> int:
     return len(rows)
 
 
+def lock_in_id_order(conn: psycopg.Connection[Any], fact_ids: Iterable[uuid.UUID]) -> None:
+    """Lock these fact rows, in id order: every writer of many rows takes them so, or two
+    transactions over the same rows could deadlock."""
+    conn.execute(
+        "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)"
+        " ORDER BY fact_id FOR NO KEY UPDATE",
+        (sorted(set(fact_ids)),),
+    )
+
+
+def returned_ids(cur: psycopg.Cursor[Any]) -> set[uuid.UUID]:
+    """The ids an `executemany(..., returning=True)` of `RETURNING fact_id` gave back."""
+    ids: set[uuid.UUID] = set()
+    while True:
+        ids.update(row[0] for row in cur.fetchall())
+        if not cur.nextset():
+            return ids
+
+
 def write_changes(
     conn: psycopg.Connection[Any], run_id: uuid.UUID, changes: Sequence[FactChange]
 ) -> None:
@@ -223,21 +242,13 @@ def write_changes(
         # them: the upserts' own order (new facts first) would let two transactions over the
         # same rows deadlock, and an aborted run pays for its model call again. In a
         # pipeline, nothing waits for the answer.
-        conn.execute(
-            "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)"
-            " ORDER BY fact_id FOR NO KEY UPDATE",
-            (sorted({c.after.fact_id for c in ordered}),),
-        )
+        lock_in_id_order(conn, [c.after.fact_id for c in ordered])
         cur.executemany(
             _UPSERT + " RETURNING fact_id",
             [_params(c.after, run_id) for c in ordered],
             returning=True,
         )
-        written: set[uuid.UUID] = set()
-        while True:
-            written.update(row[0] for row in cur.fetchall())
-            if not cur.nextset():
-                break
+        written = returned_ids(cur)
         if len(written) < len(ordered):
             _refuse_other_memories(
                 cur, [c.after for c in ordered if c.after.fact_id not in written]

@@ -42,11 +42,7 @@ def mark_indexed(
             params,
             returning=True,
         )
-        marked_ids: set[uuid.UUID] = set()
-        while True:
-            marked_ids.update(row[0] for row in cur.fetchall())
-            if not cur.nextset():
-                break
+        marked_ids = fact_rows.returned_ids(cur)
         marked = [f for f in facts if f.fact_id in marked_ids]
         insert_ledger(conn, ledger_for(marked))
     return marked
@@ -61,11 +57,7 @@ def rewrite_overtaken(
     with transaction(pool, "rewriting overtaken facts") as conn:
         # Waited for, not skipped: a row held by another indexer's mark is the very race
         # being caught up on. In id order, as every writer of many fact rows takes them.
-        conn.execute(
-            "SELECT fact_id FROM memory_facts WHERE fact_id = ANY(%s)"
-            " ORDER BY fact_id FOR NO KEY UPDATE",
-            (ids,),
-        )
+        fact_rows.lock_in_id_order(conn, ids)
         rows = conn.execute(
             f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} f"
             " WHERE f.fact_id = ANY(%s) ORDER BY f.fact_id",
