@@ -30,7 +30,7 @@ from domain.model import (
 from processors.cost import PriceTable, llm_entry
 from processors.gate import WriteGate
 from processors.lifecycle import FactLedger
-from processors.normalize import normalize_json, storable_json
+from processors.normalize import merge_json, normalize_json, storable_json
 from processors.schema import (
     MAX_SCAFFOLD_CHARS,
     MAX_WORKING_MEMORY_WORDS,
@@ -196,12 +196,17 @@ class Consolidator:
         output: a key an event set and S had no room for is not dropped unseen)."""
         normalized = normalize_json(dict(proposed))
         scaffold = dict(normalized) if isinstance(normalized, dict) else {}
+        before = request.state.scaffold
         named = set()
         for obs in request.observations:
             event = obs.event
             if event.event_type is EventType.SCAFFOLD_UPDATE and event.scaffold_key is not None:
-                scaffold[event.scaffold_key] = normalize_json(event.scaffold_value())
-                named.add(event.scaffold_key)
+                # Whatever the model made of the key, the event's value is in it, merged as
+                # the offline backend merges it; a key the model dropped starts from S before.
+                key = event.scaffold_key
+                base = scaffold[key] if key in scaffold else normalize_json(before.get(key))
+                scaffold[key] = merge_json(base, normalize_json(event.scaffold_value()))
+                named.add(key)
         whole = storable_json(scaffold)
         bounded = bounded_scaffold(whole, first=storable_json(sorted(named)))
         return bounded, [str(k) for k in whole if k not in bounded]

@@ -47,6 +47,15 @@ def normalize_json(value: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     return value
 
 
+def merge_json(old: Any, new: Any) -> Any:
+    """`new` written over `old` the way a `scaffold_update` writes its key: objects key by key,
+    recursively, so an update naming some of an object's keys keeps the others; any other
+    value replaces what was there. Idempotent: merging the same `new` twice changes nothing."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {**old, **{k: merge_json(old.get(k), v) for k, v in new.items()}}
+    return new
+
+
 def _decode_container(text: str) -> dict[str, Any] | list[Any] | None:
     """The object or array `text` encodes, through any number of string encodings; else None."""
     current: Any = text

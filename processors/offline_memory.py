@@ -15,6 +15,7 @@ from domain.ids import normalize_content
 from domain.model import FactStatus, FactType
 from processors.heuristics import SCAFFOLD_SLOT_KEYS, as_sentence, clip
 from processors.merge import MIN_NEW_WORDS, new_words
+from processors.normalize import merge_json
 from processors.plan import Plan, Step, believed
 from processors.schema import (
     MAX_FACT_CHARS,
@@ -53,7 +54,7 @@ def build_scaffold(current: Mapping[str, Any], steps: Iterable[Step]) -> dict[st
         event, kind = step.event, step.event.event_type
         scope = event.source_metadata.connection_id
         if kind is EventType.SCAFFOLD_UPDATE and event.scaffold_key is not None:
-            s[event.scaffold_key] = _merge(s.get(event.scaffold_key), event.scaffold_value())
+            s[event.scaffold_key] = merge_json(s.get(event.scaffold_key), event.scaffold_value())
         elif kind is EventType.CONNECTION_UPDATE and scope is not None:
             _append(_connections(s), scope, clip(" ".join(event.content.split()), MAX_FACT_CHARS))
         elif step.statement is None or kind is EventType.TOOL_OUTPUT:
@@ -120,12 +121,6 @@ def _connections(s: dict[str, Any]) -> dict[str, Any]:
         value = {} if value is None else {"_previous": value}
         s["Connections"] = value
     return value
-
-
-def _merge(old: Any, new: Any) -> Any:
-    if isinstance(old, dict) and isinstance(new, dict):
-        return {**old, **{k: _merge(old.get(k), v) for k, v in new.items()}}
-    return new
 
 
 def _sorted(value: Any) -> Any:

@@ -60,3 +60,24 @@ def test_an_answer_without_a_scaffold_leaves_s_as_it_was() -> None:
     # An S the model did write is S, even an empty one.
     emptied = ConsolidationOutput(updated_working_memory="W", updated_scaffold={})
     assert dict(planned(state, note, emptied).state.scaffold) == {}
+
+
+def test_a_scaffold_update_merges_into_the_key_whatever_the_model_made_of_it() -> None:
+    state = MemoryState("ada", "org-a", "", {"Team": {"size": 6, "lead": {"since": "2025"}}}, (), 2)
+    pod = make_event(
+        "ada", '{"pod": "Growth", "lead": {"name": "Priya"}}', EventType.SCAFFOLD_UPDATE,
+        source=Source.AUTONOMOUS, scaffold_key="Team",
+    )  # fmt: skip
+    merged = {"size": 6, "lead": {"since": "2025", "name": "Priya"}, "pod": "Growth"}
+    # The model kept S as it was: the event's keys are written into the object.
+    kept = ConsolidationOutput(updated_working_memory="", updated_scaffold=dict(state.scaffold))
+    assert dict(planned(state, pod, kept).state.scaffold)["Team"] == merged
+    # The model dropped the key: it starts again from S before the run.
+    dropped = ConsolidationOutput(updated_working_memory="", updated_scaffold={"Role": "PM"})
+    assert dict(planned(state, pod, dropped).state.scaffold) == {"Role": "PM", "Team": merged}
+    # A value that is not an object replaces the key's.
+    goals = make_event(
+        "ada", '["ship onboarding"]', EventType.SCAFFOLD_UPDATE, source=Source.AUTONOMOUS,
+        scaffold_key="Team",
+    )  # fmt: skip
+    assert dict(planned(state, goals, kept).state.scaffold)["Team"] == ["ship onboarding"]
