@@ -6,6 +6,7 @@ backend, and `RetractingConsolidator` applies them to the planned update. A dele
 archived, a corrected one contradicted (the correction event that travels with it becomes
 the new fact the usual way). The change goes into the same run, so it is in `fact_history`,
 in the run's `applied` effect (replay folds it) and in the index like any other change.
+The retracted statements leave W and S in the same run (`without_statements`).
 
 A retraction naming a fact that is not an active or held fact of that user changes nothing
 and is recorded as skipped: one user can never retract another's fact.
@@ -13,14 +14,23 @@ and is recorded as skipped: one user can never retract another's fact.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from domain.ids import MemoryKey
-from domain.model import Fact, FactChange, FactChangeKind, FactStatus, MemoryUpdate, TokenUsage
+from domain.ids import MemoryKey, normalize_content
+from domain.model import (
+    Fact,
+    FactChange,
+    FactChangeKind,
+    FactStatus,
+    MemoryState,
+    MemoryUpdate,
+    TokenUsage,
+)
 from processors.consolidate import Consolidator, applied_effect
 from processors.schema import (
     BackendResponse,
@@ -150,7 +160,74 @@ def with_retractions(
     changes, decisions = retraction_changes(facts, wanted, now)
     kept = [c for c in changes if c.after.fact_id not in touched]
     all_changes = (*update.fact_changes, *kept)
+    state = without_statements(update.state, [c.before.content for c in kept if c.before])
     output: dict[str, Any] = dict(update.run.output or {})
-    output["applied"] = applied_effect(update.state, all_changes, update.connection_additions)
+    output["applied"] = applied_effect(state, all_changes, update.connection_additions)
     output["retractions"] = decisions
-    return replace(update, run=replace(update.run, output=output), fact_changes=all_changes)
+    run = replace(update.run, output=output)
+    return replace(update, run=run, state=state, fact_changes=all_changes)
+
+
+def without_statements(state: MemoryState, statements: Sequence[str]) -> MemoryState:
+    """W and S without the retracted facts' statements, which W and S are shown in every chat.
+
+    The backend never sees a retraction, and a batch of nothing but retractions is not sent
+    to it, so W and S would go on telling what the user took back. What is taken out: S's
+    strings equal to a statement (case and spacing aside) at any depth, and W's sentences
+    containing one. The offline backend keeps statements in S and W word for word; a model
+    that reworded one in W is not caught here (its next run rewrites W without the fact).
+    """
+    texts = [t for t in (_comparable(s) for s in statements) if t]
+    if not texts:
+        return state
+    scaffold = _scrubbed(dict(state.scaffold), texts)
+    working = _without_sentences(state.working_memory, texts)
+    return replace(
+        state, scaffold=scaffold if isinstance(scaffold, dict) else {}, working_memory=working
+    )
+
+
+def _comparable(text: str) -> str:
+    return normalize_content(text).rstrip(".!?… ")
+
+
+def _scrubbed(value: Any, texts: Sequence[str]) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _scrubbed(v, texts)
+            for k, v in value.items()
+            if not (isinstance(v, str) and _comparable(v) in texts)
+        }
+    if isinstance(value, list):
+        return [
+            _scrubbed(v, texts)
+            for v in value
+            if not (isinstance(v, str) and _comparable(v) in texts)
+        ]
+    return value
+
+
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?…])\s+")
+# An opening such as the offline backend's "Lately: ", kept for the sentence after it.
+_LABEL = re.compile(r"^[A-Z][^.!?:]{0,30}: ")
+
+
+def _without_sentences(text: str, texts: Sequence[str]) -> str:
+    said = [re.compile(rf"(?<!\w){re.escape(t)}(?!\w)") for t in texts]
+
+    def retracted(sentence: str) -> bool:
+        return any(p.search(normalize_content(sentence)) for p in said)
+
+    lines = []
+    for line in text.split("\n"):
+        sentences = _SENTENCE_BREAK.split(line)
+        kept = [s for s in sentences if not retracted(s)]
+        if len(kept) == len(sentences):
+            lines.append(line)
+            continue
+        label = _LABEL.match(sentences[0])
+        if kept and label and retracted(sentences[0]):
+            kept[0] = label.group(0) + kept[0]
+        if kept:
+            lines.append(" ".join(kept))
+    return "\n".join(lines)

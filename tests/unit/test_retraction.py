@@ -195,3 +195,47 @@ def test_a_correction_key_names_one_request_of_one_fact() -> None:
         LISBON.fact_id, "I live in Porto", idempotency_key="k"
     )
     assert [e.event_id for e in retried.events] == ids[:2]
+
+
+def test_a_deleted_fact_leaves_w_and_s_and_what_else_they_say_stays() -> None:
+    tea = fact("Ada prefers green tea")
+    state = MemoryState(
+        "ada",
+        "org-a",
+        "Lately: Ada lives in Lisbon. Ada runs on Sundays.\nHow they like things: ada  PREFERS"
+        " green tea.\nAda lives in Lisbon's old town with her partner.",
+        {
+            "City": "Lisbon",
+            "Preferences": ["Ada prefers green tea", "Ada prefers trains"],
+            "People": {"Ada": {"Home": "Ada lives in Lisbon."}},
+            "Notes": "Ada prefers green teas",  # another statement: stays
+        },
+        (),
+        3,
+    )
+    deletes = [
+        event(EventType.FACT_RETRACTION, FactRetraction(fact_id=f.fact_id).model_dump_json(), i)
+        for i, f in enumerate((LISBON, tea))
+    ]
+    req = ConsolidationRequest.build(state, (LISBON, tea), deletes, NOW)
+    wrapped = RetractionAwareBackend(CountingBackend())
+    update = RetractingConsolidator(WriteGate(BagOfWordsEmbedder()), PriceTable({})).plan(
+        req,
+        wrapped.consolidate(req),
+        run_id=uuid.uuid4(),
+        backend=wrapped.name,
+        prompt_version=wrapped.prompt_version,
+        started_at=NOW,
+        duration_ms=0,
+    )
+    # The label stays with the sentence after it; a line left with nothing is gone.
+    assert update.state.working_memory == "Lately: Ada runs on Sundays."
+    assert dict(update.state.scaffold) == {
+        "City": "Lisbon",
+        "Preferences": ["Ada prefers trains"],
+        "People": {"Ada": {}},
+        "Notes": "Ada prefers green teas",
+    }
+    applied = (update.run.output or {})["applied"]
+    assert applied["working_memory"] == update.state.working_memory
+    assert applied["scaffold"] == update.state.scaffold
