@@ -5,7 +5,10 @@ Each service is found in this order:
      MEMORYD_TEST_CHROMA_URL (e.g. the stack of `memoryd dev up`);
   2. a testcontainers container, when a Docker engine answers;
   3. a local process from memoryd.dev (no Docker needed) on free ports, its state in a pytest
-     temp dir (Postgres: a /tmp dir of its own, see _postgres_home), stopped at session end.
+     temp dir (Postgres: a /tmp dir of its own, see _postgres_home), stopped at session end,
+     and by a watchdog of its own if the session dies without a teardown (stop_on_exit).
+
+A SIGTERM ends the run as Ctrl-C does, with the fixtures torn down (see pytest_configure).
 
 Fixtures: kafka_bootstrap, postgres_dsn, chroma_url (session-scoped service addresses);
 kafka_admin, kafka_topic_factory (unique topics, deleted afterwards); fresh_database (a database
@@ -22,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -63,7 +67,17 @@ CHROMA_IMAGE = "chromadb/chroma:1.5.9"
 STARTUP_TIMEOUT_S = 180.0
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    # A second SIGTERM ends the run on the spot; the services' watchdogs still stop them.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise KeyboardInterrupt
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    # SIGTERM (a cancelled CI job, `timeout`) would end the run without any teardown. As a
+    # KeyboardInterrupt it stops the session's services and removes their directories first.
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
     config.addinivalue_line(
         "markers", "integration: talks to real Kafka, Postgres or Chroma started by the fixtures"
     )
@@ -188,6 +202,7 @@ def _local_kafka(home: Path) -> AbstractContextManager[str]:
         ports.kafka_controller,
         pom=REPO_ROOT / "infra" / "kafka" / "pom.xml",
         jars_cache=default_cache_dir() / "kafka-jars",
+        stop_on_exit=True,
     )
     return _running(kafka)
 
@@ -265,7 +280,7 @@ def _postgres_home() -> Iterator[Path]:
 def _local_postgres() -> Iterator[str]:
     with (
         _postgres_home() as home,
-        _running(LocalPostgres(home, free_port(), for_tests=True)) as dsn,
+        _running(LocalPostgres(home, free_port(), for_tests=True, stop_on_exit=True)) as dsn,
     ):
         yield dsn
 
@@ -323,7 +338,7 @@ def _chroma_container() -> Iterator[str]:
 
 
 def _local_chroma(home: Path) -> AbstractContextManager[str]:
-    return _running(LocalChroma(home, free_port()))
+    return _running(LocalChroma(home, free_port(), stop_on_exit=True))
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,13 @@ them. Each launcher records the child's pid in its home dir, which is how a late
 process (`memoryd dev down`) finds it again. A pid alone is not trusted: before signalling we
 check that /proc/PID/cmdline still mentions the service's home dir, so a recycled pid belonging
 to something else is never killed.
+
+A service started for a test session must not outlive it, however the session ends (a CI job
+SIGKILLed on its time limit runs no teardown). stop_on_exit() gives such a service a watchdog: this
+module run as a script, in a session of its own so that a signal to the test run's process group
+does not take it down with the run. It blocks reading a pipe whose only write end the starting
+process holds; the kernel closes that end when the process dies, and the watchdog then stops the
+service if it is still running. `memoryd dev up` does not use it: its services outlive the command.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,8 +49,11 @@ def spawn_detached(
     *,
     log_path: Path,
     env: Mapping[str, str] | None = None,
+    stdin_fd: int | None = None,
 ) -> int:
     """Start argv (argv[0] an absolute path) in a new session, output appended to log_path.
+
+    stdin is /dev/null, or the descriptor stdin_fd if given.
 
     os.posix_spawn rather than subprocess.Popen: a Popen object must be waited on by the process
     that made it, or it warns (ResourceWarning) when collected, which is exactly what happens
@@ -53,7 +64,9 @@ def spawn_detached(
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     try:
         actions: list[tuple[Any, ...]] = [
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+            if stdin_fd is None
+            else (os.POSIX_SPAWN_DUP2, stdin_fd, 0),
             (os.POSIX_SPAWN_DUP2, log_fd, 1),
             (os.POSIX_SPAWN_DUP2, log_fd, 2),
         ]
@@ -78,8 +91,9 @@ def write_pid(path: Path, pid: int) -> None:
 
 
 def read_pid(path: Path) -> int | None:
+    """The pid on the first line of path (ours hold only that; Postgres' postmaster.pid more)."""
     try:
-        return int(path.read_text(encoding="ascii").strip())
+        return int(path.read_text(encoding="ascii", errors="replace").split("\n", 1)[0])
     except (FileNotFoundError, ValueError):
         return None
 
@@ -139,11 +153,11 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-def terminate(pid: int, timeout: float) -> None:
-    """SIGTERM the process group, wait up to timeout, then SIGKILL and wait again."""
+def terminate(pid: int, timeout: float, sig: signal.Signals = signal.SIGTERM) -> None:
+    """Send sig to the process group, wait up to timeout, then SIGKILL and wait again."""
     if exited(pid):
         return
-    _signal_group(pid, signal.SIGTERM)
+    _signal_group(pid, sig)
     if wait_until(lambda: exited(pid), timeout):
         return
     _signal_group(pid, signal.SIGKILL)
@@ -204,6 +218,30 @@ class ServiceProcess:
         write_pid(self.pid_file, pid)
         return pid
 
+    def stop_on_exit(
+        self, *, log_path: Path, timeout: float, sig: signal.Signals = signal.SIGTERM
+    ) -> Lifeline:
+        """A watchdog that stops this service (sig, SIGKILL after timeout) once the returned
+        Lifeline is released or this process exits, whichever comes first."""
+        read_fd, write_fd = os.pipe()  # both non-inheritable: no other child gets the write end
+        try:
+            argv = [
+                str(Path(sys.executable).absolute()),
+                "-I",  # no script dir on sys.path: memoryd/dev/kafka.py must not shadow kafka
+                str(Path(__file__).absolute()),
+                str(self.pid_file),
+                self.marker,
+                sig.name,
+                str(timeout),
+            ]
+            pid = spawn_detached(argv, log_path=log_path, stdin_fd=read_fd)
+        except BaseException:
+            os.close(write_fd)
+            raise
+        finally:
+            os.close(read_fd)
+        return Lifeline(pid, write_fd)
+
     def stop(self, started: int | None, timeout: float) -> None:
         """SIGTERM the service, SIGKILL after timeout; reap started if it died by itself."""
         pid = self.owned()
@@ -212,3 +250,38 @@ class ServiceProcess:
         elif started is not None:
             exited(started)  # it died by itself: reap it (a zombie does not count as owned)
         self.pid_file.unlink(missing_ok=True)
+
+
+@dataclass
+class Lifeline:
+    """The write end of a watchdog's pipe (see stop_on_exit), and the watchdog's pid."""
+
+    pid: int
+    fd: int | None
+
+    def release(self, timeout: float = 5.0) -> None:
+        """Close the pipe: the watchdog stops the service if it still runs, then exits; reap it.
+        Idempotent. Release after stopping the service, so the watchdog has nothing to do."""
+        fd, self.fd = self.fd, None
+        if fd is None:
+            return
+        os.close(fd)
+        if not wait_until(lambda: exited(self.pid), timeout):
+            raise ServiceError(f"the watchdog {self.pid} did not exit in {timeout:.0f}s")
+
+
+def _watch(pid_file: str, marker: str, sig: str, timeout: str) -> None:
+    """Wait for the end of the pipe on stdin, then stop the service if it is still ours."""
+    # Our own session has no terminal, but a Ctrl-C sent to the run's group must not reach us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while os.read(0, 4096):  # nothing is ever written: this returns b"" once the end closes
+        pass
+    pid = owned_pid(Path(pid_file), marker)
+    if pid is not None:
+        terminate(pid, float(timeout), signal.Signals[sig])
+
+
+if __name__ == "__main__":
+    # Run by path from stop_on_exit, so that only the standard library is imported (the
+    # memoryd.dev package imports kafka-python, httpx and psycopg: 0.6 s for each watchdog).
+    _watch(*sys.argv[1:])

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from memoryd.dev._process import (
+    Lifeline,
     ServiceError,
     ServiceProcess,
     ensure_port_free,
@@ -25,6 +26,7 @@ from memoryd.dev._process import (
 )
 
 _HOST = "127.0.0.1"
+_STOP_TIMEOUT_S = 20.0
 
 
 # What the `chroma` console script ends up calling, minus its `import chromadb`: that import
@@ -59,13 +61,26 @@ def heartbeat(url: str, timeout: float = 2.0) -> bool:
 
 
 class LocalChroma:
-    """A Chroma server on 127.0.0.1:port with its data in home/data."""
+    """A Chroma server on 127.0.0.1:port with its data in home/data.
 
-    def __init__(self, home: Path, port: int, chroma_exe: Path | None = None) -> None:
+    stop_on_exit: the server is stopped when the process that started it exits, however it
+    exits (for tests; see memoryd.dev._process).
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        port: int,
+        chroma_exe: Path | None = None,
+        *,
+        stop_on_exit: bool = False,
+    ) -> None:
         self.home = home.absolute()  # pid-file checks compare command lines: no relative paths
         self.port = port
         self.chroma_exe = chroma_exe
+        self.stop_on_exit = stop_on_exit
         self._pid: int | None = None  # the server process this object started or adopted
+        self._lifeline: Lifeline | None = None
 
     @property
     def url(self) -> str:
@@ -92,6 +107,11 @@ class LocalChroma:
         self._pid = self._process.owned()
         if self._pid is not None and self._running_port(self._pid) != self.port:
             self.stop()  # running on another port from an earlier configuration
+        if self.stop_on_exit and self._lifeline is None:
+            # Before the spawn: a process killed while the server starts up stops it too.
+            self._lifeline = self._process.stop_on_exit(
+                log_path=self.home / "watchdog.log", timeout=_STOP_TIMEOUT_S
+            )
         if self._pid is None:
             ensure_port_free(_HOST, self.port, f"the Chroma server of {self.home}")
             self._data.mkdir(parents=True, exist_ok=True)
@@ -129,7 +149,10 @@ class LocalChroma:
             return [str(Path(sys.executable).absolute()), "-c", _FAST_LAUNCH]
         return [str(find_chroma_exe().absolute())]
 
-    def stop(self, timeout: float = 20.0) -> None:
+    def stop(self, timeout: float = _STOP_TIMEOUT_S) -> None:
         """SIGTERM (Chroma shuts down cleanly on it), SIGKILL after timeout. Idempotent."""
         self._process.stop(self._pid, timeout)
         self._pid = None
+        if self._lifeline is not None:
+            self._lifeline.release()
+            self._lifeline = None

@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 
 from memoryd.dev._process import (
+    Lifeline,
     ServiceError,
     ServiceProcess,
     ensure_port_free,
@@ -43,6 +44,7 @@ with warnings.catch_warnings():
 log = logging.getLogger(__name__)
 
 _HOST = "127.0.0.1"
+_STOP_TIMEOUT_S = 30.0
 _COMPLETE_MARKER = ".complete"
 
 
@@ -89,7 +91,11 @@ def _find_java() -> str:
 
 
 class LocalKafka:
-    """One KRaft broker+controller listening on 127.0.0.1:port (controller on controller_port)."""
+    """One KRaft broker+controller listening on 127.0.0.1:port (controller on controller_port).
+
+    stop_on_exit: the broker is stopped when the process that started it exits, however it
+    exits (for tests; see memoryd.dev._process).
+    """
 
     def __init__(
         self,
@@ -100,6 +106,7 @@ class LocalKafka:
         jars_cache: Path,
         *,
         heap: str = "512m",
+        stop_on_exit: bool = False,
     ) -> None:
         self.home = home.absolute()  # pid-file checks compare command lines: no relative paths
         self.port = port
@@ -107,7 +114,9 @@ class LocalKafka:
         self.pom = pom
         self.jars_cache = jars_cache
         self.heap = heap
+        self.stop_on_exit = stop_on_exit
         self._pid: int | None = None  # the broker process this object started or adopted
+        self._lifeline: Lifeline | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -182,11 +191,16 @@ class LocalKafka:
         the storage on a first start have limits of their own.
         """
         self._pid = self._process.owned()
-        if self._pid is not None:
-            if self._running_ports() == (self.port, self.controller_port):
-                self._wait_ready(time.monotonic() + timeout)
-                return self.bootstrap
+        if self._pid is not None and self._running_ports() != (self.port, self.controller_port):
             self.stop()  # running on other ports from an earlier configuration
+        if self.stop_on_exit and self._lifeline is None:
+            # Before the spawn: a process killed while the broker starts up stops it too.
+            self._lifeline = self._process.stop_on_exit(
+                log_path=self._logs_dir / "watchdog.log", timeout=_STOP_TIMEOUT_S
+            )
+        if self._pid is not None:
+            self._wait_ready(time.monotonic() + timeout)
+            return self.bootstrap
         for p in (self.port, self.controller_port):
             ensure_port_free(_HOST, p, f"the broker of {self.home}")
         libs = self.ensure_jars()
@@ -212,10 +226,13 @@ class LocalKafka:
             raise
         return self.bootstrap
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = _STOP_TIMEOUT_S) -> None:
         """Stop the broker (controlled shutdown on SIGTERM, SIGKILL after timeout). Idempotent."""
         self._process.stop(self._pid, timeout)
         self._pid = None
+        if self._lifeline is not None:
+            self._lifeline.release()
+            self._lifeline = None
 
     def _running_ports(self) -> tuple[int, int] | None:
         """The client and controller ports of the running broker's config (written at its start)."""

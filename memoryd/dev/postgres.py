@@ -17,6 +17,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import stat
 import subprocess
 from pathlib import Path
@@ -25,12 +26,19 @@ from typing import Any
 import psycopg
 from psycopg import errors, sql
 
-from memoryd.dev._process import ServiceError, ensure_port_free, log_tail
+from memoryd.dev._process import (
+    Lifeline,
+    ServiceError,
+    ServiceProcess,
+    ensure_port_free,
+    log_tail,
+)
 
 log = logging.getLogger(__name__)
 
 _HOST = "127.0.0.1"
 _SUPERUSER = "postgres"
+_STOP_TIMEOUT_S = 60.0
 # sockaddr_un.sun_path is 108 bytes on Linux, including the NUL.
 _MAX_SOCKET_PATH = 107
 
@@ -110,7 +118,11 @@ def _chown_tree(root: Path, user: pwd.struct_passwd) -> None:
 
 
 class LocalPostgres:
-    """A PostgreSQL cluster in home/data serving database `database` on 127.0.0.1:port."""
+    """A PostgreSQL cluster in home/data serving database `database` on 127.0.0.1:port.
+
+    stop_on_exit: the server is stopped when the process that started it exits, however it
+    exits (for tests; see memoryd.dev._process).
+    """
 
     def __init__(
         self,
@@ -121,6 +133,7 @@ class LocalPostgres:
         for_tests: bool = False,
         database: str = "memoryd",
         os_user: str = "postgres",
+        stop_on_exit: bool = False,
     ) -> None:
         self.home = home.absolute()  # pg tools run with cwd=home, so no relative paths
         self.port = port
@@ -128,6 +141,8 @@ class LocalPostgres:
         self.for_tests = for_tests
         self.database = database
         self.os_user = os_user
+        self.stop_on_exit = stop_on_exit
+        self._lifeline: Lifeline | None = None
 
     @property
     def dsn(self) -> str:
@@ -147,11 +162,19 @@ class LocalPostgres:
         if not (self._data / "PG_VERSION").exists():
             self._initdb()
         self._write_settings()
+        if self.is_running() and self._running_port() != self.port:
+            self.stop()  # running on another port from an earlier configuration
+        if self.stop_on_exit and self._lifeline is None:
+            # Before the start: a process killed while the server starts up stops it too. The
+            # postmaster records its pid in postmaster.pid and is started with -D data; SIGINT
+            # is its fast shutdown, what `pg_ctl stop -m fast` sends.
+            postmaster = ServiceProcess(self._data / "postmaster.pid", marker=str(self._data))
+            self._lifeline = postmaster.stop_on_exit(
+                log_path=self.home / "watchdog.log", timeout=_STOP_TIMEOUT_S, sig=signal.SIGINT
+            )
         if self.is_running():
-            if self._running_port() == self.port:
-                self._ensure_database()
-                return self.dsn
-            self.stop()  # running on other ports from an earlier configuration
+            self._ensure_database()
+            return self.dsn
         ensure_port_free(_HOST, self.port, f"the Postgres server of {self.home}")
         result = self._pg_ctl("start", "-w", "-t", str(int(timeout)), "-l", str(self._log))
         if result.returncode != 0:
@@ -163,13 +186,15 @@ class LocalPostgres:
         self._ensure_database()
         return self.dsn
 
-    def stop(self, timeout: float = 60.0) -> None:
+    def stop(self, timeout: float = _STOP_TIMEOUT_S) -> None:
         """Fast shutdown (disconnects clients, no crash recovery needed). Idempotent."""
-        if not self.is_running():
-            return
-        result = self._pg_ctl("stop", "-m", "fast", "-w", "-t", str(int(timeout)))
-        if result.returncode != 0 and self.is_running():
-            raise ServiceError(f"pg_ctl stop failed for {self._data}:\n{result.stderr}")
+        if self.is_running():
+            result = self._pg_ctl("stop", "-m", "fast", "-w", "-t", str(int(timeout)))
+            if result.returncode != 0 and self.is_running():
+                raise ServiceError(f"pg_ctl stop failed for {self._data}:\n{result.stderr}")
+        if self._lifeline is not None:
+            self._lifeline.release()
+            self._lifeline = None
 
     def is_running(self) -> bool:
         if not (self._data / "PG_VERSION").exists():

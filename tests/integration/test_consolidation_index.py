@@ -35,7 +35,7 @@ QUERY = "Which team does the user work in?"
 
 @pytest.fixture
 def chroma(tmp_path: Path) -> Iterator[LocalChroma]:
-    server = LocalChroma(tmp_path / "chroma-server", free_port())
+    server = LocalChroma(tmp_path / "chroma-server", free_port(), stop_on_exit=True)
     server.start(timeout=60)
     try:
         yield server

@@ -127,7 +127,7 @@ def test_local_postgres_start_is_idempotent(postgres_home: Path) -> None:
         find_bin_dir()
     except RuntimeError as exc:
         pytest.skip(f"no local PostgreSQL binaries: {exc}")
-    postgres = LocalPostgres(postgres_home, free_port(), for_tests=True)
+    postgres = LocalPostgres(postgres_home, free_port(), for_tests=True, stop_on_exit=True)
     try:
         first = postgres.start()
         second = postgres.start()
@@ -142,7 +142,7 @@ def test_local_postgres_start_is_idempotent(postgres_home: Path) -> None:
 
 
 def test_local_chroma_start_is_idempotent(tmp_path: Path) -> None:
-    chroma = LocalChroma(tmp_path / "chroma", free_port())
+    chroma = LocalChroma(tmp_path / "chroma", free_port(), stop_on_exit=True)
     try:
         first = chroma.start()
         assert chroma.start() == first
@@ -155,8 +155,8 @@ def test_local_chroma_start_is_idempotent(tmp_path: Path) -> None:
 
 def test_local_chroma_started_again_on_another_port_moves_there(tmp_path: Path) -> None:
     ports = DevPorts.free()  # distinct
-    before = LocalChroma(tmp_path / "chroma", ports.chroma)
-    after = LocalChroma(tmp_path / "chroma", ports.postgres)
+    before = LocalChroma(tmp_path / "chroma", ports.chroma, stop_on_exit=True)
+    after = LocalChroma(tmp_path / "chroma", ports.postgres, stop_on_exit=True)
     try:
         before.start()
         assert after.start(timeout=30) == after.url
@@ -175,6 +175,7 @@ def test_local_kafka_started_again_on_other_ports_moves_there(tmp_path: Path) ->
             controller_port,
             pom=DEFAULT_KAFKA_POM,
             jars_cache=default_cache_dir() / "kafka-jars",
+            stop_on_exit=True,
         )
 
     ports = DevPorts.free()  # four distinct ports, two for each configuration

@@ -52,6 +52,7 @@ def own_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
         ports.kafka_controller,
         pom=REPO_ROOT / "infra" / "kafka" / "pom.xml",
         jars_cache=default_cache_dir() / "kafka-jars",
+        stop_on_exit=True,
     )
     kafka.start(timeout=180)
     try:
@@ -62,7 +63,7 @@ def own_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
 
 @pytest.fixture
 def own_postgres(postgres_home: Path) -> Iterator[LocalPostgres]:
-    postgres = LocalPostgres(postgres_home, free_port(), for_tests=True)
+    postgres = LocalPostgres(postgres_home, free_port(), for_tests=True, stop_on_exit=True)
     postgres.start(timeout=120)
     try:
         yield postgres

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def own_postgres(postgres_home: Path) -> Iterator[LocalPostgres]:
-    postgres = LocalPostgres(postgres_home, free_port(), for_tests=True)
+    postgres = LocalPostgres(postgres_home, free_port(), for_tests=True, stop_on_exit=True)
     dsn = postgres.start()
     pool = make_pool(dsn, max_size=2)
     try:

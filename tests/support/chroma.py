@@ -1,4 +1,7 @@
-"""A Chroma server of the test's own, which the test may stop or freeze (SIGSTOP)."""
+"""A Chroma server of the test's own, which the test may stop or freeze (SIGSTOP).
+
+Like the fixtures' services, it is stopped by a watchdog if the test run dies without a teardown.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from memoryd.dev._process import Lifeline, ServiceProcess, write_pid
+
 
 class DisposableChroma:
     def __init__(self, home: Path) -> None:
@@ -19,8 +24,17 @@ class DisposableChroma:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
+        self._lifeline: Lifeline | None = None
+
+    @property
+    def _process(self) -> ServiceProcess:
+        return ServiceProcess(self.home / "chroma.pid", marker=str(self.home / "data"))
 
     def start(self, timeout: float = 60.0) -> None:
+        if self._lifeline is None:
+            self._lifeline = self._process.stop_on_exit(
+                log_path=self.home / "watchdog.log", timeout=20.0
+            )
         exe = Path(sys.executable).parent / "chroma"
         env = {**os.environ, "ANONYMIZED_TELEMETRY": "False", "NO_COLOR": "1"}
         with (self.home / "chroma.log").open("ab") as log:
@@ -39,6 +53,7 @@ class DisposableChroma:
                 stderr=subprocess.STDOUT,
                 env=env,
             )
+        write_pid(self._process.pid_file, self._proc.pid)
         deadline = time.monotonic() + timeout
         while not self._answers():
             if self._proc.poll() is not None or time.monotonic() > deadline:
@@ -64,15 +79,17 @@ class DisposableChroma:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=20)
+        if self._lifeline is not None:
+            self._lifeline.release()
+            self._lifeline = None
 
     def _answers(self) -> bool:
         try:
