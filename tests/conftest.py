@@ -4,7 +4,8 @@ Each service is found in this order:
   1. an existing one named by MEMORYD_TEST_KAFKA_BOOTSTRAP / MEMORYD_TEST_POSTGRES_DSN /
      MEMORYD_TEST_CHROMA_URL (e.g. the stack of `memoryd dev up`);
   2. a testcontainers container, when a Docker engine answers;
-  3. a local process from memoryd.dev (no Docker needed) on free ports, its state in a pytest
+  3. a local process from memoryd.dev (no Docker needed) on free ports (started again on new
+     ones if another process takes one first: tests.support.services), its state in a pytest
      temp dir (Postgres: a /tmp dir of its own, see _postgres_home), stopped at session end,
      and by a watchdog of its own if the session dies without a teardown (stop_on_exit).
 
@@ -34,7 +35,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -60,6 +61,7 @@ from memoryd.dev import DevPorts, LocalChroma, LocalKafka, LocalPostgres, free_p
 from memoryd.dev.chroma import heartbeat  # noqa: E402
 from memoryd.dev.kafka import kafka_ready  # noqa: E402
 from memoryd.dev.stack import default_cache_dir  # noqa: E402
+from tests.support.services import running  # noqa: E402
 
 KAFKA_IMAGE = "apache/kafka:4.1.1"
 POSTGRES_IMAGE = "postgres:16"
@@ -139,21 +141,6 @@ def _started(container: Any) -> Iterator[Any]:
         container.stop()  # also removes a container whose start() failed half-way
 
 
-class _LocalService(Protocol):
-    def start(self, timeout: float) -> str: ...
-
-    def stop(self) -> None: ...
-
-
-@contextmanager
-def _running(service: _LocalService) -> Iterator[str]:
-    """The address of a local service (memoryd.dev) while it runs; stopped afterwards."""
-    try:
-        yield service.start(timeout=STARTUP_TIMEOUT_S)
-    finally:
-        service.stop()
-
-
 # --- Kafka ----------------------------------------------------------------------------------------
 
 
@@ -195,16 +182,18 @@ def _kafka_container() -> Iterator[str]:
 
 
 def _local_kafka(home: Path) -> AbstractContextManager[str]:
-    ports = DevPorts.free()  # two distinct ports: client and controller listeners
-    kafka = LocalKafka(
-        home,
-        ports.kafka,
-        ports.kafka_controller,
-        pom=REPO_ROOT / "infra" / "kafka" / "pom.xml",
-        jars_cache=default_cache_dir() / "kafka-jars",
-        stop_on_exit=True,
-    )
-    return _running(kafka)
+    def kafka() -> LocalKafka:
+        ports = DevPorts.free()  # two distinct ports: client and controller listeners
+        return LocalKafka(
+            home,
+            ports.kafka,
+            ports.kafka_controller,
+            pom=REPO_ROOT / "infra" / "kafka" / "pom.xml",
+            jars_cache=default_cache_dir() / "kafka-jars",
+            stop_on_exit=True,
+        )
+
+    return running(kafka, STARTUP_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")
@@ -280,7 +269,10 @@ def _postgres_home() -> Iterator[Path]:
 def _local_postgres() -> Iterator[str]:
     with (
         _postgres_home() as home,
-        _running(LocalPostgres(home, free_port(), for_tests=True, stop_on_exit=True)) as dsn,
+        running(
+            lambda: LocalPostgres(home, free_port(), for_tests=True, stop_on_exit=True),
+            STARTUP_TIMEOUT_S,
+        ) as dsn,
     ):
         yield dsn
 
@@ -338,7 +330,7 @@ def _chroma_container() -> Iterator[str]:
 
 
 def _local_chroma(home: Path) -> AbstractContextManager[str]:
-    return _running(LocalChroma(home, free_port(), stop_on_exit=True))
+    return running(lambda: LocalChroma(home, free_port(), stop_on_exit=True), STARTUP_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ Kafka from Maven-fetched jars (infra/kafka/pom.xml), Postgres from the distribut
 Chroma from the `chroma` command of the chromadb wheel. Importing this package starts nothing.
 """
 
-from memoryd.dev._process import ServiceError
+from memoryd.dev._process import PortTaken, ServiceError
 from memoryd.dev.chroma import LocalChroma
 from memoryd.dev.kafka import LocalKafka
 from memoryd.dev.postgres import LocalPostgres
@@ -18,6 +18,7 @@ __all__ = [
     "LocalChroma",
     "LocalKafka",
     "LocalPostgres",
+    "PortTaken",
     "ServiceError",
     "default_cache_dir",
     "free_port",

@@ -35,6 +35,10 @@ class ServiceError(RuntimeError):
     """A local service could not be prepared, started or stopped."""
 
 
+class PortTaken(ServiceError):
+    """The port a service was to listen on is taken: worth a new start on another port."""
+
+
 def _inheritable_fds() -> list[int]:
     fds = []
     for name in os.listdir("/proc/self/fd"):
@@ -192,10 +196,28 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def log_size(path: Path) -> int:
+    """Where the next line appended to the log at path will start."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def logged_since(path: Path, offset: int) -> str:
+    """What was appended to the log at path past offset (see log_size)."""
+    try:
+        with path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 def ensure_port_free(host: str, port: int, owner: str) -> None:
     """Raise unless host:port is free: something listening there is not the service of owner."""
     if port_open(host, port):
-        raise ServiceError(
+        raise PortTaken(
             f"{host}:{port} is already taken by a process that is not {owner}; pick another port"
         )
 

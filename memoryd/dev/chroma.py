@@ -17,11 +17,14 @@ import httpx
 
 from memoryd.dev._process import (
     Lifeline,
+    PortTaken,
     ServiceError,
     ServiceProcess,
     ensure_port_free,
     exited,
+    log_size,
     log_tail,
+    logged_since,
     pid_cmdline,
 )
 
@@ -112,6 +115,7 @@ class LocalChroma:
             self._lifeline = self._process.stop_on_exit(
                 log_path=self.home / "watchdog.log", timeout=_STOP_TIMEOUT_S
             )
+        logged = log_size(self._log)
         if self._pid is None:
             ensure_port_free(_HOST, self.port, f"the Chroma server of {self.home}")
             self._data.mkdir(parents=True, exist_ok=True)
@@ -129,7 +133,9 @@ class LocalChroma:
             time.sleep(0.1)
         status = "exited" if exited(self._pid) else "hung"
         self.stop()
-        raise ServiceError(
+        # Taken since ensure_port_free looked (by a parallel run, say), in chroma's own words.
+        taken = f"Address {_HOST}:{self.port} is not available" in logged_since(self._log, logged)
+        raise (PortTaken if taken else ServiceError)(
             f"Chroma on {self.url} did not answer its heartbeat ({status})\n"
             f"--- tail of {self._log} ---\n{log_tail(self._log)}"
         )

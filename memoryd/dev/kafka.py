@@ -26,11 +26,14 @@ from pathlib import Path
 
 from memoryd.dev._process import (
     Lifeline,
+    PortTaken,
     ServiceError,
     ServiceProcess,
     ensure_port_free,
     exited,
+    log_size,
     log_tail,
+    logged_since,
     port_open,
 )
 
@@ -142,6 +145,10 @@ class LocalKafka:
     def _stdout_log(self) -> Path:
         return self._logs_dir / "stdout.log"
 
+    @property
+    def _server_log(self) -> Path:
+        return self._logs_dir / "server.log"
+
     def ensure_jars(self) -> Path:
         """Return a directory holding the broker jars, running Maven only if it is not cached."""
         key = hashlib.sha256(self.pom.read_bytes()).hexdigest()[:16]
@@ -216,13 +223,19 @@ class LocalKafka:
             f"-Dkafka.logs.dir={self._logs_dir}",
             "-cp", f"{libs}/*", "kafka.Kafka", str(self._props),
         ]  # fmt: skip
+        logs = (self._server_log, self._stdout_log)
+        logged = [log_size(log) for log in logs]
         self._pid = self._process.spawn(argv, log_path=self._stdout_log)
         try:
             # Counted from the launch: a first jar download can take minutes, and charging it
             # to the broker would kill one that was about to answer.
             self._wait_ready(time.monotonic() + timeout)
-        except ServiceError:
+        except ServiceError as e:
             self.stop()
+            # A port taken since ensure_port_free looked (by a parallel run, say).
+            new = "".join(logged_since(log, at) for log, at in zip(logs, logged, strict=True))
+            if "Address already in use" in new:
+                raise PortTaken(str(e)) from e
             raise
         return self.bootstrap
 
@@ -284,7 +297,7 @@ class LocalKafka:
             "shutdownHook = disable\n"
             "appender.file.type = File\n"
             "appender.file.name = FILE\n"
-            f"appender.file.fileName = {self._logs_dir / 'server.log'}\n"
+            f"appender.file.fileName = {self._server_log}\n"
             "appender.file.layout.type = PatternLayout\n"
             "appender.file.layout.pattern = [%d] %p %m (%c)%n\n"
             "rootLogger.level = INFO\n"
@@ -323,7 +336,7 @@ class LocalKafka:
     def _failure(self, what: str) -> ServiceError:
         return ServiceError(
             f"Kafka on {self.bootstrap} ({self.home}): {what}\n"
-            f"--- tail of {self._logs_dir / 'server.log'} ---\n"
-            f"{log_tail(self._logs_dir / 'server.log')}\n"
+            f"--- tail of {self._server_log} ---\n"
+            f"{log_tail(self._server_log)}\n"
             f"--- tail of {self._stdout_log} ---\n{log_tail(self._stdout_log, 20)}"
         )

@@ -28,10 +28,13 @@ from psycopg import errors, sql
 
 from memoryd.dev._process import (
     Lifeline,
+    PortTaken,
     ServiceError,
     ServiceProcess,
     ensure_port_free,
+    log_size,
     log_tail,
+    logged_since,
 )
 
 log = logging.getLogger(__name__)
@@ -176,9 +179,12 @@ class LocalPostgres:
             self._ensure_database()
             return self.dsn
         ensure_port_free(_HOST, self.port, f"the Postgres server of {self.home}")
+        logged = log_size(self._log)
         result = self._pg_ctl("start", "-w", "-t", str(int(timeout)), "-l", str(self._log))
         if result.returncode != 0:
-            raise ServiceError(
+            # A port taken since ensure_port_free looked (by a parallel run, say).
+            taken = "Address already in use" in logged_since(self._log, logged)
+            raise (PortTaken if taken else ServiceError)(
                 f"pg_ctl start failed for {self._data}:\n{result.stdout}"
                 f"{result.stderr}\n--- tail of {self._log} ---\n"
                 f"{log_tail(self._log)}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
@@ -32,12 +33,28 @@ def default_cache_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "memoryd"
 
 
+# Every port free_port() returned in this process. The port is bound later, by whoever asked,
+# and until then the kernel may hand it out again: twice in 2000 calls is the rule, not the
+# exception, and two services of one test run must never be given the same port.
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it), and that no
+    earlier call in this process returned.
+
+    Another process may still take it before it is bound: a service start that finds it taken
+    raises PortTaken, and its caller can start again on another port.
+    """
+    with _handed_out_lock:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port: int = sock.getsockname()[1]
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
 
 
 @dataclass(frozen=True)
@@ -50,11 +67,7 @@ class DevPorts:
     @classmethod
     def free(cls) -> DevPorts:
         """Distinct free ports, for tests running beside a developer's own stack."""
-        wanted = len(fields(cls))
-        ports: set[int] = set()
-        while len(ports) < wanted:
-            ports.add(free_port())
-        return cls(*sorted(ports))
+        return cls(*sorted(free_port() for _ in fields(cls)))
 
 
 class LocalService(Protocol):

@@ -26,6 +26,7 @@ from domain.model import FactStatus
 from domain.ports import Embedder, VectorHit
 from domain.reads import Scope
 from memoryd import wiring
+from memoryd.dev import free_port
 from memoryd.ops.runtime import refuse_another_models_index
 from store.chroma import (
     ChromaVectorIndex,
@@ -39,7 +40,7 @@ from store.embedding_models import FLOAT_PRODUCTS_MODEL
 from store.embeddings import MODEL_NAME, MiniLmEmbedder
 from store.errors import EmbeddingModelMismatch, VectorIndexUnavailable
 from tests.support.builders import key_of, make_fact, nearest
-from tests.support.chroma import DisposableChroma, free_port
+from tests.support.chroma import DisposableChroma
 from tests.support.fakes import LetterCountEmbedder
 
 integration = pytest.mark.integration

@@ -7,9 +7,11 @@ stores and queries vectors we embed ourselves, and the local launchers are idemp
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +30,7 @@ from memoryd.dev.chroma import heartbeat
 from memoryd.dev.kafka import kafka_ready
 from memoryd.dev.postgres import find_bin_dir
 from memoryd.dev.stack import DEFAULT_KAFKA_POM, default_cache_dir
+from tests.support.services import running
 
 pytestmark = pytest.mark.integration
 
@@ -189,3 +192,36 @@ def test_local_kafka_started_again_on_other_ports_moves_there(tmp_path: Path) ->
     finally:
         after.stop()
         before.stop()
+
+
+@contextmanager
+def _taken_port() -> Iterator[int]:
+    """A port bound but not listening: free to the look before a start, taken for the server's
+    own bind, as is a port another run takes in between."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_chroma_whose_port_is_taken_is_started_on_another(tmp_path: Path) -> None:
+    with _taken_port() as taken:
+        ports = iter([taken, free_port()])
+        with running(
+            lambda: LocalChroma(tmp_path / "chroma", next(ports), stop_on_exit=True), 60.0
+        ) as url:
+            assert urlsplit(url).port != taken
+            assert heartbeat(url)
+    assert not heartbeat(url)
+
+
+def test_postgres_whose_port_is_taken_is_started_on_another(postgres_home: Path) -> None:
+    with _taken_port() as taken:
+        ports = iter([taken, free_port()])
+        with running(
+            lambda: LocalPostgres(postgres_home, next(ports), for_tests=True, stop_on_exit=True),
+            60.0,
+        ) as dsn:
+            assert urlsplit(dsn).port != taken
+            with psycopg.connect(dsn) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert not port_open("127.0.0.1", urlsplit(dsn).port or 0)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from memoryd.dev import free_port
 from memoryd.dev._process import Lifeline, ServiceProcess, write_pid
 
 
@@ -97,10 +97,3 @@ class DisposableChroma:
         except httpx.HTTPError:
             return False
         return resp.is_success
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
