@@ -3,7 +3,9 @@
 Each service is found in this order:
   1. an existing one named by MEMORYD_TEST_KAFKA_BOOTSTRAP / MEMORYD_TEST_POSTGRES_DSN /
      MEMORYD_TEST_CHROMA_URL (e.g. the stack of `memoryd dev up`);
-  2. a testcontainers container, when a Docker engine answers;
+  2. a testcontainers container, when a Docker engine answers, of an image pinned to an exact
+     version below (the same as infra/compose.yaml's; Kafka's that of infra/kafka/pom.xml,
+     Chroma's that of the chromadb wheel), so a run never pulls a tag that has moved;
   3. a local process from memoryd.dev (no Docker needed) on free ports (started again on new
      ones if another process takes one first: tests.support.services), its state in a pytest
      temp dir (Postgres: a /tmp dir of its own, see _postgres_home), stopped at session end,
@@ -64,7 +66,7 @@ from memoryd.dev.stack import default_cache_dir  # noqa: E402
 from tests.support.services import running  # noqa: E402
 
 KAFKA_IMAGE = "apache/kafka:4.1.1"
-POSTGRES_IMAGE = "postgres:16"
+POSTGRES_IMAGE = "postgres:16.13"
 CHROMA_IMAGE = "chromadb/chroma:1.5.9"
 STARTUP_TIMEOUT_S = 180.0
 
