@@ -234,7 +234,9 @@ class ContextService:
             hits, known_vectors = self._dense(scope, stamp, text, profile.pool)
         except VectorIndexUnavailable as e:
             hits, known_vectors, degraded = [], {}, f"vector index unavailable: {e}"
-        embedded = degraded is None
+        # Both dense searches embed the query only when something in scope has a vector, and
+        # then find it: no hit, no embedding to book (an empty memory, another connection's).
+        embedded = bool(hits)
         watch.lap("dense")
         keyword, rows, cached = self._keyword(scope, stamp, text, profile.pool, hits, watch)
         ranked = Candidates(hits, keyword, rows, pinned, degraded, known_vectors)

@@ -72,6 +72,35 @@ def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deploy
     assert rewrites == [("llm", "gemini-2.5-flash-lite", 48, "org-a")] * 2
 
 
+def test_no_query_embedding_is_booked_when_nothing_was_scored(deployment: Deployment) -> None:
+    # The dense search embeds the query only when something in the turn's scope has a vector.
+    def check(c: wiring.Core) -> None:
+        seed_core(
+            c, "ada", [make_fact("ada", "Ada files invoices", connection_id="mail")], org="org-a"
+        )
+        reads = wiring.read_model(c)
+        service = ContextService(
+            reads,
+            c.index,
+            c.clock,
+            cache=InjectionCache(reads),
+            charges=wiring.read_charges(c),
+            ledger=BatchWriter("read-costs", ReadLedger(c.pool).write),
+        )
+        try:
+            service.assemble(ADA, "who files the invoices?")  # mail is not active
+            service.assemble(MemoryKey("org-a", "nobody"), "who files the invoices?")
+            service.assemble(ADA, "who files the invoices?", ["mail"])
+        finally:
+            service.close()
+
+    deployment.with_core(check)
+    rows = deployment.query(
+        "SELECT user_id FROM credit_ledger WHERE run_id IS NULL AND operation = 'embedding'"
+    )
+    assert rows == [("ada",)]  # only the turn with the mail connection active scored a fact
+
+
 def test_a_rewrite_call_not_used_is_booked_all_the_same(deployment: Deployment) -> None:
     # The turn stops waiting at its limit, or the model's answer has no usable text: either
     # way the call was billed, and its tokens are the user's.
