@@ -335,6 +335,7 @@ def read_charges(c: Core) -> Callable[[ReadCharge], list[LedgerEntry]]:
             embedding_model=c.embedder.model_name if charge.embedded_query else None,
             rewrite_model=rewrite_model,
             rewrite_usage=charge.rewrite_usage,
+            rewrite_call=charge.rewrite_call,
         )
 
     return charges

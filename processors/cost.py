@@ -154,16 +154,20 @@ def read_entries(
     embedding_model: str | None,
     rewrite_model: str | None,
     rewrite_usage: TokenUsage | None,
+    rewrite_call: uuid.UUID,
 ) -> list[LedgerEntry]:
     """What one read (one chat turn) costs: its query embedding and its query rewrite.
 
-    Keyed by the read's audit row id, so a retried turn (same turn id) is booked once.
+    Keyed by the read's audit row id, so a retried turn (same turn id) books its embedding
+    once. The rewrite is keyed by its call as well: a retried turn that asks the model again
+    pays for a second call, and books it.
     """
     charges: list[tuple[str, _Charge]] = []
     if embedding_model is not None:
         charges.append(("query-embedding", _embedding(prices, embedding_model, 1)))
     if rewrite_model is not None and rewrite_usage is not None:
-        charges.append(("query-rewrite", _llm_call(prices, rewrite_model, rewrite_usage)))
+        rewrite = _llm_call(prices, rewrite_model, rewrite_usage)
+        charges.append((f"query-rewrite\x1f{rewrite_call}", rewrite))
     key = MemoryKey(organization_id, user_id)
     return [
         charge.booked(read_entry_id_for(log_id, what), None, key, at) for what, charge in charges

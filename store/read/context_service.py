@@ -282,10 +282,18 @@ class ContextService:
             return
         charges, ledger = self._charges, self._ledger
         log_id, generation = bundle.log_id, injection.generation
+        # A retried turn keeps its log id but calls the rewriter again: a call of its own.
+        call = uuid.uuid4()
 
         def book(embedded: bool, usage: TokenUsage | None) -> None:
             charge = ReadCharge(
-                log_id, bundle.user_id, bundle.organization_id, self._clock(), embedded, usage
+                log_id,
+                bundle.user_id,
+                bundle.organization_id,
+                self._clock(),
+                embedded,
+                usage,
+                call,
             )
             for entry in charges(charge):
                 ledger.submit(ReadCost(entry, generation))

@@ -4,7 +4,8 @@ A chat turn embeds its query (the dense search) and may call an LLM to rewrite i
 booked to the user's credit ledger like consolidation's costs. The price table lives with the
 processors, so the read path only says what happened (`ReadCharge`) and the composition root
 turns that into ledger entries; entry ids derive from the read's audit row id, so a retried
-turn is booked once (`ON CONFLICT DO NOTHING`).
+turn's query embedding is booked once (`ON CONFLICT DO NOTHING`); a rewrite's also from its
+call, as each call is billed.
 
 A cost is written in the background, so it can arrive once an erasure of its memory has
 opened (or completed): it is then booked under the erasure's pseudonym, as the erasure
@@ -34,6 +35,9 @@ class ReadCharge:
     at: datetime
     embedded_query: bool  # the dense search embedded the query
     rewrite_usage: TokenUsage | None  # tokens of the query rewrite call, if one answered
+    # The turn's rewrite call: a retried turn (same log id) that calls the model again is
+    # billed again, so each call is its own entry.
+    rewrite_call: uuid.UUID
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A read's costs in the ledger: the query embedding and the query rewrite, once per turn."""
+"""A read's costs in the ledger: the query embedding once per turn, each query rewrite call."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ def seeded_service(c: wiring.Core, rewriter: TimeBoundRewriter) -> ContextServic
     )
 
 
-def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deployment) -> None:
+def test_query_embedding_is_booked_once_per_turn_and_every_rewrite_call(
+    deployment: Deployment,
+) -> None:
     settings = deployment.settings
     deployment.settings = settings.model_copy(
         update={"read_path": settings.read_path.model_copy(update={"rewrite": "gemini"})}
@@ -69,7 +71,8 @@ def test_query_embedding_and_rewrite_are_booked_once_per_turn(deployment: Deploy
     rewrites = [r for r in rows if r[0] == "llm"]
     assert len(embeddings) == 2  # two turns, the retried one booked once
     assert {r[1] for r in embeddings} == {MODEL_NAME}
-    assert rewrites == [("llm", "gemini-2.5-flash-lite", 48, "org-a")] * 2
+    # The retried turn called the rewriter again, and paid for it: three calls.
+    assert rewrites == [("llm", "gemini-2.5-flash-lite", 48, "org-a")] * 3
 
 
 def test_no_query_embedding_is_booked_when_nothing_was_scored(deployment: Deployment) -> None:

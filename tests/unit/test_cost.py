@@ -59,13 +59,13 @@ def test_a_configured_default_prices_unknown_models_and_reports_each_use() -> No
     assert seen == ["gemini-9-ultra"]
 
 
-def test_a_read_is_booked_once_per_turn_with_deterministic_ids() -> None:
+def test_a_read_is_booked_once_per_turn_and_rewrite_call_with_deterministic_ids() -> None:
     import uuid  # noqa: PLC0415
     from datetime import UTC, datetime  # noqa: PLC0415
 
     from processors.cost import read_entries  # noqa: PLC0415
 
-    def entries(log_id: uuid.UUID) -> list[tuple[uuid.UUID, str, str, int, int]]:
+    def entries(log_id: uuid.UUID, call: int = 7) -> list[tuple[uuid.UUID, str, str, int, int]]:
         booked = read_entries(
             TABLE,
             log_id=log_id,
@@ -75,6 +75,7 @@ def test_a_read_is_booked_once_per_turn_with_deterministic_ids() -> None:
             embedding_model="embed",
             rewrite_model="flash",
             rewrite_usage=TokenUsage(100, 10),
+            rewrite_call=uuid.UUID(int=call),
         )
         return [(e.entry_id, e.operation, e.model, e.units, e.cost_micro_usd) for e in booked]
 
@@ -85,6 +86,10 @@ def test_a_read_is_booked_once_per_turn_with_deterministic_ids() -> None:
     ]
     assert entries(uuid.UUID(int=1)) == first  # the same turn, the same entries
     assert {e[0] for e in entries(uuid.UUID(int=2))}.isdisjoint({e[0] for e in first})
+    # The same turn retried calls the rewriter again: the same embedding, a second call.
+    again = entries(uuid.UUID(int=1), call=8)
+    assert again[0] == first[0]
+    assert again[1][0] != first[1][0]
 
 
 def test_prompt_tokens_the_context_cache_served_are_priced_at_the_cached_rate() -> None:
