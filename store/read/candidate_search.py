@@ -117,7 +117,9 @@ class HybridFactSearch:
             stored: dict[str | None, Mapping[uuid.UUID, Vector]] = {}
             try:
                 elsewhere = {c: ids for c, ids in indexed.items() if c not in held}
-                dense, stored = self._dense(scopes, elsewhere, queries, limit, members, vectors)
+                dense, stored = self._dense(
+                    scopes, elsewhere, queries, limit, members, vectors, rows_found
+                )
                 if memories is not None and stamp is not None:
                     entry = memories.memory(key, stamp)
                     of_query = dict(zip(members, vectors.result(), strict=True)) if vectors else {}
@@ -173,18 +175,21 @@ class HybridFactSearch:
         limit: int,
         members: Sequence[int],
         vectors: Future[list[Vector]] | None,
+        rows_found: dict[str | None, dict[uuid.UUID, Fact]],
     ) -> tuple[list[list[uuid.UUID]], dict[str | None, Mapping[uuid.UUID, Vector]]]:
         """Per query, its nearest facts: in a scope of few facts its vector (`members`' are
         being computed in `vectors`) scored against the scope's stored ones, else one filtered
-        ANN query each. Also the stored vectors fetched, per scope."""
+        ANN query each (`_nearest_current`, whose rows go in `rows_found`). Also the stored
+        vectors fetched, per scope."""
         out: list[list[uuid.UUID]] = [[] for _ in queries]
         stored: dict[str | None, Mapping[uuid.UUID, Vector]] = {}
         for connection, ids in indexed.items():
             if len(ids) > EXACT_SEARCH_MAX_FACTS:
                 for i, query in enumerate(queries):
                     if query.connection_id == connection:
-                        hits = self._index.query(scopes[connection], query.text, limit)
-                        out[i] = [h.fact_id for h in hits]
+                        found = self._nearest_current(scopes[connection], query.text, limit)
+                        out[i] = [f.fact_id for f in found]
+                        rows_found[connection].update((f.fact_id, f) for f in found)
             elif ids:
                 stored[connection] = self._stored_vectors(ids)
         if vectors is not None and any(stored.values()):
@@ -192,6 +197,24 @@ class HybridFactSearch:
                 if vectors_of_scope := stored.get(queries[i].connection_id):
                     out[i] = nearest_ids(vectors_of_scope, vector, limit)
         return out, stored
+
+    def _nearest_current(self, scope: Scope, text: str, limit: int) -> list[Fact]:
+        """Chroma's `limit` nearest facts in scope, as Postgres has them now.
+
+        Chroma's metadata follows Postgres a moment after a run commits: a fact just closed
+        may still match there, and is dropped here. It takes no place: Chroma is asked for
+        twice as many until `limit` current facts are found or it has no more to give.
+        """
+        asked = limit
+        while True:
+            hits = self._index.query(scope, text, asked)
+            rows = {
+                f.fact_id: f for f in self._reads.facts_in_scope(scope, [h.fact_id for h in hits])
+            }
+            current = [rows[h.fact_id] for h in hits if h.fact_id in rows]
+            if len(current) >= limit or len(hits) < asked:
+                return current[:limit]
+            asked *= 2
 
     def _stored_vectors(self, texts: Mapping[uuid.UUID, str]) -> Mapping[uuid.UUID, Vector]:
         """The stored vectors of these indexed facts. An indexed fact's stored vector is the

@@ -258,6 +258,30 @@ def test_exact_and_ann_dense_paths_agree(
     assert exact == ann == [BEES.fact_id, FILLER[4].fact_id]
 
 
+def test_a_fact_closed_since_chroma_heard_of_it_takes_no_place(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chroma's status metadata follows Postgres a moment later: a fact a run has just closed
+    # still matches there, and must not cost the batch one of the facts it asked for.
+    query = [FactQuery("beekeeping and honey")]  # no fact has these words: dense alone answers
+    with wiring.core(deployment.settings) as c:
+        c.memory.insert_facts(FACTS)
+        wiring.indexer(c).drain_pending()
+        scope = Scope(key=KEY, statuses=(FactStatus.ACTIVE, FactStatus.HELD))
+        assert BEES.fact_id in [h.fact_id for h in c.index.query(scope, "beekeeping and honey", 3)]
+        with c.pool.connection() as conn:
+            conn.execute(
+                "UPDATE memory_facts SET status = 'contradicted' WHERE fact_id = %s",
+                (BEES.fact_id,),
+            )
+        exact = ids(wiring.candidate_search(c).related(KEY, query, limit=3).ranked[0])
+        monkeypatch.setattr(candidate_search, "EXACT_SEARCH_MAX_FACTS", 0)
+        ann = ids(wiring.candidate_search(c).related(KEY, query, limit=3).ranked[0])
+    assert len(ann) == 3
+    assert BEES.fact_id not in ann
+    assert ann == exact
+
+
 def test_an_unindexed_fact_is_found_by_keyword(deployment: Deployment) -> None:
     late = replace(fact("The user's passport expires in March."), created_by_run=uuid.uuid4())
 
