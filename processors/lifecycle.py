@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -298,7 +299,7 @@ class FactLedger:
 
     def _provenance(self, proposal: FactProposal) -> Provenance:
         events = self._evidence_events(proposal)
-        first = events[0]
+        first = _scope_source(events)
         meta = first.source_metadata
         return Provenance(
             context_type=first.event_type.value,
@@ -313,6 +314,24 @@ class FactLedger:
 
 
 _TARGETABLE = frozenset({FactStatus.ACTIVE, FactStatus.HELD})
+
+
+def _scope_source(events: Sequence[ContextEvent]) -> ContextEvent:
+    """The evidence event a new fact takes its connection (and the rest of its source) from,
+    whatever order the backend listed the evidence in.
+
+    What was learned inside a connection is shown only while it is active, as in W and S: a
+    fact drawing on any observation made in a connection is that connection's, even if other
+    evidence carries none. Evidence from several connections goes to the one most of it comes
+    from, ties by name: never to none, which would show each connection's knowledge in the
+    others' turns. Without a connection the first listed event is the source, as before.
+    """
+    scoped = [e for e in events if e.source_metadata.connection_id is not None]
+    if not scoped:
+        return events[0]
+    counts = Counter(e.source_metadata.connection_id for e in scoped)
+    chosen = min(counts, key=lambda c: (-counts[c], c or ""))
+    return next(e for e in scoped if e.source_metadata.connection_id == chosen)
 
 
 def _latest(a: datetime | None, b: datetime) -> datetime:

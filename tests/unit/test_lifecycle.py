@@ -331,3 +331,53 @@ def test_a_stale_fact_stated_again_is_not_aged_out_by_its_old_evidence() -> None
     assert change.after.status is FactStatus.ACTIVE
     assert lifecycle_rule(change.after, NOW + timedelta(days=1), LifecyclePolicy()) is None
     assert lifecycle_rule(replace(change.after, last_reinforced_at=None), NOW, LifecyclePolicy())
+
+
+def observed(label: str, n: int, connection: str | None) -> Observation:
+    meta = SourceMetadata(source=Source.TOOL, connection_id=connection, message_id=f"m-{n}")
+    event = EVENT.model_copy(update={"event_id": uuid.UUID(int=n), "source_metadata": meta})
+    return Observation(label, event)
+
+
+MIXED = [
+    observed("E1", 1, None),
+    observed("E2", 2, "mail"),
+    observed("E3", 3, "crm"),
+    observed("E4", 4, "crm"),
+]
+
+
+@pytest.mark.parametrize(
+    ("evidence", "connection"),
+    [
+        (["E1"], None),
+        (["E1", "E2"], "mail"),  # learned partly inside mail: shown only with mail
+        (["E2", "E1"], "mail"),  # whatever the order the backend listed it in
+        (["E2", "E3", "E4"], "crm"),  # most of the evidence
+        (["E4", "E2", "E3"], "crm"),
+        (["E2", "E3"], "crm"),  # a tie: by name
+        (["E3", "E2", "E1"], "crm"),
+    ],
+)
+def test_a_facts_connection_does_not_depend_on_the_order_of_its_evidence(
+    evidence: list[str], connection: str | None
+) -> None:
+    run = FactLedger(
+        key=MemoryKey("org-a", "ada"),
+        run_id=RUN,
+        now=NOW,
+        active=(),
+        observations=MIXED,
+        gate=WriteGate(None),
+    )
+    content = "The user renews the Acme contract in May."
+    run.apply(propose(FactOp.ADD, content).model_copy(update={"evidence": evidence}))
+    [change] = run.changes()
+    assert change.after.provenance.connection_id == connection
+    assert change.after.fact_id == fact_id_for(MemoryKey("org-a", "ada"), content, connection)
+    by_event = {o.label: o.event.source_metadata for o in MIXED}
+    source = next(by_event[e] for e in evidence if by_event[e].connection_id == connection)
+    assert change.after.provenance.message_id == source.message_id
+    assert set(change.after.provenance.source_event_ids) == {
+        uuid.UUID(int=int(e[1:])) for e in evidence
+    }
