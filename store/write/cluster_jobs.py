@@ -5,7 +5,10 @@ try-lock (a process that does not get it skips the tick), then runs the job only
 process in the cluster started it less than its interval ago (`scheduled_jobs`). So N
 processors run a job once per interval, never twice at once, and a crashed owner is replaced
 on the next tick of any other. A run that failed is due again `RETRY_AFTER_FAILURE` after it
-ended (or after its interval, if shorter), not a whole interval after it started.
+ended (or after its interval, if shorter), not a whole interval after it started. So is a run
+a crash left "running": its owner's lock went with its connection, so a process that holds
+the lock and still finds the run "running" knows it failed, `RETRY_AFTER_FAILURE` after it
+started at the latest.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ def _due(
 ) -> bool:
     if outcome == "failed" and finished_at is not None:
         return now - finished_at >= min(every, RETRY_AFTER_FAILURE)
+    if outcome == "running":
+        # Read under the job's lock: the process that started this run died (or lost its
+        # connection) before it could finish. When is unknown; its start bounds it.
+        return now - started_at >= min(every, RETRY_AFTER_FAILURE)
     return now - started_at >= every
 
 
