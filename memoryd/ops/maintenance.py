@@ -187,10 +187,11 @@ class MaintenanceRunner:
 
     def _retention(self, now: datetime, done: Tally) -> None:
         before = now - timedelta(days=self._settings.context_log_retention_days)
-        deleted = self._queries.delete_context_logs(before)
-        if self._metrics is not None:
-            self._metrics.context_logs_deleted.inc(deleted)
-        done.add({"context_logs_deleted": deleted})
+        # Counted batch by batch: those committed before a failure stay deleted.
+        for deleted in self._queries.delete_context_logs(before):
+            if self._metrics is not None:
+                self._metrics.context_logs_deleted.inc(deleted)
+            done.add({"context_logs_deleted": deleted})
 
     def _index(self, _now: datetime, done: Tally) -> None:
         # Counted as what it found, which is what an operator wants to hear of: Chroma lost

@@ -4,7 +4,7 @@ visit, the retention of read audit rows, and the cluster-level record of every j
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -100,9 +100,9 @@ class MaintenanceQueries:
             ).fetchone()
         return bool(row and row[0])
 
-    def delete_context_logs(self, before: datetime, batch: int = 10_000) -> int:
-        """Delete read audit rows older than `before`, a batch per transaction."""
-        total = 0
+    def delete_context_logs(self, before: datetime, batch: int = 10_000) -> Iterator[int]:
+        """Delete read audit rows older than `before`, a batch per transaction; yields how
+        many each committed batch deleted, so a run that fails midway can count those."""
         while True:
             with transaction(self._pool) as conn:
                 deleted = conn.execute(
@@ -110,9 +110,9 @@ class MaintenanceQueries:
                     " WHERE created_at < %s LIMIT %s)",
                     (before, batch),
                 ).rowcount
-            total += deleted
+            yield deleted
             if deleted < batch:
-                return total
+                return
 
     def record_run(self, row: MaintenanceRunRow) -> None:
         with transaction(self._pool) as conn:
