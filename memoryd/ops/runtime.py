@@ -176,6 +176,7 @@ def run_processor(
                 s.ops.telemetry_every_s,
                 maintenance,
                 s.maintenance.every_s,
+                c.clock(),
             )
             try:
                 processor.run(stop)

@@ -2,12 +2,19 @@
 
 APScheduler fires them in every processor; `ClusterJobs.run_if_due` lets one process at a
 time run each, once per interval for the whole cluster.
+
+The maintenance jobs tick at the same period but not on the same tick: the k-th of `JOBS`
+first ticks k/len(JOBS) of a tick period after the first (`first_tick_offsets_s`: a quarter
+of a minute apart by default). On a fresh cluster, or one back after a pause longer than the
+interval, every job is due at once; started on one tick they would take their locks,
+connections and Postgres at the same moment. Each job keeps its phase, and its next run is
+due an interval after its own start, so they stay apart.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -45,6 +52,12 @@ def _maintenance_tick(jobs: ClusterJobs, runner: MaintenanceRunner, job: str, du
         log.error("maintenance %s failed: %s", job, e, extra={"cluster_job": job})
 
 
+def first_tick_offsets_s(tick_s: float) -> dict[str, float]:
+    """How long after the first maintenance tick each job first ticks: `JOBS` spread evenly
+    over one tick period, in their order."""
+    return {job: k * tick_s / len(JOBS) for k, job in enumerate(JOBS)}
+
+
 def add_cluster_jobs(
     scheduler: BackgroundScheduler,
     jobs: ClusterJobs,
@@ -52,6 +65,7 @@ def add_cluster_jobs(
     telemetry_every_s: float,
     maintenance: MaintenanceRunner | None,
     maintenance_every_s: float,
+    now: datetime,
 ) -> None:
     scheduler.add_job(
         _telemetry_tick,
@@ -66,11 +80,12 @@ def add_cluster_jobs(
         return
     tick_s = min(MAINTENANCE_TICK_S, maintenance_every_s)
     due_s = maintenance_every_s - DUE_MARGIN * tick_s
-    for job in JOBS:
+    for job, offset_s in first_tick_offsets_s(tick_s).items():
         scheduler.add_job(
             _maintenance_tick,
             "interval",
             seconds=tick_s,
+            next_run_time=now + timedelta(seconds=tick_s + offset_s),
             args=[jobs, maintenance, job, due_s],
             id=f"maintenance-{job}",
             max_instances=1,
