@@ -94,6 +94,12 @@ class TelemetryMetrics:
             "1 when the last run of a cluster job failed",
             ("cluster_job",),
         )
+        self.maintenance_skipped = gauge(
+            "memoryd_maintenance_skipped_memories",
+            "Memories the last run of a maintenance job left for the next one (the store"
+            " refused to change them, or an erasure of them was open)",
+            ("cluster_job",),
+        )
         self.erasures_open = gauge(
             "memoryd_erasures_open",
             "Erasures started and not completed (a crash or an outage left them midway)",

@@ -33,6 +33,7 @@ from store.errors import EmbeddingModelMismatch, VectorIndexUnavailable
 from store.read.read_metrics import given_up
 from store.write.cluster_jobs import ClusterJobs
 from store.write.freshness import FreshnessProbe
+from store.write.maintenance_queries import MaintenanceQueries
 
 if TYPE_CHECKING:
     from memoryd.api.balanced_accept import SharedListener
@@ -140,7 +141,15 @@ def cluster_telemetry(c: wiring.Core, admin: KafkaAdmin, jobs: ClusterJobs) -> C
         admin, k.topic, {"log-writer": k.log_writer_group, "processor": k.processor_group}
     )
     metrics = TelemetryMetrics(c.registry, expire_s=3 * c.settings.ops.telemetry_every_s)
-    return ClusterTelemetry(FreshnessProbe(c.pool), lag, jobs, c.erasures, metrics, c.clock)
+    return ClusterTelemetry(
+        FreshnessProbe(c.pool),
+        lag,
+        jobs,
+        c.erasures,
+        metrics,
+        c.clock,
+        MaintenanceQueries(c.pool),
+    )
 
 
 def run_processor(

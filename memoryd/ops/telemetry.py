@@ -1,5 +1,5 @@
-"""Cluster telemetry: freshness, consumer lag, cluster-job ages and erasures left open,
-measured by one process.
+"""Cluster telemetry: freshness, consumer lag, cluster-job ages, the memories maintenance
+left for its next run, and erasures left open, measured by one process.
 
 Measured once per `telemetry_every_s` in the whole cluster (see store.write.cluster_jobs):
 these are properties of the cluster, not of a process, and N processors asking the brokers
@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from consumers.lag import ConsumerLagProbe, KafkaUnavailable
+from memoryd.ops.maintenance import JOBS
 from memoryd.ops.metrics import TelemetryMetrics
 from store.errors import StoreError
 from store.write.cluster_jobs import ClusterJobs
 from store.write.erasure_log import PostgresErasureLog
 from store.write.freshness import FreshnessProbe
+from store.write.maintenance_queries import MaintenanceQueries
 
 log = logging.getLogger(__name__)
 TELEMETRY_JOB = "telemetry"
@@ -32,6 +34,7 @@ class ClusterTelemetry:
     erasures: PostgresErasureLog
     metrics: TelemetryMetrics
     clock: Callable[[], datetime]
+    maintenance: MaintenanceQueries
 
     def measure(self) -> None:
         """Publish what can be measured; a part that fails is counted and left to expire."""
@@ -72,3 +75,9 @@ class ClusterTelemetry:
             ages[(state.job,)] = state.age_s(now)
         self.metrics.job_age.publish(ages)
         self.metrics.job_failed.publish(failed)
+        # A memory that fails every run is left by every run (and holds back how far dedupe
+        # looks back); the log names it, this says it is there.
+        skipped = self.maintenance.last_skipped(JOBS)
+        self.metrics.maintenance_skipped.publish(
+            {(f"maintenance-{job}",): float(n) for job, n in skipped.items()}
+        )

@@ -4,7 +4,7 @@ visit, the retention of read audit rows, and the cluster-level record of every j
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -142,6 +142,17 @@ class MaintenanceQueries:
                 (job,),
             ).fetchone()
         return None if row is None else row[0]
+
+    def last_skipped(self, jobs: Sequence[str]) -> dict[str, int]:
+        """Per job of `jobs` that has run, how many memories its last run left for the next."""
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                "SELECT j.job, r.skipped FROM unnest(%s::text[]) AS j(job)"
+                " CROSS JOIN LATERAL (SELECT skipped FROM maintenance_runs m"
+                " WHERE m.job = j.job ORDER BY seq DESC LIMIT 1) r",
+                (list(jobs),),
+            ).fetchall()
+        return dict(rows)
 
     def last_run(self, job: str) -> MaintenanceRunRow | None:
         with transaction(self._pool) as conn:
