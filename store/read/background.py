@@ -102,13 +102,12 @@ class BatchWriter(Generic[T]):
                 else:
                     self._pending += 1
                     self._ensure_worker()
-                    pending = self._pending
+                    self._report_pending()
                     break
             time.sleep(_ROOM_POLL_S)  # back-pressure: the worker frees room as it writes
         if self._closed:
             self._dropped(1, WRITER_CLOSED)
             return False
-        self._report_pending(pending)
         return True
 
     def _ensure_worker(self) -> None:
@@ -169,9 +168,8 @@ class BatchWriter(Generic[T]):
             self._write_until_done(batch)
             with self._settled:
                 self._pending -= len(batch)
-                pending = self._pending
+                self._report_pending()
                 self._settled.notify_all()
-            self._report_pending(pending)
 
     def _more(self, s: WriterSettings) -> list[T]:
         """The rest of a batch: what is queued once the batch delay is over (at once when a
@@ -221,9 +219,11 @@ class BatchWriter(Generic[T]):
                     self._on_written(self.name, len(batch))
                 return
 
-    def _report_pending(self, n: int) -> None:
+    def _report_pending(self) -> None:
+        """Under the lock, as the count changes: reported after it, a submitter's 1 could
+        land after the worker's 0, and the gauge would show a row pending that was written."""
         if self._on_pending is not None:
-            self._on_pending(self.name, n)
+            self._on_pending(self.name, self._pending)
 
     def _dropped(self, n: int, reason: str) -> None:
         if self._on_dropped is not None:

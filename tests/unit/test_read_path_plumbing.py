@@ -110,6 +110,26 @@ def test_a_full_queue_holds_back_the_submitter_and_drops_nothing() -> None:
     assert pending[-1] == 0
 
 
+def test_the_pending_count_reported_last_is_the_count_left() -> None:
+    # The submitter's report of 1 is slow (a thread switch at the wrong moment); meanwhile
+    # the worker writes the item and reports 0. The gauge must end at 0, not at 1.
+    reported: list[int] = []
+    worker_reported = threading.Event()
+
+    def on_pending(_name: str, n: int) -> None:
+        if n:
+            worker_reported.wait(0.5)
+        else:
+            worker_reported.set()
+        reported.append(n)
+
+    writer = BatchWriter("t", Sink().write, FAST, on_pending=on_pending)
+    writer.submit(1)
+    assert writer.flush(5)
+    writer.close()
+    assert reported[-1] == 0, reported
+
+
 def test_failed_writes_are_retried_until_they_pass() -> None:
     # Four attempts used to be the limit: the fifth write, and the rows, were dropped.
     sink = Sink(failures=12)
