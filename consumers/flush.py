@@ -153,6 +153,8 @@ class UserFlusher:
         finally:
             # A flush that raised (a timeout, a backend error) took its time too.
             self._observer.flushed(self._backend.name, time.monotonic() - started)
+        if result.skip_embeddings or result.kind is FlushKind.DEFERRED:  # once, not per try
+            self._observer.budget_applied(self._budget_policy.value)
         if not result.skip_embeddings:
             for update in result.updates:
                 self._index_queue.submit(update)
@@ -201,11 +203,9 @@ class UserFlusher:
         state, balance = reads.state, reads.balance
         now = self._clock()
         exhausted = balance is not None and balance <= 0
-        if exhausted:
-            self._observer.budget_applied(self._budget_policy.value)
-            if self._budget_policy is BudgetPolicy.DEFER:
-                reason = f"balance {balance} micro-USD"
-                return self._defer(state, fresh, now, attempt, reason, deferral)
+        if exhausted and self._budget_policy is BudgetPolicy.DEFER:
+            reason = f"balance {balance} micro-USD"
+            return self._defer(state, fresh, now, attempt, reason, deferral)
         try:
             update = self._attempt(state, fresh, now, attempt, exhausted, reads.known_facts)
         except UnusableAnswer as e:

@@ -16,7 +16,8 @@ class FlushObserver(Protocol):
         """A run's effect was committed: its events, tokens, cost and gate verdicts."""
 
     def budget_applied(self, policy: str) -> None:
-        """A user out of credit was flushed under this budget policy."""
+        """A user out of credit was flushed under this budget policy: once per flush that
+        ended, not once per try of it (a backend retry, a re-plan, an outage)."""
 
     def charged(self, run: RunRecord) -> None:
         """A run that changed nothing (failed, deferred, discarded) was recorded: its tokens

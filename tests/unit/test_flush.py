@@ -144,6 +144,20 @@ def test_out_of_credit_can_consolidate_without_indexing() -> None:
     assert m.observer.budget == ["skip_embeddings"]
 
 
+def test_a_budget_action_is_counted_once_for_a_flush_tried_again() -> None:
+    m = InMemoryMemoryd()
+    spend(m, "ada", 100)
+    backend = FlakyBackend([TransientBackendError("timed out")])
+    flusher = m.flusher(backend, BudgetPolicy.SKIP_EMBEDDINGS)
+    with pytest.raises(TransientBackendError):
+        flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0)
+    result = flusher.flush(key_of("ada"), buffered(EVENTS), attempt=1)
+    flusher.close()
+
+    assert (result.kind, backend.calls) == (FlushKind.CONSOLIDATED, 2)
+    assert m.observer.budget == ["skip_embeddings"]
+
+
 def test_credit_left_is_no_budget_action() -> None:
     m = InMemoryMemoryd()
     m.memory.set_credit(key_of("ada"), 1_000)
