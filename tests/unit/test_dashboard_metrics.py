@@ -180,3 +180,18 @@ def test_no_panel_plots_the_deleted_audit_rows_twice() -> None:
     for panel in panels():
         plotting = [t["expr"] for t in panel["targets"] if counts_deletions(t["expr"])]
         assert len(plotting) <= 1, f"{panel['title']}: {plotting}"
+
+
+@pytest.mark.parametrize("source", ["dashboard", "alerts"])
+def test_api_request_series_leave_the_probes_out(source: str) -> None:
+    # /healthz and /readyz are polled every few seconds by orchestrators: as routes they
+    # would crowd the per-route panels and dilute the error ratio.
+    expressions = panel_expressions() if source == "dashboard" else alert_expressions()
+    selectors = [
+        (where, selector)
+        for where, expr in expressions
+        for selector in re.findall(r"memoryd_http_request_seconds_[a-z]+(\{[^}]*\})?", expr)
+    ]
+    assert selectors, "the scan found no API request series"
+    with_probes = [(w, s) for w, s in selectors if 'route!~"/healthz|/readyz"' not in s]
+    assert not with_probes, f"leave out the probes: {with_probes}"
