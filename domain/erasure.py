@@ -16,6 +16,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+# What an erasure writes in place of the text it erases, wherever the code redacts (the SQL
+# erase functions, migrations 0004 on, spell it too); the eraser finds the facts a fact
+# erasure redacted by it.
+REDACTION = "[erased]"
+# The same, for a content that holds JSON (a scaffold update's): the marker as a JSON string.
+REDACTED_JSON = json.dumps(REDACTION)
+
 
 class ErasureScope(StrEnum):
     MEMORY = "memory"  # a whole memory: `memoryd forget`, DELETE /v1/users/{user_id}

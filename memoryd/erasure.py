@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from consumers.errors import ConsumerError
-from domain.erasure import ErasureReceipt, ErasureScope, ErasureStatus, TombstoneAt
+from domain.erasure import REDACTION, ErasureReceipt, ErasureScope, ErasureStatus, TombstoneAt
 from domain.ids import MemoryKey, SubjectHasher, erasure_id_for
 from domain.model import FactStatus
 from domain.ports import VectorIndex
@@ -39,9 +39,6 @@ from store.write.erasure_log import ErasureRecord, PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore
 
 log = logging.getLogger(__name__)
-
-# What `erase_fact` (migration 0014) writes in place of the erased text in the facts quoting it.
-REDACTION = "[erased]"
 
 
 class ErasureIncomplete(StoreError):

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from domain.erasure import REDACTED_JSON, REDACTION
 from domain.ids import MemoryKey
 from domain.model import KafkaCoordinates, LoggedEvent, LoggedRun
 from domain.ports import Appended
@@ -39,7 +40,7 @@ class InMemoryEventLog:
                     seq = len(self._events) + 1
                     if event.event_id in self._db.redacted.get(self._subjects(_key(event)), ()):
                         scaffold = event.event_type is EventType.SCAFFOLD_UPDATE
-                        erased = '"[erased]"' if scaffold else "[erased]"
+                        erased = REDACTED_JSON if scaffold else REDACTION
                         event = event.model_copy(update={"content": erased})  # noqa: PLW2901
                     entry = LoggedEvent(seq, event, self._db.clock())
                     self._events[(_key(event), event.event_id)] = entry

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from domain.erasure import REDACTED_JSON, REDACTION
 from domain.ids import MemoryKey, SubjectHasher
 from domain.model import KafkaCoordinates, LoggedEvent
 from domain.ports import Appended
@@ -298,7 +299,7 @@ def _redacted(
 def _redact(event: ContextEvent) -> ContextEvent:
     """The event with its content as erase_fact leaves a logged one's."""
     scaffold = event.event_type is EventType.SCAFFOLD_UPDATE
-    return event.model_copy(update={"content": '"[erased]"' if scaffold else "[erased]"})
+    return event.model_copy(update={"content": REDACTED_JSON if scaffold else REDACTION})
 
 
 def _forgotten(event: ContextEvent, at: KafkaCoordinates | None, cutoffs: Cutoffs) -> bool:
