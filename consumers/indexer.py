@@ -139,11 +139,14 @@ class FactIndexer:
 
     def _entries(self, facts: Sequence[Fact], at: datetime) -> list[LedgerEntry]:
         """One entry per (memory, run that created the facts); its id is derived from the
-        exact fact versions, so the same versions can never be booked twice."""
+        exact fact versions, so the same versions can never be booked twice. Their text too:
+        a fact an erasure redacts keeps its version and time, and is embedded again."""
         entries = []
         for (_org, _user, run_id), group in groupby(sorted(facts, key=_group_key), key=_group_key):
             members = list(group)
-            batch = ",".join(f"{f.fact_id}:{f.version}:{f.updated_at.isoformat()}" for f in members)
+            batch = ",".join(
+                f"{f.fact_id}:{f.version}:{f.updated_at.isoformat()}:{f.content}" for f in members
+            )
             entries.append(
                 embedding_entry(
                     self.prices,

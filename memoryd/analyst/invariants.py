@@ -271,13 +271,17 @@ def _count_doubled_ledger(found: _Findings, pool: ConnectionPool) -> None:
     found.add("doubled_ledger", [f"run {r[0]} {r[1]}" for r in rows], sum(r[2] - 1 for r in rows))
     # Each fact version is embedded and charged once: a fact a later run changes is indexed
     # (and booked under the run that created it) again, so two entries of a run are no double,
-    # but a memory's embedding units above the versions its facts went through are.
+    # but a memory's embedding units above the versions its facts went through are. Those
+    # include what a fact erasure counted in `erased_fact_versions`: the erased fact's, and
+    # the redacted text of the facts quoting it, embedded again at the same version.
     rows = _fetch(
         pool,
         "WITH units AS (SELECT organization_id, user_id, sum(units) AS n FROM credit_ledger"
         "  WHERE operation = 'embedding' AND run_id IS NOT NULL GROUP BY 1, 2),"
-        " versions AS (SELECT organization_id, user_id, sum(version) AS n FROM memory_facts"
-        "  GROUP BY 1, 2)"
+        " versions AS (SELECT organization_id, user_id, sum(n) AS n FROM ("
+        "  SELECT organization_id, user_id, version AS n FROM memory_facts"
+        "  UNION ALL SELECT organization_id, user_id, erased_fact_versions FROM user_memory"
+        "  ) AS v GROUP BY 1, 2)"
         " SELECT organization_id, user_id, units.n - versions.n"
         " FROM units JOIN versions USING (organization_id, user_id) WHERE units.n > versions.n",
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import replace
 from typing import Any
 
@@ -18,10 +19,12 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from domain.ids import MemoryKey
+from memoryd import wiring
 from memoryd.analyst.dead_letters import SeenLetter, read_dead_letters
 from memoryd.analyst.invariants import check_deployment, check_invariants
+from memoryd.erasure import ErasureRequest
 from store.postgres import make_pool
-from tests.support.builders import key_of, make_event
+from tests.support.builders import key_of, make_event, make_fact, seed
 from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
@@ -265,3 +268,25 @@ def test_the_checker_counts_each_broken_invariant(
         assert got.violations() == broken, f"{name}: {got.summary()}"
         for violated in broken:
             assert got.details[violated], f"{name}: no culprit named for {violated}"
+
+
+def test_a_fact_erasure_leaves_the_ledger_whole_and_a_double_still_counts(
+    deployment: Deployment,
+) -> None:
+    quokka = make_fact("mira", "Bramble is a quokka")
+    quoting = make_fact("mira", "Mira said Bramble is a quokka at the zoo")
+    with wiring.core(deployment.settings) as c, closing(wiring.publisher(c.settings)) as pub:
+        indexer = wiring.indexer(c)
+        indexer.index_changes(seed(c.memory, "mira", [quokka, make_fact("mira", "Mira sings")]))
+        indexer.index_changes(seed(c.memory, "mira", [quoting]))  # booked in a batch alone
+        request = ErasureRequest("test", "asked by the user")
+        wiring.eraser(c, pub).erase_fact(key_of("mira"), quokka.fact_id, request)
+        indexer.drain_pending()  # the redacted fact, embedded and booked again
+        assert c.memory.pending_count() == 0
+        # Seeded, the memory is no fold of runs: the ledger is what is looked at here.
+        report = check_invariants(c.pool, {}, [])
+        assert report.doubled_ledger == 0, report.summary()
+        with c.pool.connection() as conn:
+            _embedding_copied(conn, {}, [])
+        report = check_invariants(c.pool, {}, [])
+        assert report.doubled_ledger == 1, report.summary()
