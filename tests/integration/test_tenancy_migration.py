@@ -95,10 +95,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "job_successes",
             "redacted_events",
             "maintenance_skips",
-            "redacted_errors",
-            "fact_erasure_lock_order",
-            "fact_erasure_wording",
-            "erased_fact_versions",
+            "fact_erasure_completeness",
         ]
     finally:
         pool.close()
