@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,10 @@ def assert_ledger_matches_runs(deployment: Deployment) -> None:
         "SELECT run_id, model, prompt_tokens, completion_tokens, cost_micro_usd"
         " FROM consolidation_runs WHERE status = 'succeeded'"
     )
-    llm = {r[1]: r for r in ledger(deployment) if r[2] == "llm"}
-    assert set(llm) == {r[0] for r in runs}, "one llm entry per succeeded run, no other"
+    entries = [r for r in ledger(deployment) if r[2] == "llm"]
+    per_run = Counter(r[1] for r in entries)
+    assert per_run == Counter(r[0] for r in runs), "one llm entry per succeeded run, no other"
+    llm = {r[1]: r for r in entries}
     for run_id, model, prompt, completion, run_cost in runs:
         _, _, _, entry_model, units, cost = llm[run_id]
         expected = prices.llm_cost_micro_usd(model, TokenUsage(prompt, completion))
