@@ -12,7 +12,7 @@ from memoryd import wiring
 from memoryd.settings import ChromaSettings
 from producers.contract import EventType, Source
 from tests.support.builders import key_of, make_event
-from tests.support.deployment import Deployment, dead_letters
+from tests.support.deployment import Deployment, dead_letters, letter_count
 
 pytestmark = pytest.mark.integration
 
@@ -165,9 +165,10 @@ def test_bad_records_are_dead_lettered_and_consumers_keep_going(deployment: Depl
 
     assert deployment.query("SELECT event_id FROM context_events") == [(good.event_id,)]
     assert deployment.query("SELECT event_id FROM consolidated_events") == [(good.event_id,)]
-    letters = dead_letters(
-        deployment.settings.kafka.bootstrap_servers, deployment.settings.kafka.dead_letter_topic, 4
-    )
+    kafka = deployment.settings.kafka
+    letters = dead_letters(kafka.bootstrap_servers, kafka.dead_letter_topic, 4)
+    # One letter per bad record and consumer: a letter sent twice is one too many.
+    assert len(letters) == letter_count(kafka.bootstrap_servers, kafka.dead_letter_topic) == 4
     by_consumer: dict[str, set[str]] = {}
     for letter in letters:
         headers = dict(letter.headers)
