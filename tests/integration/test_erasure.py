@@ -273,7 +273,9 @@ def test_forget_leaves_nothing_of_the_memory_and_nothing_else_changes(
         assert replica.sweep() == 1
         assert FORGOTTEN not in replica.memories()
         # A turn read before the forget, audited after it: its row is not written.
+        assert late_rows, "the local read path's audit row was held back"
         reads.write_context_logs(late_rows)
+        assert memory_row_counts(dsn, FORGOTTEN)["context_logs"] == 0
 
         after_forget = wiring.publisher(deployment.settings)
         fresh = make_event("mira", "I now collect stamps", minutes=30, org="org-a")
