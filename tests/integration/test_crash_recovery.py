@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from memoryd import wiring
 from memoryd.sample_stream import generate_sample_events
 from memoryd.settings import Settings
 from tests.support.deployment import Deployment
@@ -114,3 +115,15 @@ def test_sigkill_mid_run_then_restart_consolidates_every_event_exactly_once(
         " GROUP BY run_id HAVING count(*) > 1) d"
     )
     assert ledger_dupes == 0
+
+    # The facts the killed process wrote but never indexed are indexed once drained; the
+    # index then holds each fact under its own id, and nothing else.
+    def indexed(c: wiring.Core) -> tuple[int, set[str]]:
+        wiring.indexer(c).drain_pending()
+        ids = [r[0] for r in deployment.query("SELECT fact_id FROM memory_facts")]
+        return c.index.count(), {str(i) for i in c.index.stored(ids)}
+
+    facts = {str(r[0]) for r in deployment.query("SELECT fact_id FROM memory_facts")}
+    assert facts
+    assert deployment.with_core(indexed) == (len(facts), facts)
+    assert deployment.query("SELECT count(*) FROM memory_facts WHERE indexed_at IS NULL") == [(0,)]
