@@ -70,6 +70,17 @@ def test_tokens_are_required_and_scoped_to_their_organization(deployment: Deploy
         mine = client.get("/v1/users/ada/memory", headers=A).json()
         assert [f["content"] for f in mine["facts"]] == ["Ada takes her coffee black"]
 
+        # Consumed, org B's event becomes org B's ada's fact; org A's ada is as it was.
+        deployment.run_both()
+        theirs = client.get("/v1/users/ada/memory", headers=B).json()
+        assert theirs["organization_id"] == "org-b"
+        assert any("Porto" in f["content"] for f in theirs["facts"])
+        assert client.get("/v1/users/ada/memory", headers=A).json() == mine
+        # Org B forgetting its ada forgets org B's, never org A's.
+        assert client.delete("/v1/users/ada", headers=B).status_code == 200
+        assert client.get("/v1/users/ada/memory", headers=B).status_code == 404
+        assert client.get("/v1/users/ada/memory", headers=A).json() == mine
+
 
 def test_context_and_memory_for_the_right_token(deployment: Deployment) -> None:
     with api(deployment) as (client, c):
