@@ -16,8 +16,10 @@ from domain.model import Fact, FactStatus
 from domain.ports import FactQuery, FactSearch, Vector, VectorHit, VectorIndex
 from domain.reads import Scope
 from memoryd import wiring
+from memoryd.dev import free_port
 from memoryd.erasure import ErasureRequest
-from store.errors import EmbeddingModelError, VectorIndexUnavailable
+from store.chroma import ReconnectingIndex, http_client
+from store.errors import EmbeddingModelError
 from store.inmemory import InMemoryFactSearch
 from store.read import candidate_search
 from store.read.candidate_search import HybridFactSearch
@@ -117,22 +119,23 @@ def test_lookups_are_scoped_by_organization_and_user(search: FactSearch) -> None
     assert search.related(KEY, [], limit=3).ranked == ()
 
 
-class DownIndex:
-    def embeddings(self, fact_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Vector]:
-        raise VectorIndexUnavailable("chroma is down")
-
-    def query(self, **_: object) -> list[VectorHit]:
-        raise VectorIndexUnavailable("chroma is down")
-
-
 def test_with_chroma_down_the_keyword_side_still_answers(deployment: Deployment) -> None:
     def check(c: wiring.Core) -> None:
         c.memory.insert_facts(FACTS)
         wiring.indexer(c).drain_pending()
-        search = HybridFactSearch(c.pool, PostgresReadModel(c.pool), DownIndex(), c.embedder)
-        found = search.related(KEY, [FactQuery("my dentist Dr. Alvarez")], limit=3)
+        # The index the process builds, on an address where no Chroma answers.
+        down = ReconnectingIndex(
+            lambda: http_client(f"http://127.0.0.1:{free_port()}"),
+            c.embedder,
+            c.settings.chroma.collection,
+        )
+        try:
+            search = HybridFactSearch(c.pool, PostgresReadModel(c.pool), down, c.embedder)
+            found = search.related(KEY, [FactQuery("my dentist Dr. Alvarez")], limit=3)
+        finally:
+            down.close()
         assert found.degraded is not None
-        assert "chroma is down" in found.degraded
+        assert "unavailable" in found.degraded
         assert found.ranked[0][0].fact_id == DENTIST.fact_id
 
     deployment.with_core(check)
