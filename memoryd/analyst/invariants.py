@@ -34,7 +34,7 @@ from memoryd.settings import Settings
 from processors.fold import live_image
 from store.postgres import make_pool, snapshot, transaction
 from store.write.memory_store import PostgresMemoryStore
-from store.write.run_log import PostgresRunLog
+from store.write.run_log import PostgresRunLog, read_only_dsn
 
 # How many culprits `details` keeps per invariant: enough to start looking, bounded for a
 # load run where a bug breaks thousands.
@@ -178,10 +178,12 @@ def check_invariants(
 def check_deployment(
     settings: Settings, expected: Mapping[MemoryKey, Collection[uuid.UUID]]
 ) -> InvariantReport:
-    """`check_invariants` on a deployment: its database and its whole dead-letter topic."""
+    """`check_invariants` on a deployment: its database and its whole dead-letter topic.
+
+    Read only, like every analyst command: a bug in a check cannot change the deployment."""
     k = settings.kafka
     letters = read_dead_letters(k.bootstrap_servers, k.dead_letter_topic)
-    pool = make_pool(settings.postgres.dsn, max_size=2, name="memoryd-invariants")
+    pool = make_pool(read_only_dsn(settings.postgres.dsn), max_size=2, name="memoryd-invariants")
     try:
         return check_invariants(pool, expected, letters)
     finally:

@@ -17,9 +17,11 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool
 
 from domain.ids import MemoryKey
 from memoryd import wiring
+from memoryd.analyst import invariants
 from memoryd.analyst.dead_letters import SeenLetter, read_dead_letters
 from memoryd.analyst.invariants import check_deployment, check_invariants
 from memoryd.erasure import ErasureRequest
@@ -290,3 +292,26 @@ def test_a_fact_erasure_leaves_the_ledger_whole_and_a_double_still_counts(
             _embedding_copied(conn, {}, [])
         report = check_invariants(c.pool, {}, [])
         assert report.doubled_ledger == 1, report.summary()
+
+
+def test_a_deployment_is_checked_through_read_only_transactions(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused: list[type[Exception]] = []
+
+    def probing(pool: ConnectionPool, *args: Any) -> invariants.InvariantReport:
+        # What a buggy check writing through the checker's pool would meet.
+        with pool.connection() as conn:
+            try:
+                conn.execute("CREATE TABLE written_by_a_check (x int)")
+            except psycopg.errors.ReadOnlySqlTransaction as e:
+                refused.append(type(e))
+                conn.rollback()
+        return check_invariants(pool, *args)
+
+    monkeypatch.setattr(invariants, "check_invariants", probing)
+    report = check_deployment(deployment.settings, {})
+    assert report.ok, report.summary()
+    assert refused == [psycopg.errors.ReadOnlySqlTransaction]
+    tables = deployment.query("SELECT to_regclass('written_by_a_check')::text")
+    assert tables == [(None,)]
