@@ -9,9 +9,10 @@ tables hold, or held at any earlier time (`runs_until`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from itertools import takewhile
 from typing import Any
 
 from domain.codec import fact_from_json, fact_to_json
@@ -178,15 +179,11 @@ def _apply(
     )
 
 
-def runs_until(runs: Iterable[LoggedRun], at: datetime) -> list[LoggedRun]:
-    """The runs committed at or before `at`: the log's prefix up to the first later one.
+def runs_until(runs: Iterable[LoggedRun], at: datetime) -> Iterator[LoggedRun]:
+    """The runs committed at or before `at`: the log's prefix up to the first later one, taken
+    as `runs` yields them and read no further (a log can be long).
 
     `finished_at` is the time of the run's transaction, and one user's runs are serialized by
     the memory lock, so a prefix is what memory was at `at`.
     """
-    out: list[LoggedRun] = []
-    for logged in runs:
-        if logged.finished_at > at:
-            break
-        out.append(logged)
-    return out
+    return takewhile(lambda logged: logged.finished_at <= at, runs)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from consumers.replay import batches_by_size, batches_like_live, shadow_consolidate
 from domain.ids import MemoryKey
-from domain.model import FactStatus
+from domain.model import FactStatus, LoggedRun
 from memoryd import wiring
 from memoryd.analyst.export import export_document, write_json
 from memoryd.analyst.render import (
@@ -96,28 +97,39 @@ def parse_time(text: str) -> datetime:
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
     key = memory_key(args)
-    with analyst_core(settings) as (_c, run_log):
-        runs = run_log.runs(key)
-    if args.at is None:
-        if args.json:
-            doc = {"organization_id": args.org, "user_id": args.user}
-            print(json.dumps({**doc, "runs": [run_json(r) for r in runs]}))
-        else:
-            print(render_runs(key, runs))
-        return 0
-    at: datetime = args.at
-    before = runs_until(runs, at)
-    try:
-        memory = fold_runs(before, FoldedMemory(user_id=args.user, organization_id=args.org))
-    except FoldError as e:
-        print(f"memoryd history: the run log does not fold: {e}", file=sys.stderr)
-        return 1
+    # Read in pages from one snapshot, and only what is printed: the listing shows no run's
+    # output, and neither shows a raw model response (`memoryd export` has them).
+    with analyst_core(settings) as (c, _), memory_snapshot(c) as (_, run_log):
+        if args.at is None:
+            runs = list(run_log.iter_runs(key, output=False))
+            if args.json:
+                doc = {"organization_id": args.org, "user_id": args.user}
+                print(json.dumps({**doc, "runs": [run_json(r) for r in runs]}))
+            else:
+                print(render_runs(key, runs))
+            return 0
+        at: datetime = args.at
+        before: list[dict[str, Any]] = []
+
+        def listed(runs: Iterable[LoggedRun]) -> Iterator[LoggedRun]:
+            for logged in runs:
+                before.append(run_json(logged))
+                yield logged
+
+        try:
+            memory = fold_runs(
+                listed(runs_until(run_log.iter_runs(key), at)),
+                FoldedMemory(user_id=args.user, organization_id=args.org),
+            )
+        except FoldError as e:
+            print(f"memoryd history: the run log does not fold: {e}", file=sys.stderr)
+            return 1
     if args.json:
         doc = {
             "organization_id": args.org,
             "user_id": args.user,
             "at": at.isoformat(),
-            "runs": [run_json(r) for r in before],
+            "runs": before,
             "memory": memory.to_json(),
         }
         print(json.dumps(doc, ensure_ascii=False, default=str))
@@ -145,7 +157,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
         # read after them (minutes with a model), runs committed meanwhile were differences.
         with memory_snapshot(c) as (at, run_log):
             events = [e.event for e in at.events.user_events(key)]
-            runs = run_log.runs(key) if args.batching == "live" else []
+            runs = list(run_log.iter_runs(key)) if args.batching == "live" else []
             live = live_memory(at, run_log, key)
         if args.batching == "live":
             batches = batches_like_live(events, runs, args.max_batch)

@@ -316,7 +316,7 @@ def _diverged(pool: ConnectionPool, keys: Iterable[MemoryKey]) -> list[str]:
             memory, run_log = PostgresMemoryStore(snap), PostgresRunLog(snap)
             state, facts = memory.load_state(key), memory.facts(key, tuple(FactStatus))
             live = live_image(state, facts, run_log.connections(key))
-            v = verify_memory(key, run_log.runs(key), live)
+            v = verify_memory(key, list(run_log.iter_runs(key)), live)
         if not v.ok:
             out.append(f"{key}: {v.error or 'live memory is not the fold of its runs'}")
     return out

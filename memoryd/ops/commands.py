@@ -15,7 +15,6 @@ from datetime import timedelta
 from functools import partial
 
 from domain.ids import MemoryKey
-from domain.model import FactStatus
 from memoryd import wiring
 from memoryd.analyst.commands import analyst_core, live_memory, memory_snapshot
 from memoryd.analyst.explain import explain_fact, render_explanation
@@ -37,13 +36,18 @@ def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
         if fact is None or (args.org and fact.organization_id != args.org):
             print(f"memoryd explain: no fact {args.fact_id}", file=sys.stderr)
             return 1
+        # Only the fact's own chain: a memory's whole run log, with every raw model response,
+        # can be far bigger than what is printed of it.
         key = fact.key
+        history = run_log.fact_history(key, fact.fact_id)
+        runs = run_log.runs_with_ids(key, {h.run_id for h in history} | {fact.created_by_run})
+        consumed = {e for r in runs for e in r.run.input_event_ids}
         doc = explain_fact(
             fact,
-            [h for h in run_log.fact_history(key) if h.fact_id == fact.fact_id],
-            run_log.runs(key),
-            c.events.user_events(key),
-            c.memory.facts(key, tuple(FactStatus)),
+            history,
+            runs,
+            c.events.events_with_ids(key, consumed | set(fact.provenance.source_event_ids)),
+            c.memory.facts_with_ids(key, run_log.superseded(key, fact.fact_id)),
         )
     print(json.dumps(doc, ensure_ascii=False) if args.json else render_explanation(doc))
     return 0
@@ -61,7 +65,8 @@ def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
         results = []
         for k in keys:  # each memory as of one moment, or a run committing between reads differs
             with memory_snapshot(c) as (at, run_log):
-                results.append(verify_memory(k, run_log.runs(k), live_memory(at, run_log, k)))
+                runs = list(run_log.iter_runs(k))
+                results.append(verify_memory(k, runs, live_memory(at, run_log, k)))
     failed = [v for v in results if not v.ok]
     if args.json:
         print(json.dumps({"ok": not failed, "memories": [verification_json(v) for v in results]}))

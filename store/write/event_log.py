@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -167,6 +167,20 @@ class PostgresEventLog:
         )
         with transaction(self._pool) as conn:
             rows = conn.execute(sql, (key.organization_id, key.user_id, until, until)).fetchall()
+        return [_event_from_row(r) for r in rows]
+
+    def events_with_ids(
+        self, key: MemoryKey, event_ids: Collection[uuid.UUID]
+    ) -> list[LoggedEvent[ContextEvent]]:
+        """These events of the memory that the log holds, in log order."""
+        if not event_ids:
+            return []
+        with transaction(self._pool) as conn:
+            rows = conn.execute(
+                f"{_SELECT} WHERE organization_id = %s AND user_id = %s AND event_id = ANY(%s)"
+                " ORDER BY seq",
+                (key.organization_id, key.user_id, list(event_ids)),
+            ).fetchall()
         return [_event_from_row(r) for r in rows]
 
     def iter_all(self, batch: int = 1_000) -> Iterator[LoggedEvent[ContextEvent]]:

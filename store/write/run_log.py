@@ -8,7 +8,7 @@ write that a bug might attempt.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -37,11 +37,19 @@ def _params(key: MemoryKey) -> tuple[str, str]:
 
 
 _GATE_FIELDS = frozenset(f.name for f in fields(GateCounts))
-_RUN_COLUMNS = (
-    "seq, finished_at, run_id, user_id, organization_id, input_event_ids, backend, model,"
-    " prompt_version, status, attempt, base_version, output, raw_response, gate,"
-    " prompt_tokens, completion_tokens, cost_micro_usd, duration_ms, started_at, error"
-)
+# Runs a page of `iter_runs` reads: a run's output and raw response are some kilobytes each,
+# and a memory can have thousands of runs.
+RUN_PAGE = 200
+
+
+def _run_columns(*, output: bool, raw_response: bool) -> str:
+    """The columns `_run_from_row` reads; the two big ones read as NULL unless wanted."""
+    return (
+        "seq, finished_at, run_id, user_id, organization_id, input_event_ids, backend, model,"
+        " prompt_version, status, attempt, base_version,"
+        f" {'output' if output else 'NULL'}, {'raw_response' if raw_response else 'NULL'}, gate,"
+        " prompt_tokens, completion_tokens, cost_micro_usd, duration_ms, started_at, error"
+    )
 
 
 def read_only_dsn(dsn: str) -> str:
@@ -121,24 +129,65 @@ class PostgresRunLog:
         self._pool = pool
 
     def runs(self, key: MemoryKey) -> list[LoggedRun]:
-        """Every run of the memory (all statuses), in log order."""
-        return [
-            _run_from_row(r)
-            for r in self._fetch(
-                f"SELECT {_RUN_COLUMNS} FROM consolidation_runs WHERE {_MEMORY} ORDER BY seq",
-                _params(key),
-            )
-        ]
+        """Every run of the memory (all statuses), in log order, with everything it recorded."""
+        return list(self.iter_runs(key, raw_response=True))
 
-    def fact_history(self, key: MemoryKey) -> list[FactHistoryEntry]:
+    def iter_runs(
+        self,
+        key: MemoryKey,
+        *,
+        output: bool = True,
+        raw_response: bool = False,
+        page: int = RUN_PAGE,
+    ) -> Iterator[LoggedRun]:
+        """Every run of the memory, in log order, read `page` runs at a time. Without
+        `output` (what a fold needs) or `raw_response` (the model's own text, only an export
+        shows it) those are not read: the runs carry None. Pages are separate statements:
+        inside a `store.postgres.snapshot` they see one moment."""
+        columns = _run_columns(output=output, raw_response=raw_response)
+        last = 0
+        while True:
+            rows = self._fetch(
+                f"SELECT {columns} FROM consolidation_runs WHERE {_MEMORY} AND seq > %s"
+                " ORDER BY seq LIMIT %s",
+                (*_params(key), last, page),
+            )
+            yield from map(_run_from_row, rows)
+            if len(rows) < page:
+                return
+            last = rows[-1][0]
+
+    def runs_with_ids(self, key: MemoryKey, run_ids: Collection[uuid.UUID]) -> list[LoggedRun]:
+        """These runs of the memory, in log order, without their raw responses."""
+        rows = self._fetch(
+            f"SELECT {_run_columns(output=True, raw_response=False)} FROM consolidation_runs"
+            f" WHERE {_MEMORY} AND run_id = ANY(%s) ORDER BY seq",
+            (*_params(key), list(run_ids)),
+        )
+        return [_run_from_row(r) for r in rows]
+
+    def fact_history(
+        self, key: MemoryKey, fact_id: uuid.UUID | None = None
+    ) -> list[FactHistoryEntry]:
+        """The changes of the memory's facts, or of one of them, in the order they were made."""
         # fact_history has no memory columns; its facts do.
         rows = self._fetch(
             "SELECT h.id, h.fact_id, h.run_id, h.operation, h.before, h.after, h.changed_at"
             " FROM fact_history h JOIN memory_facts f USING (fact_id)"
-            " WHERE f.organization_id = %s AND f.user_id = %s ORDER BY h.id",
-            _params(key),
+            " WHERE f.organization_id = %s AND f.user_id = %s"
+            " AND (%s::uuid IS NULL OR h.fact_id = %s) ORDER BY h.id",
+            (*_params(key), fact_id, fact_id),
         )
         return [FactHistoryEntry(*r) for r in rows]
+
+    def superseded(self, key: MemoryKey, by: uuid.UUID) -> list[uuid.UUID]:
+        """The memory's facts that fact `by` superseded."""
+        rows = self._fetch(
+            f"SELECT fact_id FROM memory_facts WHERE {_MEMORY} AND superseded_by = %s"
+            " ORDER BY fact_id",
+            (*_params(key), by),
+        )
+        return [r[0] for r in rows]
 
     def ledger(self, key: MemoryKey) -> list[LedgerRow]:
         rows = self._fetch(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from contextlib import closing
+import uuid
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -11,6 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from consumers.replay import batches_by_size, shadow_consolidate
 from domain.model import FactStatus
@@ -19,6 +23,7 @@ from memoryd.analyst.commands import analyst_core, live_memory, memory_snapshot
 from memoryd.analyst.verify import verify_memory
 from memoryd.cli import build_parser
 from memoryd.erasure import ErasureRequest
+from memoryd.settings import Settings
 from processors.consolidate import Consolidator
 from processors.diff import diff_memory
 from processors.fold import FoldedMemory, fold_runs, runs_until
@@ -433,3 +438,78 @@ def test_history_of_an_unknown_user_is_empty(
     doc = json.loads(run_cli(deployment, at, capsys))
     assert doc["memory"]["version"] == 0
     assert doc["memory"]["facts"] == []
+
+
+@contextmanager
+def without_raw_responses(deployment: Deployment) -> Iterator[Settings]:
+    """Settings for a role that may read everything but the model's raw responses."""
+    role = f"analyst_{uuid.uuid4().hex[:8]}"
+    readable = [
+        r[0]
+        for r in deployment.query(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = 'consolidation_runs' AND column_name <> 'raw_response'"
+        )
+    ]
+    with psycopg.connect(deployment.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}").format(
+                sql.Identifier(role)
+            )
+        )
+        conn.execute(
+            sql.SQL("REVOKE SELECT ON consolidation_runs FROM {}").format(sql.Identifier(role))
+        )
+        conn.execute(
+            sql.SQL("GRANT SELECT ({}) ON consolidation_runs TO {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, readable)), sql.Identifier(role)
+            )
+        )
+    params = conninfo_to_dict(deployment.dsn)
+    params["user"] = role
+    postgres = deployment.settings.postgres.model_copy(update={"dsn": make_conninfo("", **params)})
+    try:
+        yield deployment.settings.model_copy(update={"postgres": postgres})
+    finally:
+        with psycopg.connect(deployment.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_history_and_explain_read_runs_in_pages_without_raw_responses(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deployment.settings = deployment.settings.model_copy(
+        update={"processor": deployment.settings.processor.model_copy(update={"max_batch": 2})}
+    )
+    for n in range(len(BATCHES)):
+        consolidate(deployment, batch(n))
+    _, _, runs = images(deployment)
+    assert len(runs) > 3
+    with analyst_core(deployment.settings) as (_, run_log):
+        assert list(run_log.iter_runs(key_of(USER), raw_response=True, page=2)) == runs
+        light = list(run_log.iter_runs(key_of(USER), output=False, page=3))
+    assert [r.seq for r in light] == [r.seq for r in runs]
+    assert all(r.run.output is None and r.run.raw_response is None for r in light)
+
+    fact_id = deployment.query(
+        "SELECT fact_id::text FROM memory_facts WHERE user_id = %s"
+        " ORDER BY reinforce_count DESC, created_at LIMIT 1",
+        (USER,),
+    )[0][0]
+    commands = [
+        ["history", "--org", "org-a", USER, "--json"],
+        ["history", "--org", "org-a", USER],
+        ["history", "--org", "org-a", USER, "--at", db_now(deployment).isoformat(), "--json"],
+        ["explain", fact_id, "--json"],
+        ["explain", fact_id],
+    ]
+    with without_raw_responses(deployment) as restricted:
+        for argv in commands:
+            args = build_parser().parse_args(argv)
+            assert args.fn(restricted, args) == 0, argv
+            assert capsys.readouterr().out == run_cli(deployment, argv, capsys), argv
+    explained = json.loads(run_cli(deployment, ["explain", fact_id, "--json"], capsys))
+    assert explained["runs"]
+    assert explained["events"]
