@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.rows import RowFactory, tuple_row
 from psycopg_pool import ConnectionPool
 
 from domain.ids import MemoryKey
@@ -111,6 +113,34 @@ def transaction(
     """A connection inside one transaction, its driver errors translated."""
     with translated(operation), pool.connection() as conn, conn.transaction():
         yield conn
+
+
+# Rows a server-side cursor of `streamed` brings per round trip (the reader holds two pages
+# while it fetches the next).
+STREAM_ROWS = 200
+
+
+def streamed(
+    pool: ConnectionPool,
+    query: str,
+    params: Sequence[Any],
+    operation: str = "query",
+    *,
+    rows: int = STREAM_ROWS,
+    row_factory: RowFactory[Any] | None = None,
+) -> Iterator[Any]:
+    """The rows of one query through a server-side (named) cursor, `rows` at a time: a read
+    as long as a memory's whole history, in bounded memory. Its transaction (a savepoint in a
+    `snapshot`) stays open until the rows are read or the iterator is closed: read one
+    stream to its end before the next starts."""
+    name = f"streamed_{uuid.uuid4().hex}"
+    with (
+        transaction(pool, operation) as conn,
+        conn.cursor(name, row_factory=row_factory or tuple_row) as cur,
+    ):
+        cur.itersize = rows
+        cur.execute(query, params)
+        yield from cur
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from consumers.replay import batches_by_size, batches_like_live, shadow_consolid
 from domain.ids import MemoryKey
 from domain.model import FactStatus, LoggedRun
 from memoryd import wiring
-from memoryd.analyst.export import export_document, write_json
+from memoryd.analyst.export import STREAMED, export_sections, write_json
 from memoryd.analyst.render import (
     render_diff,
     render_memory,
@@ -190,15 +190,17 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return _cannot_write(out, e)
+    # Written as it is read (`memoryd.analyst.export`), so inside the snapshot.
     with analyst_core(settings) as (c, _), memory_snapshot(c) as (at, run_log):
-        doc = export_document(at, run_log, memory_key(args), c.clock())
-    try:
-        write_json(out, doc)
-    except OSError as e:
-        return _cannot_write(out, e)
+        doc = export_sections(at, run_log, memory_key(args), c.clock())
+        try:
+            write_json(out, doc)
+        except OSError as e:
+            return _cannot_write(out, e)
+    n = {k: doc[k].count for k in STREAMED}
     print(
-        f"exported {args.user}: {len(doc['events'])} event(s), {len(doc['runs'])} run(s),"
-        f" {len(doc['facts'])} fact(s), {len(doc['ledger'])} ledger entr(ies) to {out}"
+        f"exported {args.user}: {n['events']} event(s), {n['runs']} run(s),"
+        f" {n['facts']} fact(s), {n['ledger']} ledger entr(ies) to {out}"
     )
     return 0
 

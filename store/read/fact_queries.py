@@ -8,7 +8,7 @@ wanted statuses, so a fact can only come back to the tenant that owns it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -22,7 +22,7 @@ from domain.ids import MemoryKey
 from domain.model import Fact, FactStatus
 from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Scope
 from store import fact_rows
-from store.postgres import memory_params, statement, transaction
+from store.postgres import memory_params, statement, streamed, transaction
 from store.write.locks import log_lock_key
 
 _SCOPE = (
@@ -285,6 +285,16 @@ class PostgresReadModel:
                 (*memory_params(key), limit),
             )
             return list(cur.fetchall())
+
+    def iter_context_logs(self, key: MemoryKey) -> Iterator[dict[str, Any]]:
+        """The memory's read audit rows, oldest first, read as they are used (an export)."""
+        return streamed(
+            self._pool,
+            f"SELECT * FROM context_logs WHERE {_MEMORY} ORDER BY created_at, log_id",
+            memory_params(key),
+            "read model query",
+            row_factory=psycopg.rows.dict_row,
+        )
 
     # -- off the hot path -----------------------------------------------------------------
 

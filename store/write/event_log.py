@@ -15,7 +15,7 @@ from domain.ids import MemoryKey, SubjectHasher
 from domain.model import KafkaCoordinates, LoggedEvent
 from domain.ports import Appended
 from producers.contract import ContextEvent, EventType, SourceMetadata
-from store.postgres import transaction
+from store.postgres import streamed, transaction
 from store.write.locks import log_lock_key
 
 _COLUMNS = (
@@ -168,6 +168,16 @@ class PostgresEventLog:
         with transaction(self._pool) as conn:
             rows = conn.execute(sql, (key.organization_id, key.user_id, until, until)).fetchall()
         return [_event_from_row(r) for r in rows]
+
+    def iter_user_events(self, key: MemoryKey) -> Iterator[LoggedEvent[ContextEvent]]:
+        """The memory's events in log order, read as they are used (`store.postgres.streamed`)."""
+        rows = streamed(
+            self._pool,
+            f"{_SELECT} WHERE organization_id = %s AND user_id = %s ORDER BY seq",
+            (key.organization_id, key.user_id),
+            "event log read",
+        )
+        return map(_event_from_row, rows)
 
     def events_with_ids(
         self, key: MemoryKey, event_ids: Collection[uuid.UUID]

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
+from itertools import groupby
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -19,6 +20,7 @@ from psycopg_pool import ConnectionPool
 from domain.ids import MemoryKey
 from domain.model import (
     ConnectionContext,
+    Fact,
     GateCounts,
     LedgerEntry,
     LoggedRun,
@@ -26,7 +28,8 @@ from domain.model import (
     RunStatus,
     TokenUsage,
 )
-from store.postgres import transaction
+from store import fact_rows
+from store.postgres import streamed, transaction
 
 _READ_ONLY = "-c default_transaction_read_only=on"
 _MEMORY = "organization_id = %s AND user_id = %s"
@@ -50,6 +53,17 @@ def _run_columns(*, output: bool, raw_response: bool) -> str:
         f" {'output' if output else 'NULL'}, {'raw_response' if raw_response else 'NULL'}, gate,"
         " prompt_tokens, completion_tokens, cost_micro_usd, duration_ms, started_at, error"
     )
+
+
+_HISTORY_COLUMNS = "h.id, h.fact_id, h.run_id, h.operation, h.before, h.after, h.changed_at"
+
+
+def _ledger_query(key: MemoryKey) -> tuple[str, tuple[str, str]]:
+    query = (
+        "SELECT seq, entry_id, user_id, organization_id, run_id, operation, model, units,"
+        f" cost_micro_usd, occurred_at FROM credit_ledger WHERE {_MEMORY} ORDER BY seq"
+    )
+    return query, _params(key)
 
 
 def read_only_dsn(dsn: str) -> str:
@@ -172,13 +186,37 @@ class PostgresRunLog:
         """The changes of the memory's facts, or of one of them, in the order they were made."""
         # fact_history has no memory columns; its facts do.
         rows = self._fetch(
-            "SELECT h.id, h.fact_id, h.run_id, h.operation, h.before, h.after, h.changed_at"
-            " FROM fact_history h JOIN memory_facts f USING (fact_id)"
+            f"SELECT {_HISTORY_COLUMNS} FROM fact_history h JOIN memory_facts f USING (fact_id)"
             " WHERE f.organization_id = %s AND f.user_id = %s"
             " AND (%s::uuid IS NULL OR h.fact_id = %s) ORDER BY h.id",
             (*_params(key), fact_id, fact_id),
         )
         return [FactHistoryEntry(*r) for r in rows]
+
+    def facts_with_history(self, key: MemoryKey) -> Iterator[tuple[Fact, list[FactHistoryEntry]]]:
+        """Every fact of the memory in the memory store's order (created_at, fact id), each
+        with its changes in the order they were made, read as they are used."""
+        rows = streamed(
+            self._pool,
+            f"SELECT f.*, {_HISTORY_COLUMNS} FROM"
+            f" (SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} WHERE {_MEMORY}) f"
+            " LEFT JOIN fact_history h USING (fact_id) ORDER BY f.created_at, f.fact_id, h.id",
+            _params(key),
+            "fact history read",
+        )
+        # One row per change (a fact without any: one row, its change columns null).
+        width = len(_HISTORY_COLUMNS.split(","))
+        for _, group in groupby(rows, key=lambda r: r[0]):
+            changes = list(group)
+            yield (
+                fact_rows.from_row(changes[0][:-width]),
+                [FactHistoryEntry(*r[-width:]) for r in changes if r[-width] is not None],
+            )
+
+    def iter_ledger(self, key: MemoryKey) -> Iterator[LedgerRow]:
+        """The memory's ledger in booking order, read as it is used."""
+        rows = streamed(self._pool, *_ledger_query(key), "ledger read")
+        return (LedgerRow(r[0], LedgerEntry(*r[1:])) for r in rows)
 
     def superseded(self, key: MemoryKey, by: uuid.UUID) -> list[uuid.UUID]:
         """The memory's facts that fact `by` superseded."""
@@ -190,11 +228,7 @@ class PostgresRunLog:
         return [r[0] for r in rows]
 
     def ledger(self, key: MemoryKey) -> list[LedgerRow]:
-        rows = self._fetch(
-            "SELECT seq, entry_id, user_id, organization_id, run_id, operation, model, units,"
-            f" cost_micro_usd, occurred_at FROM credit_ledger WHERE {_MEMORY} ORDER BY seq",
-            _params(key),
-        )
+        rows = self._fetch(*_ledger_query(key))
         return [LedgerRow(r[0], LedgerEntry(*r[1:])) for r in rows]
 
     def connections(self, key: MemoryKey) -> list[ConnectionContext]:

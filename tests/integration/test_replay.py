@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -20,6 +21,7 @@ from consumers.replay import batches_by_size, shadow_consolidate
 from domain.model import FactStatus
 from memoryd import wiring
 from memoryd.analyst.commands import analyst_core, live_memory, memory_snapshot
+from memoryd.analyst.export import export_document
 from memoryd.analyst.verify import verify_memory
 from memoryd.cli import build_parser
 from memoryd.erasure import ErasureRequest
@@ -37,6 +39,8 @@ from tests.support.deployment import Deployment
 pytestmark = pytest.mark.integration
 
 USER = "ada"
+# Events of the long log an export is written from as it is read.
+EXPORTED_EVENTS = 4_000
 
 # Several batches, so runs build on each other: a correction contradicts an earlier fact,
 # a repeated statement reinforces one, and every kind of explicit data is there.
@@ -513,3 +517,37 @@ def test_history_and_explain_read_runs_in_pages_without_raw_responses(
     explained = json.loads(run_cli(deployment, ["explain", fact_id, "--json"], capsys))
     assert explained["runs"]
     assert explained["events"]
+
+
+def test_an_export_is_written_as_it_is_read(
+    deployment: Deployment, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A long log of big events: held in memory at once, it is several times the export's size.
+    long_log = [
+        make_event(USER, f"note {i}: " + "x" * 6_000, minutes=i) for i in range(EXPORTED_EVENTS)
+    ]
+    deployment.with_core(lambda c: c.events.append([(e, None) for e in long_log]))
+    said = batch(0)
+    consolidate(deployment, said)
+    out = tmp_path / "ada.json"
+    argv = ["export", "--org", "org-a", USER, "--out", str(out)]
+
+    tracemalloc.start()
+    try:
+        text = run_cli(deployment, argv, capsys)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    size = out.stat().st_size
+    assert size > 6_000 * EXPORTED_EVENTS
+    assert peak < size / 4, f"peak {peak} B for an export of {size} B"
+    assert text.startswith(f"exported {USER}: {EXPORTED_EVENTS + len(said)} event(s)")
+    with analyst_core(deployment.settings) as (c, _), memory_snapshot(c) as (at, run_log):
+        now = datetime.fromisoformat(json.loads(out.read_text())["exported_at"])
+        doc = export_document(at, run_log, key_of(USER), now)
+    # Byte for byte what one json.dump of the whole document writes.
+    assert out.read_text() == json.dumps(doc, ensure_ascii=False, indent=2, default=str)
+    assert [e["event_id"] for e in doc["events"]] == [str(e.event_id) for e in long_log + said]
+    assert doc["runs"]
+    assert doc["facts"]
