@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -56,6 +57,10 @@ class MemoryDiff:
     scaffold: Mapping[str, tuple[Any, Any]]  # key → (left, right); None where absent
     learned_info: tuple[tuple[str, ...], tuple[str, ...]]  # (only left, only right)
     connections: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
+    # Only from an `exact` diff: the versions, when they differ, and the lists holding the same
+    # entries in another order ("learned_info", or a connection's id).
+    version: tuple[int, int] | None = None
+    reordered: tuple[str, ...] = ()
 
     @property
     def identical(self) -> bool:
@@ -67,6 +72,8 @@ class MemoryDiff:
             or self.scaffold
             or any(self.learned_info)
             or self.connections
+            or self.version
+            or self.reordered
         )
 
 
@@ -90,15 +97,41 @@ def _fact_diff(left: Fact, right: Fact, fields: Sequence[str]) -> FactDiff | Non
     return FactDiff(left.fact_id, left.content, fields_) if fields_ else None
 
 
-def _only(left: Sequence[str], right: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    return tuple(x for x in left if x not in right), tuple(x for x in right if x not in left)
+def _only(
+    left: Sequence[str], right: Sequence[str], *, counted: bool
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What each side holds that the other does not; `counted`, an entry held twice on one
+    side and once on the other is once in that side's share."""
+    if not counted:
+        return tuple(x for x in left if x not in right), tuple(x for x in right if x not in left)
+    return _unmatched(left, right), _unmatched(right, left)
+
+
+def _unmatched(items: Sequence[str], others: Sequence[str]) -> tuple[str, ...]:
+    left = Counter(others)
+    out = []
+    for x in items:
+        if left[x]:
+            left[x] -= 1
+        else:
+            out.append(x)
+    return tuple(out)
 
 
 def diff_memory(
-    left: FoldedMemory, right: FoldedMemory, fields: Sequence[str] = DIFF_FIELDS
+    left: FoldedMemory,
+    right: FoldedMemory,
+    fields: Sequence[str] = DIFF_FIELDS,
+    *,
+    exact: bool = False,
 ) -> MemoryDiff:
     """Facts are matched by id: UUID5 of (user, content, scope), the same in any namespace;
-    `fields` are the fields of a fact compared."""
+    `fields` are the fields of a fact compared.
+
+    `exact` for an image that must be `left` itself (a fold of the memory's own runs): the
+    versions are compared, and learned info and connection info as the lists they are stored
+    as, repeats and order included. Otherwise (a shadow replay) they are compared as sets of
+    entries: another model or batching may say a thing twice, or in another order."""
     lf, rf = left.facts, right.facts
     common = sorted(lf.keys() & rf.keys())
     changed = [d for fid in common if (d := _fact_diff(lf[fid], rf[fid], fields))]
@@ -109,10 +142,16 @@ def diff_memory(
         if left.scaffold.get(k) != right.scaffold.get(k)
     }
     connections = {}
+    reordered = []
+    lists = [("learned_info", left.learned_info, right.learned_info)]
     for c in sorted({*left.connections, *right.connections}):
-        only = _only(left.connections.get(c, ()), right.connections.get(c, ()))
-        if any(only):
+        a, b = left.connections.get(c, ()), right.connections.get(c, ())
+        lists.append((c, a, b))
+        if any(only := _only(a, b, counted=exact)):
             connections[c] = only
+    for name, a, b in lists:
+        if exact and tuple(a) != tuple(b) and not any(_only(a, b, counted=True)):
+            reordered.append(name)
     return MemoryDiff(
         only_left=tuple(f for f in left.facts_in() if f.fact_id not in rf),
         only_right=tuple(f for f in right.facts_in() if f.fact_id not in lf),
@@ -121,6 +160,8 @@ def diff_memory(
         if left.working_memory == right.working_memory
         else (left.working_memory, right.working_memory),
         scaffold=scaffold,
-        learned_info=_only(left.learned_info, right.learned_info),
+        learned_info=_only(left.learned_info, right.learned_info, counted=exact),
         connections=connections,
+        version=(left.version, right.version) if exact and left.version != right.version else None,
+        reordered=tuple(reordered),
     )

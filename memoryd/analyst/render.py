@@ -141,6 +141,8 @@ def diff_json(diff: MemoryDiff) -> dict[str, Any]:
             k: {"only_live": list(v[0]), "only_shadow": list(v[1])}
             for k, v in diff.connections.items()
         },
+        "version": None if diff.version is None else _side(*diff.version),
+        "reordered": list(diff.reordered),
     }
 
 

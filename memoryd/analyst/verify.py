@@ -36,7 +36,7 @@ def verify_memory(key: MemoryKey, runs: list[LoggedRun], live: FoldedMemory) -> 
         folded = fold_runs(runs, start)
     except FoldError as e:
         return Verification(key, len(runs), None, str(e))
-    return Verification(key, len(runs), diff_memory(live, folded, VERIFY_FIELDS))
+    return Verification(key, len(runs), diff_memory(live, folded, VERIFY_FIELDS, exact=True))
 
 
 def verification_json(v: Verification) -> dict[str, Any]:
@@ -63,6 +63,8 @@ def render_verification(v: Verification) -> str:
         f"{len(d.only_right)} only folded",
         f"{len(d.changed)} changed",
     ]
+    if d.version is not None:
+        parts.append(f"version live={d.version[0]} folded={d.version[1]}")
     if d.working_memory is not None:
         parts.append("working memory differs")
     if d.scaffold:
@@ -71,6 +73,8 @@ def render_verification(v: Verification) -> str:
         parts.append("learned info differs")
     if d.connections:
         parts.append(f"connections differ: {', '.join(sorted(d.connections))}")
+    if d.reordered:
+        parts.append(f"in another order: {', '.join(d.reordered)}")
     lines = [f"DIFF {who}: {'; '.join(parts)}"]
     for fd in d.changed:
         lines.extend(
