@@ -19,6 +19,20 @@ from store.postgres import transaction
 DUPLICATE_LOOKBACK = timedelta(hours=1)
 
 
+# The tables that hold a memory's rows, by (organization_id, user_id): those an erasure
+# empties (`erase_memory`). Not the credit ledger: an erasure keeps its entries under a
+# pseudonym, which is no memory.
+MEMORY_TABLES = (
+    "user_memory",
+    "consolidation_runs",
+    "memory_facts",
+    "context_events",
+    "consolidated_events",
+    "connections",
+    "user_credits",
+    "context_logs",
+)
+
 # The columns of a MaintenanceRunRow, in its order.
 _RUNS = (
     "SELECT run_id, job, started_at, outcome, users, changes, parameters, error, skipped"
@@ -62,16 +76,15 @@ class MaintenanceQueries:
         return [MemoryKey(*r) for r in rows]
 
     def memories(self, organization_id: str | None = None) -> list[MemoryKey]:
-        """Every memory that has a state or a run, in one organization or all of them."""
+        """Every memory that has anything in any table, in one organization or all of them: a
+        memory with facts or events but no state or run is one `replay verify` must see."""
+        union = " UNION ".join(
+            f"SELECT organization_id, user_id FROM {table}"
+            " WHERE %(org)s::text IS NULL OR organization_id = %(org)s"
+            for table in MEMORY_TABLES
+        )
         with transaction(self._pool) as conn:
-            rows = conn.execute(
-                "SELECT organization_id, user_id FROM user_memory"
-                " WHERE %(org)s::text IS NULL OR organization_id = %(org)s"
-                " UNION SELECT organization_id, user_id FROM consolidation_runs"
-                " WHERE %(org)s::text IS NULL OR organization_id = %(org)s"
-                " ORDER BY 1, 2",
-                {"org": organization_id},
-            ).fetchall()
+            rows = conn.execute(f"{union} ORDER BY 1, 2", {"org": organization_id}).fetchall()
         return [MemoryKey(*r) for r in rows]
 
     def duplicate_candidates(self, changed_since: datetime | None) -> list[MemoryKey]:

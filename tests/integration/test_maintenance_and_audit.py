@@ -25,7 +25,7 @@ from memoryd import wiring
 from memoryd.cli import build_parser
 from memoryd.ops.commands import rewrite_argv
 from producers.contract import ContextEvent, EventType
-from tests.support.builders import make_event
+from tests.support.builders import make_event, make_fact
 from tests.support.deployment import Deployment
 
 pytestmark = pytest.mark.integration
@@ -245,3 +245,24 @@ def test_explain_and_replay_verify_on_a_pipeline_run(
     assert code == 1
     assert "DIFF" in out
     assert "working memory differs" in out
+
+
+def test_replay_verify_all_sees_memories_with_only_facts_or_only_events(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consolidate(deployment, [make_event("ada", "I live in Lisbon")], timedelta(0))
+    imported = make_fact("bo", "Bo plays the cello", org="org-b")  # no run made it
+
+    def seed(c: wiring.Core) -> None:
+        c.memory.insert_facts([imported])
+        c.events.append([(make_event("cy", "I prefer tea", org="org-b"), None)])
+
+    deployment.with_core(seed)
+    code, out = cli(deployment, ["replay", "verify", "--all", "--json"], capsys)
+    assert code == 1, out
+    verdicts = {(m["organization_id"], m["user_id"]): m["ok"] for m in json.loads(out)["memories"]}
+    assert verdicts == {("org-a", "ada"): True, ("org-b", "bo"): False, ("org-b", "cy"): True}
+    code, out = cli(deployment, ["replay", "verify", "--all", "--org", "org-b"], capsys)
+    assert code == 1
+    assert "DIFF org-b/bo: 1 fact(s) only live" in out
+    assert "2 memories" in out.splitlines()[-1]
