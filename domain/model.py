@@ -238,7 +238,8 @@ class MemoryUpdate:
 
 @dataclass(frozen=True)
 class LoggedRun:
-    """A run as stored: its place in the run log and when its transaction ran."""
+    """A run as stored: its place in the run log and when its transaction committed (up to
+    the commit's own round trip: `processors.fold.runs_until`)."""
 
     seq: int
     finished_at: datetime

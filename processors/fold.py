@@ -183,7 +183,9 @@ def runs_until(runs: Iterable[LoggedRun], at: datetime) -> Iterator[LoggedRun]:
     """The runs committed at or before `at`: the log's prefix up to the first later one, taken
     as `runs` yields them and read no further (a log can be long).
 
-    `finished_at` is the time of the run's transaction, and one user's runs are serialized by
-    the memory lock, so a prefix is what memory was at `at`.
+    `finished_at` is when the run's record was written, the last write of its transaction
+    (migration 0017), and one user's runs are serialized by the memory lock, so a prefix is
+    what memory was at `at`. A run whose COMMIT was under way at `at` counts as committed: the
+    commit's own round trip is the only time by which the two can differ.
     """
     return takewhile(lambda logged: logged.finished_at <= at, runs)

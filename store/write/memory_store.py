@@ -265,7 +265,6 @@ class PostgresMemoryStore:
                 raise StaleMemoryVersion(
                     f"memory {state.key}: planned on {run.base_version}, now {current}"
                 )
-            insert_run(conn, run)
             conn.execute(
                 "UPDATE user_memory SET working_memory = %s, information_scaffold = %s,"
                 f" persistent_learned_info = %s, version = %s, updated_at = %s WHERE {_MEMORY}",
@@ -279,11 +278,12 @@ class PostgresMemoryStore:
                     state.user_id,
                 ),
             )
-            # Last of the three, so its answer brings the run's and the memory's with it.
-            self._consume(conn, run)
+            self._consume(conn, run)  # its answer brings the memory's with it
             fact_rows.write_changes(conn, run.run_id, update.fact_changes)
             append_connections(conn, state, update)
             insert_ledger(conn, update.ledger)
+            # Last: its finished_at (clock_timestamp()) is then the commit's time, or nearly.
+            insert_run(conn, run)
 
     def record_run(self, run: RunRecord, ledger: Sequence[LedgerEntry] = ()) -> None:
         """Record a run that changed nothing (failed, deferred, discarded) and what its call

@@ -96,6 +96,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "redacted_events",
             "maintenance_skips",
             "fact_erasure_completeness",
+            "run_finish_times",
         ]
     finally:
         pool.close()
