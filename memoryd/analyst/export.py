@@ -41,6 +41,13 @@ class Counted(Iterator[Any]):
         self.count += 1
         return item
 
+    def close(self) -> None:
+        """End a section left half read: its cursor's transaction ends now, in order, not
+        when the garbage collector gets to it after the snapshot is gone."""
+        close = getattr(self._items, "close", None)
+        if close is not None:
+            close()
+
 
 def export_sections(
     c: wiring.Core, run_log: PostgresRunLog, key: MemoryKey, now: datetime
@@ -148,7 +155,11 @@ def _write_object(f: IO[str], doc: Mapping[str, Any]) -> None:
 
 def _write_array(f: IO[str], items: Iterator[Any]) -> None:
     empty = True
-    for item in items:
-        f.write(f"{'[' if empty else ','}\n    {_json(item, '    ')}")
-        empty = False
+    try:
+        for item in items:
+            f.write(f"{'[' if empty else ','}\n    {_json(item, '    ')}")
+            empty = False
+    finally:
+        if isinstance(items, Counted):
+            items.close()
     f.write("[]" if empty else "\n  ]")
