@@ -117,8 +117,15 @@ class FactLedger:
     # -- operations -----------------------------------------------------------------------
 
     def _add(self, proposal: FactProposal, supersedes: Fact | None) -> None:
+        # A duplicate is reinforced only where it is shown wherever the proposal would be:
+        # a fact of every turn, or of the proposal's own connection. Folded into another
+        # connection's fact, a chat statement would never reach a turn without that one.
+        scope = self._provenance(proposal).connection_id
         others = [
-            f for f in self._active() if supersedes is None or f.fact_id != supersedes.fact_id
+            f
+            for f in self._active()
+            if (supersedes is None or f.fact_id != supersedes.fact_id)
+            and f.provenance.connection_id in (None, scope)
         ]
         decision = self._gate.judge(proposal, others)
         if decision.verdict is Verdict.DISCARD:

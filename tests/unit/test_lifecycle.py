@@ -381,3 +381,37 @@ def test_a_facts_connection_does_not_depend_on_the_order_of_its_evidence(
     assert set(change.after.provenance.source_event_ids) == {
         uuid.UUID(int=int(e[1:])) for e in evidence
     }
+
+
+@pytest.mark.parametrize(
+    ("known_in", "said_in", "reinforced"),
+    [
+        ("mail", None, False),  # a chat statement is not folded into mail's knowledge
+        ("mail", "crm", False),  # nor one connection's into another's
+        ("mail", "mail", True),
+        (None, "mail", True),  # what every turn knows already covers a connection's
+        (None, None, True),
+    ],
+)
+def test_a_duplicate_reinforces_only_a_fact_shown_wherever_the_statement_would_be(
+    known_in: str | None, said_in: str | None, reinforced: bool
+) -> None:
+    content = "The user renews the Acme contract in May."
+    known = make_fact("ada", content, connection_id=known_in, at=EARLIER)
+    run = FactLedger(
+        key=MemoryKey("org-a", "ada"),
+        run_id=RUN,
+        now=NOW,
+        active=(known,),
+        observations=[observed("E1", 1, said_in)],
+        gate=WriteGate(None),
+    )
+    run.apply(propose(FactOp.ADD, content + " ").model_copy(update={"evidence": ["E1"]}))
+    [change] = run.changes()
+    if reinforced:
+        assert change.after.fact_id == known.fact_id
+        assert change.after.reinforce_count == known.reinforce_count + 1
+    else:
+        assert change.kind is FactChangeKind.ADD
+        assert change.after.provenance.connection_id == said_in
+        assert known.fact_id != change.after.fact_id
