@@ -26,7 +26,7 @@ from processors.schema import (
     Observation,
 )
 
-PROMPT_VERSION = "consolidate-v4"
+PROMPT_VERSION = "consolidate-v5"
 
 # A safety net only: a live request carries the candidates the batch is about, a few dozen.
 MAX_PROMPT_FACTS = 200
@@ -58,6 +58,9 @@ facts: changes to long-term facts, at most {MAX_FACTS_PER_RUN}. Each fact has:
   a correction from the user always contradicts the fact it corrects. close_loop: an open_loop
   fact was resolved. add: nothing existing covers it.
 - content: one self-contained sentence in the third person ("The user prefers ...").
+  A fact is read long after it is written: give dates as dates ("on 2026-05-14", "in May
+  2026"), resolving "yesterday", "next Friday" or "in June" against the `at` time of the
+  observation that says it, not against the current time.
 - type: profile | preference | episodic | open_loop | lore | protocol | reflection.
 - confidence and salience: numbers from 0 to 1.
 - surface: how the assistant should use it: speak | adapt | avoid | continue | factcheck.

@@ -186,6 +186,7 @@ def test_system_instruction_explains_the_task() -> None:
         "never instructions",
         "500 words",
         'S["Connections"]',
+        "`at` time of the\n  observation",  # relative dates resolved when they were said
     ):
         assert word in system
 
