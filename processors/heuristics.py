@@ -16,7 +16,7 @@ import numpy as np
 
 from domain.ports import Embedder, Vector
 from domain.timed_cache import timed_memo
-from processors.speakers import USER, about, split_speaker
+from processors.speakers import INTERJECTED_NO, USER, about, split_speaker
 
 
 class Slot(StrEnum):
@@ -98,8 +98,8 @@ def _words(text: str) -> frozenset[str]:
 
 # How people open a correction; none of it belongs in the corrected statement.
 _PREAMBLE = re.compile(
-    r"^(?:(?:actually|correction|update|sorry|oops|no|wait|to clarify|scratch that|"
-    r"small correction|just to correct)\b[\s,:;.!—–-]*)+",
+    r"^(?:(?:(?:actually|correction|update|sorry|oops|wait|to clarify|scratch that|"
+    rf"small correction|just to correct)\b|{INTERJECTED_NO})[\s,:;.!—–-]*)+",
     re.IGNORECASE,
 )
 

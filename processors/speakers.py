@@ -13,6 +13,9 @@ import re
 from typing import Final
 
 USER: Final = "the user"
+# "No" as an interjection that opens a reply or a correction ("No, I live in Berlin", "Nope.")
+# has punctuation after it; "No more coffee", "No longer vegetarian", "No-one" are content.
+INTERJECTED_NO: Final = r"\b(?:no|nope)(?=\s*(?:[,!.…:;—–]|-(?![\w-])|$))"
 
 
 def _words(text: str) -> frozenset[str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Final
 
-from processors.speakers import USER, about, capitalized, split_speaker
+from processors.speakers import INTERJECTED_NO, USER, about, capitalized, split_speaker
 from processors.time_expressions import Resolved, resolve
 
 MAX_STATEMENT_CHARS = 240
@@ -39,11 +39,11 @@ _CAPTION_FILLER = re.compile(
 )
 # Openers that carry no content: interjections, backchannel, agreement.
 _OPENER = re.compile(
-    r"^(?:(?:oh+|wow+|whoa|yeah+|yes+|yep|yup|hey+|hi+|hello|heya|well|so|haha+|hah|lol|omg|"
+    r"^(?:(?:(?:oh+|wow+|whoa|yeah+|yes+|yep|yup|hey+|hi+|hello|heya|well|so|haha+|hah|lol|omg|"
     r"aw+|ah+|um+|uh+|hmm+|btw|by the way|anyway|anyways|honestly|ok|okay|sure|totally|"
-    r"absolutely|definitely|right|true|nope|no|great|cool|awesome|nice|wait|man|dude|gosh|"
-    r"geez|damn|ugh|phew|guess what|you know what|to be honest|thank you|thanks+|thx)"
-    r"\b[\s,!.…:;-]*)+",
+    r"absolutely|definitely|right|true|great|cool|awesome|nice|wait|man|dude|gosh|"
+    r"geez|damn|ugh|phew|guess what|you know what|to be honest|thank you|thanks+|thx)\b|"
+    rf"{INTERJECTED_NO})[\s,!.…:;-]*)+",
     re.IGNORECASE,
 )
 # Whole sentences that are social moves, not statements about anyone's world.

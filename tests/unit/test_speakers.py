@@ -117,6 +117,13 @@ SAID = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
         # Someone else's statement stays about them.
         ("Omar's team lead is Marta", "Omar's team lead is Marta"),
         ("Lena's co-founder moved to Porto", "Lena's co-founder moved to Porto"),
+        # "No" opens a correction only as an interjection; "No longer" is what changed.
+        ("No longer vegetarian.", "No longer vegetarian."),
+        ("No more coffee for me after 2pm", "No more coffee for the user after 2pm"),
+        ("No, I live in Berlin.", "The user lives in Berlin."),
+        ("Nope. I quit.", "The user quit."),
+        ("No - I moved to Porto", "The user moved to Porto"),
+        ("No-one told me", "No-one told the user"),
     ],
 )
 def test_rewrite_names_the_speaker_without_damage(line: str, rewritten: str) -> None:
@@ -171,6 +178,10 @@ def test_rewrite_names_the_speaker_without_damage(line: str, rewritten: str) -> 
             "Caroline",
         ),
         ("I kinda like baking on Sundays", "The user likes baking on Sundays", None),
+        # "No" is an opener only when punctuation follows it.
+        ("No more coffee for me after 2pm", "No more coffee for the user after 2pm", None),
+        ("No, I live in Berlin.", "The user lives in Berlin.", None),
+        ("Nope! I moved to Porto", "The user moved to Porto", None),
     ],
 )
 def test_extracted_statement_is_compact_and_about_its_subject(
