@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from domain.ids import MemoryKey, fact_id_for
+from domain.ids import MemoryKey, fact_id_for, normalize_content
 from domain.model import (
     Fact,
     FactChange,
@@ -140,7 +140,7 @@ class FactLedger:
         fact_id = fact_id_for(self._key, proposal.content, provenance.connection_id)
         existing = self._facts.get(fact_id) or self._unshown.get(fact_id)
         if existing is not None and existing.status is FactStatus.ACTIVE:
-            self._reinforce(existing, proposal, "same content as an active fact")
+            self._restated(existing, proposal, decision, supersedes)
             return
         status = FactStatus.HELD if decision.verdict is Verdict.HOLD else FactStatus.ACTIVE
         fact = Fact(
@@ -191,6 +191,33 @@ class FactLedger:
         self._put(fact, FactChangeKind.REINFORCE)
         self._record(proposal, Verdict.REINFORCE, reason, fact.fact_id)
 
+    def _restated(
+        self,
+        existing: Fact,
+        proposal: FactProposal,
+        decision: GateDecision,
+        supersedes: Fact | None,
+    ) -> None:
+        """A proposal whose content has the id of an active fact. An update keeps the id of a
+        fact's first content, so the fact may now say something else ("lives in Paris" under
+        the id of "lives in Berlin"): going back to what it first said rewrites it, as an
+        update would; reinforcing it would keep Paris and lose the correction."""
+        if normalize_content(existing.content) == normalize_content(proposal.content):
+            self._reinforce(existing, proposal, "same content as an active fact")
+        elif existing.pinned:
+            self._record(proposal, Verdict.DISCARD, "its id is a pinned fact's", existing.fact_id)
+            return
+        elif decision.verdict is Verdict.HOLD:
+            # Held beside the fact it would rewrite, as a doubtful update is, it would need
+            # the id that fact has.
+            reason = f"{decision.reason}; its id is an active fact's, which it would rewrite"
+            self._record(proposal, Verdict.DISCARD, reason)
+            return
+        else:
+            self._rewrite(existing, proposal)
+        if supersedes is not None and supersedes.fact_id != existing.fact_id:
+            self._supersede(supersedes, self._facts[existing.fact_id])
+
     def _update(self, target: Fact, proposal: FactProposal) -> None:
         decision: GateDecision = self._gate.judge(proposal, [])
         if decision.verdict is Verdict.DISCARD:
@@ -201,6 +228,9 @@ class FactLedger:
             # fact, held, as a doubtful contradiction is (and the decision log says so).
             self._add(proposal, supersedes=target)
             return
+        self._rewrite(target, proposal)
+
+    def _rewrite(self, target: Fact, proposal: FactProposal) -> None:
         fact = replace(
             target,
             content=proposal.content,

@@ -189,6 +189,41 @@ def test_a_contradiction_that_repeats_another_fact_reinforces_that_one() -> None
     assert changes[ENGINEERING.fact_id].after.superseded_by == design.fact_id
 
 
+BERLIN = "The user lives in Berlin."
+PARIS = "The user lives in Paris."
+
+
+@pytest.mark.parametrize("op", [FactOp.CONTRADICT, FactOp.ADD])
+def test_going_back_to_what_an_updated_fact_said_rewrites_it(op: FactOp) -> None:
+    # Updated in place from Berlin to Paris, the fact keeps the id of its first content.
+    moved = replace(fact(BERLIN), content=PARIS, version=2)
+    run = ledger(moved)
+    run.apply(propose(op, BERLIN, moved if op is FactOp.CONTRADICT else None))
+    [change] = run.changes()
+    assert (change.kind, change.before) == (FactChangeKind.UPDATE, moved)
+    after = change.after
+    assert (after.fact_id, after.content) == (moved.fact_id, BERLIN)
+    assert after.status is FactStatus.ACTIVE
+    assert (after.reinforce_count, after.version, after.indexed_at) == (0, 3, None)
+    assert run.counts() == GateCounts(allowed=1)
+
+
+def test_the_same_content_with_other_case_and_spacing_reinforces() -> None:
+    run = ledger(ENGINEERING)
+    run.apply(propose(FactOp.ADD, "the user  WORKS in engineering."))
+    [change] = run.changes()
+    assert change.kind is FactChangeKind.REINFORCE
+    assert change.after.content == ENGINEERING.content
+
+
+def test_a_doubtful_return_to_an_updated_facts_first_content_changes_nothing() -> None:
+    moved = replace(fact(BERLIN), content=PARIS, version=2)
+    run = ledger(moved)
+    run.apply(propose(FactOp.CONTRADICT, BERLIN, moved, confidence=0.5))
+    assert run.changes() == ()
+    assert run.decisions[-1].verdict == "discard"
+
+
 def test_close_loop_archives_an_open_loop() -> None:
     run = ledger(LOOP)
     run.apply(propose(FactOp.CLOSE_LOOP, "The Q3 report was sent.", LOOP))
