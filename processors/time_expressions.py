@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
@@ -229,7 +229,9 @@ _WORD_BEFORE = re.compile(r"(\w+)\W*$")
 
 def find(text: str, at: datetime | date) -> list[tuple[int, int, Resolved]]:
     """(start, end, resolution) of every expression, left to right, none overlapping."""
-    day = at.date() if isinstance(at, datetime) else at
+    # The UTC day, not the day in the event's own offset: a replay reads the event back from
+    # Postgres in UTC, and "yesterday" must name the same day (and the fact keep its id).
+    day = at.astimezone(UTC).date() if isinstance(at, datetime) else at
     found: list[tuple[int, int, Resolved]] = []
     taken: list[tuple[int, int]] = []
     for regex, rule in _COMPILED:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
@@ -78,3 +78,23 @@ def test_two_expressions_in_one_text_are_both_resolved_in_order() -> None:
     out, found = resolve("I ran yesterday and I swim next week", SAID)
     assert out == "I ran on 7 May 2023 and I swim in the week of 15 May 2023"
     assert [r.expression for r in found] == ["yesterday", "next week"]
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # 1:00 on 8 May in Tokyo is 16:00 on 7 May in UTC: "yesterday" is 6 May either way.
+        datetime(2023, 5, 8, 1, 0, tzinfo=timezone(timedelta(hours=9))),
+        datetime(2023, 5, 7, 16, 0, tzinfo=UTC),
+        # 20:00 on 7 May in New York is already 8 May in UTC.
+        datetime(2023, 5, 7, 20, 0, tzinfo=timezone(timedelta(hours=-4))),
+    ],
+)
+def test_the_reference_day_is_the_utc_one_whatever_offset_the_event_carries(
+    said: datetime,
+) -> None:
+    # A replay reads the event back from Postgres in UTC: the same text must give the same date.
+    expected_day = said.astimezone(UTC).date() - timedelta(days=1)
+    _, [yesterday] = resolve("I went yesterday", said)
+    assert yesterday.start == expected_day
+    assert resolve("I went yesterday", said) == resolve("I went yesterday", said.astimezone(UTC))
