@@ -47,13 +47,16 @@ _ADVERBS: Final = _words(
     "finally kinda sorta truly totally absolutely honestly literally basically seriously "
     "certainly probably possibly simply especially personally"
 )
+# Adverbs of more than one word, and "not": "I no longer live", "I kind of like".
+_PHRASE_ADVERBS: Final = ("no longer", "kind of", "sort of", "not")
 # Words ending in -ly that are verbs, not adverbs.
 _LY_VERBS: Final = _words(
     "apply reply rely supply fly multiply comply imply ally rally tally bully"
 )
 # Modals, past forms, and words that follow "I" without being a present-tense verb.
 _KEEP: Final = _words(
-    "can could will would should must might may shall was had did won went got made took left "
+    "can cannot could will would should must might may shall was had did won went got made took "
+    "left "
     "said came became began bought built felt found gave grew heard held kept knew led lost met "
     "paid ran saw sent set sold spent stood taught thought told understood wrote quit read put "
     "cut hit let shut hurt cost fell drew drove ate flew forgot swam sang wore chose broke woke "
@@ -65,7 +68,9 @@ _IRREGULAR: Final = {"am": "is", "are": "is", "have": "has", "do": "does", "go":
 
 def _is_adverb(word: str) -> bool:
     low = word.lower()
-    return low in _ADVERBS or (low.endswith("ly") and low not in _LY_VERBS and len(low) > 3)
+    if low in _ADVERBS or low in _PHRASE_ADVERBS:
+        return True
+    return low.endswith("ly") and low not in _LY_VERBS and len(low) > 3
 
 
 def third_person_verb(verb: str) -> str:
@@ -101,7 +106,10 @@ _CONTRACTIONS: Final = tuple(
 )
 # "i" is the pronoun unless it is part of an abbreviation such as "i.e.".
 _PRONOUN = r"\b[Ii]\b(?![.’'-]\w)"
-_ADVERB_RUN = rf"(?:\s+(?:[A-Za-z]+ly|{'|'.join(sorted(_ADVERBS))})\b)*"
+_PHRASES = "|".join(p.replace(" ", r"\s+") for p in _PHRASE_ADVERBS)
+_ADVERB = rf"(?:{_PHRASES}|[A-Za-z]+ly|{'|'.join(sorted(_ADVERBS))})"
+_ADVERB_RUN = rf"(?:\s+{_ADVERB}\b)*"
+_ADVERB_WORD = re.compile(rf"\b{_ADVERB}\b")
 _SUBJECT_VERB = re.compile(rf"{_PRONOUN}({_ADVERB_RUN})\s+([A-Za-z]+)\b")
 # "She and I", "My wife and I" at the start of a sentence: a plural subject, whose verb stays.
 _PLURAL_HEAD = re.compile(
@@ -115,7 +123,8 @@ _BARE_I = re.compile(_PRONOUN)
 
 
 def _verb_after_i(match: re.Match[str], subject: str) -> str:
-    words = [*match.group(1).split(), match.group(2)]
+    # "no longer" is one adverb: split, "no" would be taken for the verb ("noes").
+    words = [*(" ".join(a.split()) for a in _ADVERB_WORD.findall(match.group(1))), match.group(2)]
     if _PLURAL_HEAD.search(match.string[: match.start()]):
         return " ".join([subject, *words])
     # The verb is the first word that is not an adverb: "I apply" has no adverb at all.

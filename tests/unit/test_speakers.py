@@ -117,6 +117,19 @@ SAID = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
         # Someone else's statement stays about them.
         ("Omar's team lead is Marta", "Omar's team lead is Marta"),
         ("Lena's co-founder moved to Porto", "Lena's co-founder moved to Porto"),
+        # Adverbs of more than one word, "not", and "cannot" are not the verb.
+        ("I no longer live in Berlin", "The user no longer lives in Berlin"),
+        ("Jon: I no longer dance", "Jon no longer dances"),
+        ("I cannot swim", "The user cannot swim"),
+        ("I kind of like jazz", "The user kind of likes jazz"),
+        ("Gina: I sort of run a store", "Gina sort of runs a store"),
+        ("I not only cook", "The user not only cooks"),
+        ("I never eat meat", "The user never eats meat"),
+        ("I really no longer drink coffee", "The user really no longer drinks coffee"),
+        (
+            "I live in Utrecht and no longer work in Amsterdam",
+            "The user lives in Utrecht and no longer works in Amsterdam",
+        ),
         # "No" opens a correction only as an interjection; "No longer" is what changed.
         ("No longer vegetarian.", "No longer vegetarian."),
         ("No more coffee for me after 2pm", "No more coffee for the user after 2pm"),
