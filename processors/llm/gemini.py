@@ -22,7 +22,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from domain.model import TokenUsage
+from domain.model import FactType, TokenUsage
 from processors.errors import BackendError, TransientBackendError, UnusableAnswer
 from processors.normalize import normalize_json, storable_json, strip_fences, truncate_text
 from processors.prompt import PROMPT_VERSION, build_prompt, output_json_schema
@@ -37,6 +37,8 @@ from processors.schema import (
 )
 
 log = logging.getLogger(__name__)
+
+_FACT_TYPES = frozenset(t.value for t in FactType)
 
 DEFAULT_MODEL = "gemini-2.5-flash"
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
@@ -233,9 +235,10 @@ def parse_output(text: str, finish_reason: str | None = None) -> ConsolidationOu
 
 
 def fit_caps(document: dict[str, Any]) -> list[str]:
-    """Trim, in place, what only exceeds a length cap, so length alone never fails a run.
+    """Trim, in place, what only exceeds a length cap, so length alone never fails a run;
+    clamp scores and read an unknown fact type as the generic one (`_fit_fact_fields`).
 
-    Returns one note per trimmed field. The planner may cap W again; doing it twice is
+    Returns one note per trimmed or clamped field. The planner may cap W again; doing it twice is
     harmless, while a validation failure here would dead-letter an otherwise good batch.
     """
     notes: list[str] = []
@@ -251,6 +254,33 @@ def fit_caps(document: dict[str, Any]) -> list[str]:
             document[key] = items[:MAX_FACTS_PER_RUN]
             notes.append(f"{key} {len(items)} -> {MAX_FACTS_PER_RUN} items")
     notes += _fit_fact_texts(document)
+    notes += _fit_fact_fields(document)
+    return notes
+
+
+def _fit_fact_fields(document: dict[str, Any]) -> list[str]:
+    """Scores clamped into [0, 1] (1.2 or a percentage such as 85 is the top of the scale, not
+    a reason to refuse the answer) and a fact type off the list read as the generic profile,
+    the type a fact stating none has. An op or a surface off the list still fails: read as an
+    add, a "delete" would store what the model meant to remove; read as "speak", a fact meant
+    to be avoided would be said."""
+    notes: list[str] = []
+    facts = document.get("facts")
+    for fact in facts if isinstance(facts, list) else []:
+        if not isinstance(fact, dict):
+            continue
+        for key in ("confidence", "salience"):
+            value = fact.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                clamped = min(max(value, 0.0), 1.0)
+                if clamped != value:
+                    fact[key] = clamped
+                    notes.append(f"fact {key} {value} -> {clamped}")
+        kind = fact.get("type")
+        if isinstance(kind, str) and kind not in _FACT_TYPES:
+            known = kind.casefold() in _FACT_TYPES
+            fact["type"] = kind.casefold() if known else FactType.PROFILE.value
+            notes.append(f"fact type {kind[:40]!r} -> {fact['type']}")
     return notes
 
 

@@ -429,6 +429,35 @@ def test_an_op_without_its_target_does_not_refuse_the_answer() -> None:
     ]
 
 
+def test_scores_out_of_their_range_are_clamped_not_failed() -> None:
+    # 1.2, or a percentage: the model's meaning is clear enough, and refusing the answer would
+    # cost the batch its retries and then a dead letter.
+    scores = [(1.2, -0.1), (85, 7), (0.4, 0.5), (True, 0.5)]
+    facts = [{**GOOD["facts"][0], "confidence": c, "salience": s} for c, s in scores]
+    output = parse_output(json.dumps({**GOOD, "facts": facts}))
+    assert [(f.confidence, f.salience) for f in output.facts] == [
+        (1.0, 0.0),
+        (1.0, 1.0),
+        (0.4, 0.5),
+        (1.0, 0.5),  # a JSON true is read as 1, as the schema's validator reads it
+    ]
+
+
+@pytest.mark.parametrize(("given", "read"), [("skill", "profile"), ("Preference", "preference")])
+def test_a_fact_type_off_the_list_is_read_as_the_generic_profile(given: str, read: str) -> None:
+    output = parse_output(json.dumps({**GOOD, "facts": [{**GOOD["facts"][0], "type": given}]}))
+    assert output.facts[0].type == FactType(read)
+
+
+@pytest.mark.parametrize(("field", "value"), [("op", "delete"), ("surface", "whisper")])
+def test_an_op_or_surface_off_the_list_still_refuses_the_answer(field: str, value: str) -> None:
+    # Read as an add, a "delete" would store what the model meant to remove; read as "speak",
+    # a fact meant to be avoided would be said.
+    answer = {**GOOD, "facts": [{**GOOD["facts"][0], field: value}]}
+    with pytest.raises(UnusableAnswer, match="schema"):
+        parse_output(json.dumps(answer))
+
+
 def test_seed_shape_is_accepted(
     fake_gemini: FakeGemini,  # noqa: F811
     backend: GeminiBackend,
