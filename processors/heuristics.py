@@ -72,7 +72,24 @@ SCAFFOLD_SLOT_KEYS: Final[dict[Slot, str]] = {
 }
 
 
+# "The user's sister's name is Ana", "Caroline's mom's job": an attribute of someone the
+# statement names through a possessive, not of the user; it has the words of a slot, not its
+# topic.
+_SOMEONE_ELSES = re.compile(
+    r"^\s*(?:[Tt]he user|[A-Z][\w-]*)['’]s\s+(?P<who>(?:[\w-]+\s+){0,2}?[\w-]+)['’]s\b"
+)
+
+
+def someone_else(text: str) -> str | None:
+    """Whose attribute a statement is about when it is not its subject's own: "sister" for
+    "The user's sister's name is Ana"; None for "The user's name is Maya"."""
+    match = _SOMEONE_ELSES.match(text)
+    return " ".join(match.group("who").casefold().split()) if match else None
+
+
 def classify_slot(text: str) -> Slot | None:
+    if someone_else(text) is not None:
+        return None
     return next((slot for slot, rule in _COMPILED if rule.search(text)), None)
 
 

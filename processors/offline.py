@@ -30,6 +30,7 @@ from processors.heuristics import (
     first_sentences,
     is_fact_like,
     is_open_loop,
+    someone_else,
     to_third_person,
 )
 from processors.merge import merge_details, thread_of
@@ -314,7 +315,11 @@ def _correct(
 ) -> Step:
     """Replace the statement a correction is about: same slot first, else the most similar."""
     event, scope, text = obs.event, obs.event.source_metadata.connection_id, statement.text
-    slot, drafts = classify_slot(text), plan.live(scope)
+    # What is said of the user's sister corrects only what was said of her, however many
+    # words it shares with the user's own name or job.
+    whose = someone_else(text)
+    slot = classify_slot(text)
+    drafts = [d for d in plan.live(scope) if someone_else(d.proposal.content) == whose]
     earlier = _slot_match(drafts, slot, lambda d: d.slot, lambda d: d.proposal.type) or _best(
         drafts, text, lambda d: d.proposal.content, sim, sim.related
     )
@@ -326,7 +331,11 @@ def _correct(
         corrected.append(earlier.proposal.content)
         slot = slot or earlier.slot
     if target_id is None:
-        facts = [f for f in _in_scope(believed(request, plan), scope) if not f.pinned]
+        facts = [
+            f
+            for f in _in_scope(believed(request, plan), scope)
+            if not f.pinned and someone_else(f.content) == whose
+        ]
         fact = _slot_match(
             facts, slot, lambda f: classify_slot(f.content), lambda f: f.fact_type
         ) or _best(facts, text, lambda f: f.content, sim, sim.related)

@@ -145,6 +145,11 @@ def test_third_person_rewrite(first_person: str, third_person: str) -> None:
         ("I'm blocked on a snapshot from the data team", None),
         ("Lena's co-founder is Arjun", None),
         ("I have a corgi named Biscuit", None),
+        # Someone else's name, city or job is not the user's.
+        ("The user's sister's name is Ana", None),
+        ("The user's best friend's job is nursing", None),
+        ("Caroline's mom's name is Rosa", None),
+        ("The user's name is Maya", Slot.NAME),
     ],
 )
 def test_slot_classifier(text: str, slot: Slot | None) -> None:
@@ -233,6 +238,32 @@ def test_correction_without_a_slot_falls_back_to_similarity_then_to_add() -> Non
         [event(1, EventType.CORRECTION, "Biscuit is a corgi, not a beagle")], facts=(deadline,)
     )
     assert unrelated.output.facts[0].op is FactOp.ADD
+
+
+@pytest.mark.parametrize("embedder", EMBEDDERS)
+def test_a_correction_about_someone_elses_name_leaves_the_users_alone(
+    embedder: BagOfWordsEmbedder | None,
+) -> None:
+    name = fact("The user's name is Maya")
+    response = consolidate(
+        [event(1, EventType.CORRECTION, "Actually my sister's name is Ana")],
+        facts=(name,),
+        scaffold={"Name": name.content},
+        embedder=embedder,
+    )
+    [proposal] = response.output.facts
+    assert (proposal.op, proposal.content) == (FactOp.ADD, "The user's sister's name is Ana")
+    assert response.output.updated_scaffold["Name"] == name.content
+
+
+def test_a_correction_about_someone_else_corrects_what_was_said_about_them() -> None:
+    sister = fact("The user's sister's name is Anna")
+    response = consolidate(
+        [event(1, EventType.CORRECTION, "Actually my sister's name is Ana")],
+        facts=(fact("The user's name is Maya", minutes=-10), sister),
+    )
+    [proposal] = response.output.facts
+    assert (proposal.op, proposal.target_fact_id) == (FactOp.CONTRADICT, str(sister.fact_id))
 
 
 def test_correction_inside_one_batch_drops_the_earlier_statement() -> None:
