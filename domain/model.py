@@ -97,6 +97,11 @@ class Fact(OfMemory):
     subject: str | None = None
 
 
+# The latest lines of learned info a memory keeps, and each of its connections: all of it is
+# shown in every prompt, so it must not grow with the memory's age.
+MAX_LEARNED_INFO = 200
+
+
 @dataclass(frozen=True)
 class MemoryState(OfMemory):
     """W, S and learned info of one user, at one version."""

@@ -18,6 +18,7 @@ from typing import Any
 from domain.codec import fact_to_json
 from domain.ids import normalize_content
 from domain.model import (
+    MAX_LEARNED_INFO,
     Fact,
     FactChange,
     LedgerEntry,
@@ -38,8 +39,6 @@ from processors.schema import (
     ConsolidationRequest,
 )
 from producers.contract import ContextEvent, EventType
-
-MAX_LEARNED_INFO = 200
 
 
 def cap_words(text: str, limit: int = MAX_WORKING_MEMORY_WORDS) -> str:
@@ -255,7 +254,9 @@ def _connection_additions(request: ConsolidationRequest) -> dict[str, tuple[str,
         if said not in known[connection]:
             known[connection].add(said)
             additions.setdefault(connection, []).append(event.content)
-    return {k: tuple(v) for k, v in additions.items()}
+    # A connection keeps its latest MAX_LEARNED_INFO lines (the store and the fold cut what it
+    # had with these): more in one batch than that, only the latest are added.
+    return {k: tuple(v[-MAX_LEARNED_INFO:]) for k, v in additions.items()}
 
 
 def applied_effect(

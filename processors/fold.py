@@ -17,6 +17,7 @@ from typing import Any
 
 from domain.codec import fact_from_json, fact_to_json
 from domain.model import (
+    MAX_LEARNED_INFO,
     ConnectionContext,
     Fact,
     FactStatus,
@@ -163,7 +164,9 @@ def _apply(
             facts[fact_id] = replace(fact, superseded_by=None)
     connections = dict(memory.connections)
     for connection_id, additions in applied.get("connection_additions", {}).items():
-        connections[connection_id] = (*connections.get(connection_id, ()), *additions)
+        # Cut as the store cuts it (store.write.run_rows), so live and folded images agree.
+        kept = (*connections.get(connection_id, ()), *additions)
+        connections[connection_id] = kept[-MAX_LEARNED_INFO:]
     return FoldedMemory(
         user_id=memory.user_id,
         organization_id=run.organization_id,

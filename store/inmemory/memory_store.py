@@ -12,6 +12,7 @@ from datetime import datetime
 
 from domain.ids import MemoryKey
 from domain.model import (
+    MAX_LEARNED_INFO,
     ConnectionContext,
     Fact,
     FactChange,
@@ -152,7 +153,8 @@ class InMemoryMemoryStore:
             self._write_changes(update.fact_changes)
             for connection_id, additions in update.connection_additions.items():
                 row = (key, connection_id)
-                self._db.connections[row] = (*self._db.connections.get(row, ()), *additions)
+                kept = (*self._db.connections.get(row, ()), *additions)
+                self._db.connections[row] = kept[-MAX_LEARNED_INFO:]
             self._insert_ledger(update.ledger)
 
     def record_run(self, run: RunRecord, ledger: Sequence[LedgerEntry] = ()) -> None:

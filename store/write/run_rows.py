@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from domain.model import LedgerEntry, MemoryState, MemoryUpdate, RunRecord
+from domain.model import MAX_LEARNED_INFO, LedgerEntry, MemoryState, MemoryUpdate, RunRecord
 
 
 def insert_run(conn: psycopg.Connection[Any], run: RunRecord) -> None:
@@ -55,9 +55,18 @@ def append_connections(
             " (user_id, connection_id, organization_id, persistent_learned_info)"
             " VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (organization_id, user_id, connection_id) DO UPDATE SET"
-            " persistent_learned_info = connections.persistent_learned_info"
-            " || EXCLUDED.persistent_learned_info, updated_at = now()",
-            (state.user_id, connection_id, state.organization_id, Jsonb(list(additions))),
+            # The latest lines, in their order: what it had, then the additions.
+            " persistent_learned_info = (SELECT coalesce(jsonb_agg(line ORDER BY n), '[]')"
+            " FROM (SELECT line, n FROM jsonb_array_elements(connections.persistent_learned_info"
+            " || EXCLUDED.persistent_learned_info) WITH ORDINALITY AS lines (line, n)"
+            " ORDER BY n DESC LIMIT %s) AS kept), updated_at = now()",
+            (
+                state.user_id,
+                connection_id,
+                state.organization_id,
+                Jsonb(list(additions[-MAX_LEARNED_INFO:])),
+                MAX_LEARNED_INFO,
+            ),
         )
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from domain.ids import MemoryKey, ledger_entry_id_for
 from domain.model import (
+    MAX_LEARNED_INFO,
     Fact,
     FactChange,
     FactChangeKind,
@@ -294,6 +295,14 @@ def test_connection_info_is_appended_run_after_run(stores: Stores) -> None:
         ("mail", ("one", "two")),
     ]
     assert stores.memory.connections(ADA, []) == []
+
+
+def test_a_connection_keeps_its_latest_learned_info(stores: Stores) -> None:
+    lines = tuple(f"line {i}" for i in range(MAX_LEARNED_INFO + 50))
+    seed(stores.memory, "ada", [], connections={"mail": lines[:150]})
+    seed(stores.memory, "ada", [], connections={"mail": lines[150:]})
+    (mail,) = stores.memory.connections(ADA, ["mail"])
+    assert mail.learned_info == lines[-MAX_LEARNED_INFO:]
 
 
 def test_credit_and_ledger(stores: Stores) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from domain.model import MemoryState, TokenUsage
+from domain.model import MAX_LEARNED_INFO, MemoryState, TokenUsage
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
 from processors.gate import WriteGate
@@ -54,6 +54,22 @@ def test_a_batch_adds_to_a_connection_only_what_it_does_not_know() -> None:
         "gmail-work": ("Invoices go under Finance/Vendors.",),
         "slack-acme": (MANAGER,),
     }
+
+
+def test_a_batch_adds_no_more_than_a_connection_keeps() -> None:
+    lines = [f"Rule {i} of the inbox." for i in range(MAX_LEARNED_INFO + 5)]
+    events = [update(line, minutes) for minutes, line in enumerate(lines)]
+    request = ConsolidationRequest.build(MemoryState("ada", "org-a"), (), events, BASE_TIME)
+    planned = Consolidator(WriteGate(None), PriceTable({})).plan(
+        request,
+        BackendResponse(ConsolidationOutput(updated_working_memory=""), "{}", TokenUsage(), "m"),
+        run_id=uuid.uuid4(),
+        backend="offline",
+        prompt_version="v",
+        started_at=BASE_TIME,
+        duration_ms=0,
+    )
+    assert planned.connection_additions == {"gmail-work": tuple(lines[-MAX_LEARNED_INFO:])}
 
 
 def test_an_update_sent_again_in_a_later_batch_is_learned_once() -> None:

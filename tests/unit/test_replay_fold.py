@@ -18,6 +18,7 @@ from consumers.replay import (
     shadow_consolidate,
 )
 from domain.model import (
+    MAX_LEARNED_INFO,
     Fact,
     FactChangeKind,
     FactStatus,
@@ -136,6 +137,17 @@ def test_fold_rebuilds_every_tier_from_the_applied_effects() -> None:
     assert porto.version == 1
     assert loop.status is FactStatus.ARCHIVED
     assert [f.fact_id for f in memory.facts_in((FactStatus.ACTIVE,))] == [PORTO.fact_id]
+
+
+def test_fold_keeps_a_connections_latest_learned_info_as_the_store_does() -> None:
+    lines = [f"line {i}" for i in range(MAX_LEARNED_INFO + 50)]
+    memory = fold_runs(
+        [
+            run(1, version=1, connections={"mail": lines[:150]}),
+            run(2, version=2, connections={"mail": lines[150:]}),
+        ]
+    )
+    assert memory.connections == {"mail": tuple(lines[-MAX_LEARNED_INFO:])}
 
 
 def test_fold_is_deterministic_and_can_resume_where_it_stopped() -> None:
