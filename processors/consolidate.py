@@ -31,7 +31,7 @@ from domain.model import (
 from processors.cost import PriceTable, llm_entry
 from processors.gate import WriteGate
 from processors.lifecycle import FactLedger
-from processors.normalize import merge_json, normalize_json, storable_json
+from processors.normalize import merge_json, normalize_json, storable_json, truncate_at_sentence
 from processors.schema import (
     MAX_SCAFFOLD_CHARS,
     MAX_WORKING_MEMORY_WORDS,
@@ -42,10 +42,8 @@ from producers.contract import ContextEvent, EventType
 
 
 def cap_words(text: str, limit: int = MAX_WORKING_MEMORY_WORDS) -> str:
-    words = text.split()
-    if len(words) <= limit:
-        return text.strip()
-    return " ".join(words[:limit])
+    """At most `limit` words, ending on the last whole sentence that fits when one does."""
+    return truncate_at_sentence(text.strip(), len(text), limit)
 
 
 def bounded_scaffold(

@@ -120,3 +120,20 @@ def truncate_text(text: str, max_chars: int, max_words: int | None = None) -> st
         # One "word" longer than the cap (a URL, a blob) is cut mid-word rather than dropped.
         end = fitting[-1].end() if fitting else max_chars
     return text[:end].rstrip() if end < len(text) else text
+
+
+# Where a sentence ends: its punctuation (and a closing quote or bracket) before a space, or a
+# line break, which ends a paragraph or a list item that has no full stop.
+_SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*(?=\s)|(?=\n)")
+
+
+def truncate_at_sentence(text: str, max_chars: int, max_words: int | None = None) -> str:
+    """`truncate_text`, backed off to the last sentence end inside what it keeps when there is
+    one, so that a narrative cut at its cap ends on a whole sentence; else cut at a word."""
+    cut = truncate_text(text, max_chars, max_words)
+    if cut == text:
+        return text
+    # The character after the cut decides whether a final full stop ends a sentence.
+    probe = text[: len(cut) + 1]
+    ends = [m.end() for m in _SENTENCE_END.finditer(probe) if 0 < m.end() <= len(cut)]
+    return cut[: ends[-1]].rstrip() if ends else cut

@@ -15,7 +15,7 @@ from domain.ids import normalize_content
 from domain.model import FactStatus, FactType
 from processors.heuristics import SCAFFOLD_SLOT_KEYS, as_sentence, clip
 from processors.merge import MIN_NEW_WORDS, new_words
-from processors.normalize import merge_json
+from processors.normalize import merge_json, truncate_at_sentence
 from processors.plan import Plan, Step, believed
 from processors.schema import (
     MAX_FACT_CHARS,
@@ -216,18 +216,17 @@ def _told(text: str, shown: Iterable[str]) -> bool:
 
 
 def _fit(lines: Iterable[str], max_words: int, max_chars: int) -> str:
-    """Join lines in priority order, cutting the first that does not fit, by words and chars."""
+    """Join lines in priority order, cutting the first that does not fit, by words and chars,
+    after its last whole sentence that fits (else after its last whole word)."""
     parts: list[str] = []
     words = length = 0
     for line in lines:
-        taken = line.split()[: max_words - words]
-        text = " ".join(taken)
         room = max_chars - length - (1 if parts else 0)
-        if len(text) > room:
-            text = text[:room].rstrip()
+        text = truncate_at_sentence(" ".join(line.split()), room, max_words - words)
         if text:
             parts.append(text)
-            words, length = words + len(taken), length + len(text) + (1 if len(parts) > 1 else 0)
-        if words >= max_words or length >= max_chars - 1:
+            words += len(text.split())
+            length += len(text) + (1 if len(parts) > 1 else 0)
+        if text != " ".join(line.split()) or words >= max_words or length >= max_chars - 1:
             break
     return "\n".join(parts)

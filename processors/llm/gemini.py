@@ -24,7 +24,13 @@ from google.genai import types
 
 from domain.model import FactType, TokenUsage
 from processors.errors import BackendError, TransientBackendError, UnusableAnswer
-from processors.normalize import normalize_json, storable_json, strip_fences, truncate_text
+from processors.normalize import (
+    normalize_json,
+    storable_json,
+    strip_fences,
+    truncate_at_sentence,
+    truncate_text,
+)
 from processors.prompt import PROMPT_VERSION, build_prompt, output_json_schema
 from processors.schema import (
     MAX_FACT_CHARS,
@@ -244,7 +250,7 @@ def fit_caps(document: dict[str, Any]) -> list[str]:
     notes: list[str] = []
     memory = document.get("updated_working_memory")
     if isinstance(memory, str):
-        capped = truncate_text(memory, MAX_WORKING_MEMORY_CHARS, MAX_WORKING_MEMORY_WORDS)
+        capped = truncate_at_sentence(memory, MAX_WORKING_MEMORY_CHARS, MAX_WORKING_MEMORY_WORDS)
         if capped != memory:
             document["updated_working_memory"] = capped
             notes.append(f"updated_working_memory {len(memory)} -> {len(capped)} chars")

@@ -7,7 +7,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.normalize import normalize_json, storable_json, strip_fences, truncate_text
+from processors.consolidate import cap_words
+from processors.llm.gemini import parse_output
+from processors.normalize import (
+    normalize_json,
+    storable_json,
+    strip_fences,
+    truncate_at_sentence,
+    truncate_text,
+)
+from processors.schema import MAX_WORKING_MEMORY_WORDS
 
 
 @pytest.mark.parametrize(
@@ -96,6 +105,34 @@ def test_strip_fences(text: str, expected: str) -> None:
 )
 def test_truncate_text(text: str, max_chars: int, max_words: int | None, expected: str) -> None:
     assert truncate_text(text, max_chars, max_words) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "max_words", "expected"),
+    [
+        pytest.param("One two. Three four five", 4, "One two.", id="back-to-the-full-stop"),
+        pytest.param("Yes! Go now. Then more", 4, "Yes! Go now.", id="last-of-several"),
+        pytest.param('She said "go." Then we left', 5, 'She said "go."', id="closing-quote"),
+        pytest.param("First line\nsecond line goes on", 4, "First line", id="line-break"),
+        pytest.param("It costs 3.50 and more", 3, "It costs 3.50", id="no-sentence-end"),
+        pytest.param("one two three", 2, "one two", id="word-cut-without-sentences"),
+        pytest.param("One two. Three", 3, "One two. Three", id="fits"),
+        pytest.param("One two. Three four", 2, "One two.", id="cap-right-after-the-stop"),
+    ],
+)
+def test_truncate_at_sentence(text: str, max_words: int, expected: str) -> None:
+    assert truncate_at_sentence(text, 100, max_words) == expected
+    assert truncate_at_sentence(text, len(expected), None) == expected
+
+
+def test_working_memory_is_capped_after_its_last_whole_sentence() -> None:
+    narrative = " ".join(f"Sentence {i} has exactly seven words here." for i in range(100))
+    capped = cap_words(narrative)
+    assert len(capped.split()) == 7 * (MAX_WORKING_MEMORY_WORDS // 7)
+    assert capped.endswith("Sentence 70 has exactly seven words here.")
+    assert narrative.startswith(capped)
+    answer = parse_output(json.dumps({"updated_working_memory": narrative}))
+    assert answer.updated_working_memory == capped
 
 
 # Strings that normalize_json leaves alone: these are the leaves of the round-trip property.

@@ -603,6 +603,24 @@ def test_three_hundred_long_observations_stay_within_every_cap() -> None:
     assert ConsolidationOutput.model_validate_json(response.raw_response) == output
 
 
+def test_working_memory_at_its_cap_ends_on_a_whole_sentence() -> None:
+    kinds = [
+        EventType.FACT,
+        EventType.PREFERENCE,
+        EventType.PROJECT_DETAILS,
+        EventType.LEARNED_FACT,
+    ]
+    said = (
+        "I visited the harbour town of Port{n} with my cousin Ana{n} last spring. "
+        "I cooked a long dinner of dish{n} for the whole rowing team{n}. "
+        "I painted the garden wall{n} blue before the summer party{n}."
+    )
+    events = [event(i, kinds[i % 4], said.format(n=i)) for i in range(60)]
+    memory = consolidate(events).output.updated_working_memory
+    assert MAX_WORKING_MEMORY_WORDS - 15 < len(memory.split()) <= MAX_WORKING_MEMORY_WORDS
+    assert all(line[-1] in ".!?…" for line in memory.splitlines())
+
+
 def test_huge_scaffold_updates_are_bounded() -> None:
     events = [
         event(
