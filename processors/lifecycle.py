@@ -8,9 +8,7 @@ one change per fact with its full history.
 
 from __future__ import annotations
 
-import re
 import uuid
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -25,11 +23,11 @@ from domain.model import (
     GateCounts,
     Provenance,
 )
+from processors.evidence import closest_observation, merge_evidence, provenance_of
 from processors.gate import GateDecision, Verdict, WriteGate
 from processors.schema import FactOp, FactProposal, Observation
 from producers.contract import ContextEvent
 
-_WORD = re.compile(r"[a-z0-9]+")
 REINFORCE_CONFIDENCE_STEP = 0.05
 
 
@@ -185,7 +183,7 @@ class FactLedger:
             # A held fact observed again has earned its place.
             status=FactStatus.ACTIVE if target.status is FactStatus.HELD else target.status,
             updated_at=self._now,
-            provenance=_merge_evidence(target.provenance, self._evidence_ids(proposal)),
+            provenance=merge_evidence(target.provenance, self._evidence_ids(proposal)),
             observed_at=_latest(target.observed_at, self._observed_at(proposal)),
         )
         self._put(fact, FactChangeKind.REINFORCE)
@@ -241,7 +239,7 @@ class FactLedger:
             updated_at=self._now,
             version=target.version + 1,
             indexed_at=None,  # new content needs a new vector
-            provenance=_merge_evidence(target.provenance, self._evidence_ids(proposal)),
+            provenance=merge_evidence(target.provenance, self._evidence_ids(proposal)),
             observed_at=_latest(target.observed_at, self._observed_at(proposal)),
             event_date=proposal.event_date or target.event_date,
             subject=proposal.subject or target.subject,
@@ -325,7 +323,7 @@ class FactLedger:
         events = [self._by_label[label] for label in proposal.evidence if label in self._by_label]
         if events:
             return events
-        return [_closest_observation(proposal.content, self._observations)]
+        return [closest_observation(proposal.content, self._observations)]
 
     def _observed_at(self, proposal: FactProposal) -> datetime:
         """When the events behind a proposal happened: the latest of them."""
@@ -335,40 +333,10 @@ class FactLedger:
         return tuple(e.event_id for e in self._evidence_events(proposal))
 
     def _provenance(self, proposal: FactProposal) -> Provenance:
-        events = self._evidence_events(proposal)
-        first = _scope_source(events)
-        meta = first.source_metadata
-        return Provenance(
-            context_type=first.event_type.value,
-            source=meta.source.value,
-            connection_id=meta.connection_id,
-            tool_id=meta.tool_id,
-            message_id=meta.message_id,
-            attachment_id=meta.attachment_id,
-            filename=meta.filename,
-            source_event_ids=tuple(e.event_id for e in events),
-        )
+        return provenance_of(self._evidence_events(proposal))
 
 
 _TARGETABLE = frozenset({FactStatus.ACTIVE, FactStatus.HELD})
-
-
-def _scope_source(events: Sequence[ContextEvent]) -> ContextEvent:
-    """The evidence event a new fact takes its connection (and the rest of its source) from,
-    whatever order the backend listed the evidence in.
-
-    What was learned inside a connection is shown only while it is active, as in W and S: a
-    fact drawing on any observation made in a connection is that connection's, even if other
-    evidence carries none. Evidence from several connections goes to the one most of it comes
-    from, ties by name: never to none, which would show each connection's knowledge in the
-    others' turns. Without a connection the first listed event is the source, as before.
-    """
-    scoped = [e for e in events if e.source_metadata.connection_id is not None]
-    if not scoped:
-        return events[0]
-    counts = Counter(e.source_metadata.connection_id for e in scoped)
-    chosen = min(counts, key=lambda c: (-counts[c], c or ""))
-    return next(e for e in scoped if e.source_metadata.connection_id == chosen)
 
 
 def _latest(a: datetime | None, b: datetime) -> datetime:
@@ -397,22 +365,7 @@ def _stated_again(stored: Fact, fact: Fact) -> Fact:
         observed_at=max((t for t in (stored.observed_at, fact.observed_at) if t), default=None),
         event_date=fact.event_date or stored.event_date,
         subject=fact.subject or stored.subject,
-        provenance=_merge_evidence(stored.provenance, fact.provenance.source_event_ids),
+        provenance=merge_evidence(stored.provenance, fact.provenance.source_event_ids),
         indexed_at=None,
         version=stored.version + 1,
     )
-
-
-def _merge_evidence(provenance: Provenance, event_ids: tuple[uuid.UUID, ...]) -> Provenance:
-    merged = tuple(dict.fromkeys((*provenance.source_event_ids, *event_ids)))
-    return replace(provenance, source_event_ids=merged)
-
-
-def _closest_observation(content: str, observations: Sequence[Observation]) -> ContextEvent:
-    """The observation sharing most words with `content`, for facts that cite no evidence."""
-    words = set(_WORD.findall(content.lower()))
-
-    def overlap(o: Observation) -> int:
-        return len(words & set(_WORD.findall(o.event.content.lower())))
-
-    return max(observations, key=overlap).event
