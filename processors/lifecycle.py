@@ -214,7 +214,8 @@ class FactLedger:
         else:
             self._rewrite(existing, proposal)
         if supersedes is not None and supersedes.fact_id != existing.fact_id:
-            self._supersede(supersedes, self._facts[existing.fact_id])
+            # A pinned fact is left as it was, so it may be in no change of this run.
+            self._supersede(supersedes, self._facts.get(existing.fact_id, existing))
 
     def _update(self, target: Fact, proposal: FactProposal) -> None:
         decision: GateDecision = self._gate.judge(proposal, [])

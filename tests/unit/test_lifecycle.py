@@ -450,3 +450,15 @@ def test_a_duplicate_reinforces_only_a_fact_shown_wherever_the_statement_would_b
         assert change.kind is FactChangeKind.ADD
         assert change.after.provenance.connection_id == said_in
         assert known.fact_id != change.after.fact_id
+
+
+def test_a_contradiction_naming_a_pinned_fact_the_run_was_not_shown_supersedes_with_it() -> None:
+    # The correction says what a pinned fact already says: the target gives way to that fact,
+    # which stays as the user pinned it.
+    pinned = fact(DESIGN, pinned=True)
+    run = ledger(ENGINEERING, unshown=(pinned,))
+    run.apply(propose(FactOp.CONTRADICT, DESIGN, ENGINEERING))
+    changed = by_id(run.changes())
+    assert pinned.fact_id not in changed
+    assert changed[ENGINEERING.fact_id].after.superseded_by == pinned.fact_id
+    assert changed[ENGINEERING.fact_id].after.status is FactStatus.CONTRADICTED
