@@ -29,6 +29,8 @@
 
 -- `text` with each of `quotes` (and its form inside a JSON string) replaced by the marker,
 -- the longest first: a quote inside a longer one must not break the longer one's match.
+-- Quotes under 8 characters are left: the errors are every tenant's, and a memory's "ok" or
+-- "yes" would cut words out of them (and out of the marker) while quoting nobody.
 CREATE FUNCTION _redact_quotes(p_text text, p_quotes text[]) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
@@ -38,10 +40,12 @@ BEGIN
     IF p_text IS NULL THEN
         RETURN NULL;
     END IF;
-    FOR q IN SELECT x FROM unnest(p_quotes) AS x WHERE x <> '' ORDER BY length(x) DESC LOOP
+    FOR q IN SELECT x FROM unnest(p_quotes) AS x WHERE length(x) >= 8 ORDER BY length(x) DESC
+    LOOP
         v_json := to_jsonb(q)::text;
-        p_text := replace(replace(p_text, q, '[erased]'),
-                          substr(v_json, 2, length(v_json) - 2), '[erased]');
+        v_json := substr(v_json, 2, length(v_json) - 2);
+        CONTINUE WHEN strpos(p_text, q) = 0 AND strpos(p_text, v_json) = 0;
+        p_text := replace(replace(p_text, q, '[erased]'), v_json, '[erased]');
     END LOOP;
     RETURN p_text;
 END $$;
@@ -228,6 +232,9 @@ BEGIN
                 WHERE h.fact_id = p_fact_id
             ) AS texts
         ) AS patterns WHERE p IS NOT NULL;
+        -- A text of no words has no pattern: one that matches nothing, not NULL (which
+        -- regexp_replace would write over W, the runs' answers and errors).
+        v_pattern := coalesce(v_pattern, '(?!)');
         -- Every fact row written below, locked first and in id order, as the indexer's marks
         -- and the runs' upserts lock theirs (store.fact_rows.lock_in_id_order). The
         -- erased row's delete strengthens its lock later, in this transaction alone.

@@ -111,7 +111,9 @@ def test_forgetting_a_memory_redacts_the_cluster_jobs_errors_quoting_it(
     seed(memory, "bob", [make_fact("bob", "Bob keeps bees")])
     said = "I started learning Portuguese"
     event = make_event("ada", said, minutes=0)
-    PostgresEventLog(migrated_pool, SubjectHasher(b"k" * 32)).append([(event, None)])
+    short = make_event("ada", "token", minutes=1)  # too short to be taken for a quote
+    PostgresEventLog(migrated_pool, SubjectHasher(b"k" * 32)).append([(event, None), (short, None)])
+    _failed_maintenance(migrated_pool, "index failed: the token expired")
     _failed_maintenance(migrated_pool, f"lifecycle failed: ({quokka.fact_id})")
     _failed_maintenance(migrated_pool, f"dedupe failed: ({said}) and (Bob keeps bees)")
     _failed_maintenance(migrated_pool, f"dedupe failed: ({said}) and (Bob keeps bees)")
@@ -125,9 +127,10 @@ def test_forgetting_a_memory_redacts_the_cluster_jobs_errors_quoting_it(
     assert _quoting(errors, "Bob keeps bees") == ["maintenance", "maintenance"]
     assert ("maintenance", "dedupe failed: ([erased]) and (Bob keeps bees)") in errors
     assert ("job", 'StoreError: value too long: "[erased]"') in errors
+    assert ("maintenance", "index failed: the token expired") in errors
     (removed,) = rows(fresh_database, "SELECT removed FROM erasure_audit")
     assert removed[0]["redacted"] == {"maintenance_runs": 3, "scheduled_jobs": 1}
-    assert rows(fresh_database, "SELECT count(*) FROM maintenance_runs") == [(3,)]
+    assert rows(fresh_database, "SELECT count(*) FROM maintenance_runs") == [(4,)]
 
 
 def erase(pool: ConnectionPool, key: MemoryKey) -> None:

@@ -81,3 +81,24 @@ def test_the_pattern_finds_the_text_as_written_and_inside_json_and_nothing_else(
             },
         ).fetchone()
     assert found == ("[<>]", "[<>]", False)
+
+
+def test_a_fact_of_no_words_is_erased_and_nothing_else_is_touched(
+    migrated_pool: ConnectionPool, fresh_database: str
+) -> None:
+    memory = PostgresMemoryStore(migrated_pool)
+    blank = make_fact("ada", " \n ")  # no words: no pattern to find it by
+    seed(memory, "ada", [blank, make_fact("ada", "Ada plays cello")], working_memory="Ada: cello.")
+    log, erasure_id = PostgresErasureLog(migrated_pool), uuid.uuid4()
+    log.start(
+        erasure_id,
+        subject="subject-of-ada",
+        scope=ErasureScope.FACT,
+        key=ADA,
+        fact_id=blank.fact_id,
+        actor="test",
+        reason="the user asked",
+    )
+    log.erase_fact(erasure_id, ADA, blank.fact_id, {})
+    assert rows(fresh_database, "SELECT working_memory FROM user_memory") == [("Ada: cello.",)]
+    assert sorted(f.content for f in memory.facts(ADA)) == ["Ada plays cello"]
