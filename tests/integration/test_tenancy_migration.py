@@ -97,6 +97,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "maintenance_skips",
             "fact_erasure_completeness",
             "run_finish_times",
+            "connection_info_cap",
         ]
     finally:
         pool.close()
