@@ -46,6 +46,9 @@ from store.read.memory_entry import MemoryVectors, RowVectors
 # Postgres runs the keyword search; beyond it the memory's entry answers (or, without one,
 # Chroma's filtered query, cheaper than fetching every vector for one batch).
 EXACT_SEARCH_MAX_FACTS = 200
+# Chroma's filtered query, refilled for facts it still has active, asks for at most this many
+# times the facts wanted (`HybridFactSearch._nearest_current`).
+MAX_ASKED_GROWTH = 8
 
 
 def _scope(key: MemoryKey, connection_id: str | None) -> Scope:
@@ -203,7 +206,9 @@ class HybridFactSearch:
 
         Chroma's metadata follows Postgres a moment after a run commits: a fact just closed
         may still match there, and is dropped here. It takes no place: Chroma is asked for
-        twice as many until `limit` current facts are found or it has no more to give.
+        twice as many until `limit` current facts are found, it has no more to give, or it
+        was asked for `MAX_ASKED_GROWTH` times `limit` (an index that far behind is caught up
+        by the indexer and the index check, not by one search).
         """
         asked = limit
         while True:
@@ -212,7 +217,7 @@ class HybridFactSearch:
                 f.fact_id: f for f in self._reads.facts_in_scope(scope, [h.fact_id for h in hits])
             }
             current = [rows[h.fact_id] for h in hits if h.fact_id in rows]
-            if len(current) >= limit or len(hits) < asked:
+            if len(current) >= limit or len(hits) < asked or asked >= MAX_ASKED_GROWTH * limit:
                 return current[:limit]
             asked *= 2
 

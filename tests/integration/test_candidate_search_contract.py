@@ -285,6 +285,41 @@ def test_a_fact_closed_since_chroma_heard_of_it_takes_no_place(
     assert ann == exact
 
 
+class CountingIndex:
+    """The real index, counting the filtered queries asked of it."""
+
+    def __init__(self, index: VectorIndex) -> None:
+        self._index, self.queries = index, 0
+
+    def query(self, scope: Scope, text: str, n: int) -> list[VectorHit]:
+        self.queries += 1
+        return self._index.query(scope, text, n)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._index, name)
+
+
+def test_chroma_is_asked_again_a_bounded_number_of_times_for_stale_answers(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(candidate_search, "EXACT_SEARCH_MAX_FACTS", 0)
+    monkeypatch.setattr(candidate_search, "MAX_ASKED_GROWTH", 2)
+    # Facts gone from Postgres that Chroma still holds, nearer the query than any other.
+    gone = [fact(f"The user keeps bees for their honey, hive number {i}.") for i in range(12)]
+    with wiring.core(deployment.settings) as c:
+        c.memory.insert_facts([*FACTS, *gone])
+        wiring.indexer(c).drain_pending()
+        with c.pool.connection() as conn:
+            conn.execute(
+                "DELETE FROM memory_facts WHERE fact_id = ANY(%s)", ([f.fact_id for f in gone],)
+            )
+        index = CountingIndex(c.index)
+        search = HybridFactSearch(c.pool, PostgresReadModel(c.pool), index, c.embedder)  # type: ignore[arg-type]
+        found = search.related(KEY, [FactQuery("beekeeping and honey")], limit=1)
+    assert index.queries == 2  # for 1, then 2; not on until Chroma runs out
+    assert not set(ids(found.ranked[0])) & {f.fact_id for f in gone}
+
+
 def test_an_unindexed_fact_is_found_by_keyword(deployment: Deployment) -> None:
     late = replace(fact("The user's passport expires in March."), created_by_run=uuid.uuid4())
 
