@@ -6,27 +6,36 @@ process in the cluster started it less than its interval ago (`scheduled_jobs`).
 processors run a job once per interval, never twice at once, and a crashed owner is replaced
 on the next tick of any other. A run that failed is due again `RETRY_AFTER_FAILURE` after it
 ended (or after its interval, if shorter), not a whole interval after it started. So is a run
-a crash left "running": its owner's lock went with its connection, so a process that holds
-the lock and still finds the run "running" knows it failed, `RETRY_AFTER_FAILURE` after it
-started at the latest.
+a crash left "running", `RETRY_AFTER_FAILURE` after its last heartbeat: the process running a
+job writes one every `HEARTBEAT_EVERY`. Its lock cannot tell: a lock connection dropped while
+the run goes on frees the lock too.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from psycopg_pool import ConnectionPool
 
+from store.errors import StoreError
 from store.postgres import held_lock, transaction
+
+log = logging.getLogger(__name__)
 
 JOB_LOCK_NAMESPACE = 0x4A4F42  # "JOB": apart from the user locks ("MEM") and the index drain
 # Soon enough that an outage of a few minutes does not cost a 6-hour job its turn, rare
 # enough that a job failing every time does not hammer what it fails on.
 RETRY_AFTER_FAILURE = timedelta(minutes=5)
+# Well inside RETRY_AFTER_FAILURE: a run that misses a few beats (Postgres away) is not taken
+# for a dead one.
+HEARTBEAT_EVERY = timedelta(seconds=30)
 _T = TypeVar("_T")
 
 
@@ -62,13 +71,14 @@ def _due(
     started_at: datetime,
     outcome: str | None,
     finished_at: datetime | None,
+    heartbeat_at: datetime | None,
 ) -> bool:
     if outcome == "failed" and finished_at is not None:
         return now - finished_at >= min(every, RETRY_AFTER_FAILURE)
     if outcome == "running":
-        # Read under the job's lock: the process that started this run died (or lost its
-        # connection) before it could finish. When is unknown; its start bounds it.
-        return now - started_at >= min(every, RETRY_AFTER_FAILURE)
+        # Its process died when its heartbeat stopped (a run of before the heartbeats: when it
+        # started).
+        return now - (heartbeat_at or started_at) >= min(every, RETRY_AFTER_FAILURE)
     return now - started_at >= every
 
 
@@ -92,26 +102,54 @@ class ClusterJobs:
         now = self._clock()
         with transaction(self._pool) as conn:
             row = conn.execute(
-                "SELECT last_started_at, last_outcome, last_finished_at FROM scheduled_jobs"
-                " WHERE job = %s",
+                "SELECT last_started_at, last_outcome, last_finished_at, last_heartbeat_at"
+                " FROM scheduled_jobs WHERE job = %s",
                 (job,),
             ).fetchone()
             if row is not None and not force and not _due(now, every, *row):
                 return JobOutcome(ran=False, skipped="not due")
             conn.execute(
-                "INSERT INTO scheduled_jobs (job, last_started_at, first_started_at, last_outcome)"
-                " VALUES (%s, %s, %s, 'running')"
+                "INSERT INTO scheduled_jobs"
+                " (job, last_started_at, first_started_at, last_outcome, last_heartbeat_at)"
+                " VALUES (%s, %s, %s, 'running', %s)"
                 " ON CONFLICT (job) DO UPDATE SET last_started_at = EXCLUDED.last_started_at,"
-                " last_finished_at = NULL, last_outcome = 'running', last_error = NULL",
-                (job, now, now),
+                " last_finished_at = NULL, last_outcome = 'running', last_error = NULL,"
+                " last_heartbeat_at = EXCLUDED.last_heartbeat_at",
+                (job, now, now, now),
             )
         try:
-            result = fn()
+            with self._beating(job, now):
+                result = fn()
         except BaseException as e:
             self._finish(job, "failed", f"{type(e).__name__}: {e}")
             raise
         self._finish(job, "succeeded", None)
         return JobOutcome(ran=True, result=result)
+
+    @contextmanager
+    def _beating(self, job: str, started_at: datetime) -> Iterator[None]:
+        """The run's heartbeat, written every HEARTBEAT_EVERY while the block runs."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_EVERY.total_seconds()):
+                try:
+                    with transaction(self._pool) as conn:
+                        conn.execute(
+                            "UPDATE scheduled_jobs SET last_heartbeat_at = %s WHERE job = %s"
+                            " AND last_started_at = %s AND last_outcome = 'running'",
+                            (self._clock(), job, started_at),
+                        )
+                except StoreError as e:  # the next beat may get through; the run goes on
+                    log.warning("cluster job %s: heartbeat not written: %s", job, e)
+
+        beater = threading.Thread(target=beat, name=f"heartbeat-{job}", daemon=True)
+        beater.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            beater.join()
 
     def _finish(self, job: str, outcome: str, error: str | None) -> None:
         with transaction(self._pool) as conn:

@@ -98,6 +98,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "fact_erasure_completeness",
             "run_finish_times",
             "connection_info_cap",
+            "job_heartbeats",
         ]
     finally:
         pool.close()
