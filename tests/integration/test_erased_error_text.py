@@ -12,7 +12,6 @@ from datetime import timedelta
 import pytest
 from psycopg_pool import ConnectionPool
 
-from domain.erasure import ErasureScope
 from domain.ids import MemoryKey, SubjectHasher
 from domain.model import RunStatus
 from store.errors import StoreError
@@ -22,7 +21,7 @@ from store.write.event_log import PostgresEventLog
 from store.write.maintenance_queries import MaintenanceQueries, MaintenanceRunRow
 from store.write.memory_store import PostgresMemoryStore
 from tests.support.builders import BASE_TIME, key_of, make_event, make_fact, make_run, seed
-from tests.support.erasure import open_memory_erasure, rows
+from tests.support.erasure import open_fact_erasure, open_memory_erasure, rows
 
 pytestmark = pytest.mark.integration
 
@@ -74,16 +73,7 @@ def test_a_fact_erasure_redacts_the_errors_quoting_the_fact(
     assert _quoting(_errors(fresh_database), QUOKKA) == ["run", "maintenance", "job"]
 
     log = PostgresErasureLog(migrated_pool)
-    erasure_id = uuid.uuid4()
-    log.start(
-        erasure_id,
-        subject="subject-of-ada",
-        scope=ErasureScope.FACT,
-        key=ADA,
-        fact_id=quokka.fact_id,
-        actor="test",
-        reason="the user asked",
-    )
+    erasure_id = open_fact_erasure(log, ADA, quokka.fact_id)
     removed = log.erase_fact(erasure_id, ADA, quokka.fact_id, {})
 
     errors = _errors(fresh_database)

@@ -4,18 +4,16 @@ fact's id is of its normalized text, so one fact may have been written several w
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 from psycopg_pool import ConnectionPool
 
-from domain.erasure import ErasureScope
 from domain.ids import SubjectHasher
 from store.write.erasure_log import PostgresErasureLog
 from store.write.event_log import PostgresEventLog
 from store.write.memory_store import PostgresMemoryStore
 from tests.support.builders import key_of, make_event, make_fact, seed
-from tests.support.erasure import find_in_tables, rows
+from tests.support.erasure import find_in_tables, open_fact_erasure, rows
 
 pytestmark = pytest.mark.integration
 
@@ -35,16 +33,8 @@ def test_every_wording_of_the_fact_loses_its_text(
     event = make_event("ada", "I said: Ada keeps a PET quokka!", minutes=0)
     PostgresEventLog(migrated_pool, SubjectHasher(b"k" * 32)).append([(event, None)])
 
-    log, erasure_id = PostgresErasureLog(migrated_pool), uuid.uuid4()
-    log.start(
-        erasure_id,
-        subject="subject-of-ada",
-        scope=ErasureScope.FACT,
-        key=ADA,
-        fact_id=current.fact_id,
-        actor="test",
-        reason="the user asked",
-    )
+    log = PostgresErasureLog(migrated_pool)
+    erasure_id = open_fact_erasure(log, ADA, current.fact_id)
     log.erase_fact(erasure_id, ADA, current.fact_id, {})
 
     assert find_in_tables(fresh_database, ["quokka"]) == {}
@@ -89,16 +79,8 @@ def test_a_fact_of_no_words_is_erased_and_nothing_else_is_touched(
     memory = PostgresMemoryStore(migrated_pool)
     blank = make_fact("ada", " \n ")  # no words: no pattern to find it by
     seed(memory, "ada", [blank, make_fact("ada", "Ada plays cello")], working_memory="Ada: cello.")
-    log, erasure_id = PostgresErasureLog(migrated_pool), uuid.uuid4()
-    log.start(
-        erasure_id,
-        subject="subject-of-ada",
-        scope=ErasureScope.FACT,
-        key=ADA,
-        fact_id=blank.fact_id,
-        actor="test",
-        reason="the user asked",
-    )
+    log = PostgresErasureLog(migrated_pool)
+    erasure_id = open_fact_erasure(log, ADA, blank.fact_id)
     log.erase_fact(erasure_id, ADA, blank.fact_id, {})
     assert rows(fresh_database, "SELECT working_memory FROM user_memory") == [("Ada: cello.",)]
     assert sorted(f.content for f in memory.facts(ADA)) == ["Ada plays cello"]

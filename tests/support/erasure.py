@@ -112,3 +112,20 @@ def open_memory_erasure(log: PostgresErasureLog, key: MemoryKey, subject: str) -
         reason="the user asked",
     )
     return erasure_id
+
+
+def open_fact_erasure(
+    log: PostgresErasureLog, key: MemoryKey, fact_id: uuid.UUID, subject: str = "subject-of-ada"
+) -> uuid.UUID:
+    """Audit an erasure of one fact (its first step) and return its id."""
+    erasure_id = uuid.uuid4()
+    log.start(
+        erasure_id,
+        subject=subject,
+        scope=ErasureScope.FACT,
+        key=key,
+        fact_id=fact_id,
+        actor="test",
+        reason="the user asked",
+    )
+    return erasure_id
