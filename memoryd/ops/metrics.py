@@ -91,7 +91,7 @@ class TelemetryMetrics:
         )
         self.job_failed = gauge(
             "memoryd_cluster_job_failed",
-            "1 when the last run of a cluster job failed",
+            "1 when the last run of a cluster job failed (or was left running by a crash)",
             ("cluster_job",),
         )
         self.maintenance_skipped = gauge(

@@ -70,7 +70,7 @@ class ClusterTelemetry:
         for state in self.jobs.states():
             if state.job == TELEMETRY_JOB:
                 continue
-            failed[(state.job,)] = 1.0 if state.last_outcome == "failed" else 0.0
+            failed[(state.job,)] = 1.0 if state.failed(now) else 0.0
             # Whatever the last run did (failed, still running, left running by a crash).
             ages[(state.job,)] = state.age_s(now)
         self.metrics.job_age.publish(ages)

@@ -59,6 +59,15 @@ class JobState:
     last_succeeded_at: datetime | None
     first_started_at: datetime
     last_error: str | None = None
+    last_heartbeat_at: datetime | None = None
+
+    def failed(self, now: datetime) -> bool:
+        """Its last run raised, or was left running by a process that is gone (its heartbeat
+        stopped as long ago as a failed run waits to be tried again)."""
+        if self.last_outcome == "failed":
+            return True
+        beat = self.last_heartbeat_at or self.last_started_at
+        return self.last_outcome == "running" and now - beat >= RETRY_AFTER_FAILURE
 
     def age_s(self, now: datetime) -> float:
         """Seconds since the job last succeeded (since it first started, if it never has)."""
@@ -164,6 +173,6 @@ class ClusterJobs:
         with transaction(self._pool) as conn:
             rows = conn.execute(
                 "SELECT job, last_started_at, last_finished_at, last_outcome, last_succeeded_at,"
-                " first_started_at, last_error FROM scheduled_jobs ORDER BY job"
+                " first_started_at, last_error, last_heartbeat_at FROM scheduled_jobs ORDER BY job"
             ).fetchall()
         return [JobState(*r) for r in rows]
