@@ -51,7 +51,8 @@ class ForgottenEvents:
         self, key: MemoryKey, items: Sequence[BufferedEvent], *, wait: bool = True
     ) -> Iterator[tuple[FlushReads, list[BufferedEvent]]]:
         """Hold the memory's lock; give what the flush needs of the memory, and the items an
-        erasure did not forget.
+        erasure did not forget: not before a memory erasure's cut-offs, and not redacted in
+        the log by a fact erasure since the consumer read them.
 
         Raises MemoryBeingErased while an erasure of the memory is under way: what it will
         keep (events after its tombstone) is only known once it is done.
@@ -61,5 +62,10 @@ class ForgottenEvents:
             if reads.erasure_open:
                 raise MemoryBeingErased(f"memory {key} is being erased")
             cutoffs = reads.cutoffs
-            kept = [i for i in items if i.offset >= cutoffs.get((i.tp.topic, i.tp.partition), -1)]
+            kept = [
+                i
+                for i in items
+                if i.offset >= cutoffs.get((i.tp.topic, i.tp.partition), -1)
+                and i.event.event_id not in reads.erased
+            ]
             yield reads, kept

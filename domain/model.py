@@ -214,6 +214,9 @@ class FlushReads:
     state: MemoryState
     balance: int | None  # credit minus spend in micro-USD; None: no credit line
     known_facts: int  # active and held facts; 0: a first batch, with nothing to search
+    # Of the events asked about, those a fact erasure redacted in the log since: not
+    # consolidated from the copy a consumer holds, which still says what was erased.
+    erased: frozenset[uuid.UUID] = frozenset()
 
 
 @dataclass(frozen=True)

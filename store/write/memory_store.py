@@ -34,7 +34,8 @@ from store import fact_rows
 from store.candidate_ranking import CONSOLIDATION_STATUS_VALUES, COUNT_CONSOLIDATION_FACTS
 from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersion, StoreError
 from store.postgres import memory_params, statement, transaction, translated
-from store.write import index_marks
+from store.write import flush_sql, index_marks
+from store.write.flush_sql import MEMORY as _MEMORY
 from store.write.locks import memory_lock_key
 from store.write.run_rows import append_connections, insert_ledger, insert_run
 
@@ -46,24 +47,12 @@ _OUT_OF_CREDIT = (
     " AND c.credit_micro_usd <= coalesce((SELECT sum(l.cost_micro_usd) FROM credit_ledger l"
     " WHERE l.organization_id = c.organization_id AND l.user_id = c.user_id), 0))"
 )
-_MEMORY = "organization_id = %s AND user_id = %s"
 _LOCK = "SELECT pg_advisory_lock(%s::bigint)"
 _TRY_LOCK = "SELECT pg_try_advisory_lock(%s::bigint)"
 _UNLOCK = "SELECT pg_advisory_unlock(%s::bigint)"
-# What a flush reads under the memory lock (`locked_reads`), each also read on its own.
-_STATE = f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {_MEMORY}"
-_CONSUMED = f"SELECT event_id FROM consolidated_events WHERE {_MEMORY} AND event_id = ANY(%s)"
 _APPLIED = (
     "SELECT EXISTS (SELECT 1 FROM consolidation_runs WHERE run_id = %s AND started_at = %s"
     " AND status = 'succeeded')"
-)
-_CUTOFFS = "SELECT topic, partition, cutoff FROM memory_cutoffs WHERE subject = %s"
-_ERASURE_OPEN = f"SELECT EXISTS (SELECT 1 FROM erasure_pending WHERE {_MEMORY} AND fact_id IS NULL)"
-_BALANCE = (
-    "SELECT c.credit_micro_usd - coalesce((SELECT sum(cost_micro_usd)"
-    " FROM credit_ledger l WHERE l.organization_id = c.organization_id"
-    " AND l.user_id = c.user_id), 0)"
-    " FROM user_credits c WHERE c.organization_id = %s AND c.user_id = %s"
 )
 
 # Pool connections never held by a memory lock, so lock holders always find one for their work.
@@ -83,7 +72,7 @@ class PostgresMemoryStore:
 
     def load_state(self, key: MemoryKey) -> MemoryState:
         with statement(self._pool) as conn:
-            row = conn.execute(_STATE, memory_params(key)).fetchone()
+            row = conn.execute(flush_sql.STATE, memory_params(key)).fetchone()
         return _state(key, row)
 
     def facts(
@@ -143,7 +132,7 @@ class PostgresMemoryStore:
         if not ids:
             return frozenset()
         with statement(self._pool) as conn:
-            rows = conn.execute(_CONSUMED, (*memory_params(key), ids)).fetchall()
+            rows = conn.execute(flush_sql.CONSUMED, (*memory_params(key), ids)).fetchall()
         return frozenset(r[0] for r in rows)
 
     @contextmanager
@@ -152,7 +141,7 @@ class PostgresMemoryStore:
     ) -> Iterator[FlushReads]:
         """Hold the memory lock (as `memory_lock`) and read what a flush needs under it.
 
-        The lock and the six reads go out in one pipeline on the lock's connection: Postgres
+        The lock and the seven reads go out in one pipeline on the lock's connection: Postgres
         runs the reads once the lock is granted, and the flush waits for one round trip
         instead of two on two connections (nothing else changes them while the lock is held).
         """
@@ -166,11 +155,13 @@ class PostgresMemoryStore:
                 try:
                     with conn.pipeline():
                         got = conn.execute(_LOCK if wait else _TRY_LOCK, (lock,))
-                        erasure = conn.execute(_ERASURE_OPEN, memory_params(key))
-                        cutoffs = conn.execute(_CUTOFFS, (subject,))
-                        consumed = conn.execute(_CONSUMED, (*memory_params(key), list(event_ids)))
-                        state = conn.execute(_STATE, memory_params(key))
-                        balance = conn.execute(_BALANCE, memory_params(key))
+                        erasure = conn.execute(flush_sql.ERASURE_OPEN, memory_params(key))
+                        cutoffs = conn.execute(flush_sql.CUTOFFS, (subject,))
+                        of_events = (*memory_params(key), list(event_ids))
+                        consumed = conn.execute(flush_sql.CONSUMED, of_events)
+                        erased = conn.execute(flush_sql.ERASED_EVENTS, of_events)
+                        state = conn.execute(flush_sql.STATE, memory_params(key))
+                        balance = conn.execute(flush_sql.BALANCE, memory_params(key))
                         known = conn.execute(
                             COUNT_CONSOLIDATION_FACTS,
                             (*memory_params(key), CONSOLIDATION_STATUS_VALUES),
@@ -182,6 +173,7 @@ class PostgresMemoryStore:
                             erasure_open=_exists(erasure.fetchone()),
                             cutoffs=_cutoffs(cutoffs.fetchall()),
                             consumed=frozenset(r[0] for r in consumed.fetchall()),
+                            erased=frozenset(r[0] for r in erased.fetchall()),
                             state=_state(key, state.fetchone()),
                             balance=_balance(balance.fetchone()),
                             known_facts=_count(known.fetchone()),
@@ -207,11 +199,11 @@ class PostgresMemoryStore:
         back after it.
         """
         with statement(self._pool) as conn:
-            return _cutoffs(conn.execute(_CUTOFFS, (subject,)).fetchall())
+            return _cutoffs(conn.execute(flush_sql.CUTOFFS, (subject,)).fetchall())
 
     def memory_erasure_open(self, key: MemoryKey) -> bool:
         with statement(self._pool) as conn:
-            return _exists(conn.execute(_ERASURE_OPEN, memory_params(key)).fetchone())
+            return _exists(conn.execute(flush_sql.ERASURE_OPEN, memory_params(key)).fetchone())
 
     # -- the memory lock ------------------------------------------------------------------
 
@@ -353,7 +345,7 @@ class PostgresMemoryStore:
     def balance(self, key: MemoryKey) -> int | None:
         """Credit minus spend, or None when the memory has no credit line (unlimited)."""
         with statement(self._pool) as conn:
-            return _balance(conn.execute(_BALANCE, memory_params(key)).fetchone())
+            return _balance(conn.execute(flush_sql.BALANCE, memory_params(key)).fetchone())
 
     # -- statements -----------------------------------------------------------------------
 

@@ -21,11 +21,13 @@ from domain.erasure import ErasureScope
 from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.analyst.commands import live_memory
+from memoryd.analyst.invariants import check_deployment
 from memoryd.analyst.verify import verify_memory
 from memoryd.cli import build_parser
 from memoryd.erasure import Eraser, ErasureRequest, UnknownFact
 from memoryd.ops import runtime
 from processors.consolidate import applied_effect
+from producers.contract import EventType, Source
 from producers.errors import PublishError
 from store.errors import VectorIndexUnavailable
 from store.read.background import BatchWriter
@@ -250,6 +252,37 @@ def test_an_observation_logged_after_its_fact_was_erased_is_logged_redacted(
     )
     assert contents == [("org-a", "[erased]"), ("org-b", quokka.content)]
     assert "Bramble" not in str(deployment.query("SELECT * FROM redacted_events"))
+
+
+def test_an_observation_waiting_in_kafka_when_its_text_was_erased_does_not_make_the_fact_again(
+    deployment: Deployment,
+) -> None:
+    # Said, then learned again in the fact's own words: the second was logged, and the
+    # processor had not got to it (lagging, or a dead letter redriven later) when the fact
+    # was erased; its logged copy lost the text, the one in Kafka did not.
+    first = make_event("mira", "I keep a pet quokka named Bramble", minutes=0, org="org-a")
+    deployment.publish([first])
+    deployment.run_both()
+    with eraser(deployment) as (c, erase):
+        (fact,) = c.memory.facts(MIRA)
+        again = make_event(
+            "mira", fact.content, EventType.LEARNED_FACT, source=Source.AUTONOMOUS, minutes=5,
+            org="org-a",
+        )  # fmt: skip
+        deployment.publish([again])
+        deployment.run_log_writer()
+        erase.erase_fact(MIRA, fact.fact_id, REQUEST)
+    assert deployment.query(
+        "SELECT content FROM context_events WHERE event_id = %s", (again.event_id,)
+    ) == [("[erased]",)]
+    deployment.run_processor()
+    assert deployment.query("SELECT content FROM memory_facts WHERE user_id = 'mira'") == []
+    assert deployment.query(
+        "SELECT count(*) FROM consolidated_events WHERE event_id = %s", (again.event_id,)
+    ) == [(0,)]
+    # Not consolidated, not a letter, and accounted for: erased.
+    report = check_deployment(deployment.settings, {MIRA: [first.event_id, again.event_id]})
+    assert report.unaccounted == 0, report.summary()
 
 
 def test_a_fact_that_quotes_the_erased_one_loses_the_quote_and_the_fold_still_holds(
