@@ -26,7 +26,6 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from domain.erasure import REDACTED_JSON, REDACTION
 from domain.ids import MemoryKey, normalize_content
 from domain.model import FactStatus, RunStatus
 from memoryd.analyst.dead_letters import SeenLetter, read_dead_letters
@@ -34,6 +33,7 @@ from memoryd.analyst.verify import verify_memory
 from memoryd.settings import Settings
 from processors.fold import live_image
 from store.postgres import make_pool, snapshot, transaction
+from store.write.flush_sql import REDACTED_CONTENT
 from store.write.memory_store import PostgresMemoryStore
 from store.write.run_log import PostgresRunLog, read_only_dsn
 
@@ -199,11 +199,9 @@ def check_deployment(
 # -- reading ----------------------------------------------------------------------------------
 
 
-def _fetch(
-    pool: ConnectionPool, sql: str, params: Sequence[Any] | None = None
-) -> list[tuple[Any, ...]]:
+def _fetch(pool: ConnectionPool, sql: str) -> list[tuple[Any, ...]]:
     with transaction(pool, "invariant check") as conn:
-        return conn.execute(sql, params).fetchall()
+        return conn.execute(sql).fetchall()
 
 
 def _log_counts(pool: ConnectionPool) -> dict[EventRef, int]:
@@ -219,8 +217,7 @@ def _erased_in_log(pool: ConnectionPool) -> set[EventRef]:
     """Events a fact erasure redacted in the log (consumers.forgetting)."""
     rows = _fetch(
         pool,
-        "SELECT organization_id, user_id, event_id FROM context_events WHERE content IN (%s, %s)",
-        (REDACTION, REDACTED_JSON),
+        f"SELECT organization_id, user_id, event_id FROM context_events WHERE {REDACTED_CONTENT}",
     )
     return {(MemoryKey(o, u), e) for o, u, e in rows}
 

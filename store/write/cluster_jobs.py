@@ -66,12 +66,18 @@ class JobState:
         stopped as long ago as a failed run waits to be tried again)."""
         if self.last_outcome == "failed":
             return True
-        beat = self.last_heartbeat_at or self.last_started_at
-        return self.last_outcome == "running" and now - beat >= RETRY_AFTER_FAILURE
+        silent = _silent_for(now, self.last_started_at, self.last_heartbeat_at)
+        return self.last_outcome == "running" and silent >= RETRY_AFTER_FAILURE
 
     def age_s(self, now: datetime) -> float:
         """Seconds since the job last succeeded (since it first started, if it never has)."""
         return max(0.0, (now - (self.last_succeeded_at or self.first_started_at)).total_seconds())
+
+
+def _silent_for(now: datetime, started_at: datetime, heartbeat_at: datetime | None) -> timedelta:
+    """How long a running run has given no sign of life (a run of before the heartbeats: since
+    it started)."""
+    return now - (heartbeat_at or started_at)
 
 
 def _due(
@@ -84,10 +90,8 @@ def _due(
 ) -> bool:
     if outcome == "failed" and finished_at is not None:
         return now - finished_at >= min(every, RETRY_AFTER_FAILURE)
-    if outcome == "running":
-        # Its process died when its heartbeat stopped (a run of before the heartbeats: when it
-        # started).
-        return now - (heartbeat_at or started_at) >= min(every, RETRY_AFTER_FAILURE)
+    if outcome == "running":  # its process died when its heartbeat stopped
+        return _silent_for(now, started_at, heartbeat_at) >= min(every, RETRY_AFTER_FAILURE)
     return now - started_at >= every
 
 

@@ -7,11 +7,13 @@ from store import fact_rows
 MEMORY = "organization_id = %s AND user_id = %s"
 STATE = f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {MEMORY}"
 CONSUMED = f"SELECT event_id FROM consolidated_events WHERE {MEMORY} AND event_id = ANY(%s)"
-# Of the batch's events, those a fact erasure redacted in the log since they were published
-# (their text was the erased fact's): the copy read from Kafka still says it.
+# A logged event a fact erasure redacted (its text was the erased fact's).
+REDACTED_CONTENT = f"content IN ('{REDACTION}', '{REDACTED_JSON}')"
+# Of the batch's events, those redacted in the log since they were published: the copy read
+# from Kafka still says what was erased.
 ERASED_EVENTS = (
     f"SELECT event_id FROM context_events WHERE {MEMORY} AND event_id = ANY(%s)"
-    f" AND content IN ('{REDACTION}', '{REDACTED_JSON}')"
+    f" AND {REDACTED_CONTENT}"
 )
 CUTOFFS = "SELECT topic, partition, cutoff FROM memory_cutoffs WHERE subject = %s"
 ERASURE_OPEN = f"SELECT EXISTS (SELECT 1 FROM erasure_pending WHERE {MEMORY} AND fact_id IS NULL)"

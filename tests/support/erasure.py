@@ -101,28 +101,24 @@ def rows(dsn: str, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ..
 
 def open_memory_erasure(log: PostgresErasureLog, key: MemoryKey, subject: str) -> uuid.UUID:
     """Audit an erasure of the whole memory (its first step) and return its id."""
-    erasure_id = uuid.uuid4()
-    log.start(
-        erasure_id,
-        subject=subject,
-        scope=ErasureScope.MEMORY,
-        key=key,
-        fact_id=None,
-        actor="test",
-        reason="the user asked",
-    )
-    return erasure_id
+    return _open_erasure(log, key, subject, None)
 
 
 def open_fact_erasure(
     log: PostgresErasureLog, key: MemoryKey, fact_id: uuid.UUID, subject: str = "subject-of-ada"
 ) -> uuid.UUID:
     """Audit an erasure of one fact (its first step) and return its id."""
+    return _open_erasure(log, key, subject, fact_id)
+
+
+def _open_erasure(
+    log: PostgresErasureLog, key: MemoryKey, subject: str, fact_id: uuid.UUID | None
+) -> uuid.UUID:
     erasure_id = uuid.uuid4()
     log.start(
         erasure_id,
         subject=subject,
-        scope=ErasureScope.FACT,
+        scope=ErasureScope.MEMORY if fact_id is None else ErasureScope.FACT,
         key=key,
         fact_id=fact_id,
         actor="test",
