@@ -81,8 +81,10 @@ def test_a_fact_erasure_redacts_the_errors_quoting_the_fact(
     assert _quoting(errors, str(quokka.fact_id)) == []
     assert ("run", 'output does not match the schema: input_value="[erased] since 2019"') in errors
     assert ("job", "StoreError: Chroma is down") in errors  # quoting nothing of it
-    assert removed["redacted"]["maintenance_runs"] == 1
-    assert removed["redacted"]["scheduled_jobs"] == 1
+    # The cluster jobs' errors are every tenant's: the receipt does not say whether they
+    # quoted the text, which would tell the caller what another tenant's rows hold.
+    assert "maintenance_runs" not in removed["redacted"]
+    assert "scheduled_jobs" not in removed["redacted"]
     # The rows stay, with what they cost and counted.
     assert rows(
         fresh_database, "SELECT cost_micro_usd FROM consolidation_runs WHERE error IS NOT NULL"
@@ -90,6 +92,31 @@ def test_a_fact_erasure_redacts_the_errors_quoting_the_fact(
     assert rows(fresh_database, "SELECT users, changes FROM maintenance_runs") == [
         (3, {"merge": 2})
     ]
+
+
+def test_a_short_fact_erased_leaves_the_cluster_jobs_errors_alone(
+    migrated_pool: ConnectionPool, fresh_database: str
+) -> None:
+    # Another tenant's error saying "ok" or "python" quotes nobody: cut out, it loses words
+    # ("br[erased]er"), and the receipt would tell whether some cluster error says them.
+    memory = PostgresMemoryStore(migrated_pool)
+    ok, python = make_fact("ada", "ok"), make_fact("ada", "Python")
+    seed(memory, "ada", [ok, python])
+    _failed_maintenance(migrated_pool, "dedupe failed: broker ok")
+    _fail_job(migrated_pool, "maintenance-dedupe", "broker ok, python3 gone")
+    before = _errors(fresh_database)
+
+    log = PostgresErasureLog(migrated_pool)
+    receipts = [
+        log.erase_fact(open_fact_erasure(log, ADA, fact.fact_id), ADA, fact.fact_id, {})
+        for fact in (ok, python)
+    ]
+
+    assert _errors(fresh_database) == before
+    assert ("maintenance", "dedupe failed: broker ok") in before
+    for receipt in receipts:
+        assert "user_memory" in receipt["redacted"]
+        assert not {"maintenance_runs", "scheduled_jobs"} & set(receipt["redacted"])
 
 
 def test_forgetting_a_memory_redacts_the_cluster_jobs_errors_quoting_it(

@@ -99,6 +99,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "run_finish_times",
             "connection_info_cap",
             "job_heartbeats",
+            "fact_erasure_job_errors",
         ]
     finally:
         pool.close()
