@@ -172,7 +172,7 @@ def run(args: argparse.Namespace, per_user: Sequence[int]) -> list[Row]:
             searches: dict[str, FactSearch] = {
                 "entries": wiring.candidate_search(c),
                 "sql_and_chroma": HybridFactSearch(
-                    c.pool, PostgresReadModel(c.pool), c.index, c.embedder
+                    c.pool, PostgresReadModel(c.pool, c.subjects), c.index, c.embedder
                 ),
             }
             turns = synthetic.chat_turns(random.Random(args.seed))

@@ -88,6 +88,9 @@ class ContextLogRow:
     degraded: bool
     degraded_reason: str | None
     created_at: datetime
+    # When the turn started reading the memory. A memory with no generation yet has none to
+    # change: a row of such a turn is dropped when an erasure of the memory completed since.
+    read_at: datetime
     # The memory's generation the turn read (None: the memory did not exist). A row written
     # once the memory was erased since (or while an erasure of it is open) is dropped: its
     # query may say what was erased.

@@ -273,7 +273,7 @@ def processor(
 
 
 def read_model(c: Core) -> PostgresReadModel:
-    return PostgresReadModel(c.pool)
+    return PostgresReadModel(c.pool, c.subjects)
 
 
 def query_rewriter(c: Core) -> TimeBoundRewriter | None:
@@ -314,7 +314,9 @@ def context_service(
         ),
         observer=metrics,
         charges=read_charges(c),
-        ledger=BatchWriter("read-costs", ReadLedger(c.pool).write, r.writer, **hooks("read-costs")),
+        ledger=BatchWriter(
+            "read-costs", ReadLedger(c.pool, c.subjects).write, r.writer, **hooks("read-costs")
+        ),
         dense=DenseSearch(DenseReads(c.pool), c.index, c.embedder, c.dense_cache),
     )
 

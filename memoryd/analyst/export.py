@@ -93,7 +93,7 @@ def export_sections(
         "ledger": Counted(_ledger_json(row) for row in run_log.iter_ledger(key)),
         "balance_micro_usd": c.memory.balance(key),
         # What each chat turn was shown of the memory, oldest first (the read audit).
-        "context_logs": Counted(PostgresReadModel(c.pool).iter_context_logs(key)),
+        "context_logs": Counted(PostgresReadModel(c.pool, c.subjects).iter_context_logs(key)),
     }
 
 

@@ -59,9 +59,10 @@ class ContextBundle:
 
 
 def audit_row(
-    bundle: ContextBundle, injection: Injection, candidates: int, at: datetime
+    bundle: ContextBundle, injection: Injection, candidates: int, at: datetime, read_at: datetime
 ) -> ContextLogRow:
-    """The AgentContextLog row of an assembled bundle."""
+    """The AgentContextLog row of an assembled bundle, written `at`, of a turn that started
+    reading the memory `read_at`."""
     if bundle.log_id is None:
         raise ValueError("an assembled bundle always has a log id")
     state = injection.state
@@ -90,6 +91,7 @@ def audit_row(
         degraded=bundle.degraded,
         degraded_reason=bundle.degraded_reason,
         created_at=at,
+        read_at=read_at,
         generation=injection.generation,
         recalled=tuple(r.fact.fact_id for r in bundle.facts),
     )

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Protocol
 
 from domain.ids import MemoryKey
@@ -116,6 +117,9 @@ class ContextService:
         retries the same turn. An unknown memory gets an empty, valid bundle.
         """
         watch = _Stopwatch()
+        # Before anything of the memory is read: what the turn leaves behind is dropped if an
+        # erasure of the memory completed since (`still_the_memory_read`).
+        read_at = self._clock()
         injection, hit = self._cache.get(key)
         watch.lap("injection")
         rewrite = self._rewrite(query)
@@ -155,8 +159,8 @@ class ContextService:
         watch.lap("render")
         bundle = replace(bundle, latency_ms=watch.total_ms, timings_ms=dict(watch.laps))
         self._observe(bundle, hit, rewrite)
-        self._hand_off(bundle, injection, found.candidates)
-        self._book(bundle, injection, found.embedded_query, rewrite)
+        self._hand_off(bundle, injection, found.candidates, read_at)
+        self._book(bundle, injection, found.embedded_query, rewrite, read_at)
         return bundle
 
     def forget(self, key: MemoryKey) -> None:
@@ -269,12 +273,19 @@ class ContextService:
 
     # -- off the hot path -----------------------------------------------------------------
 
-    def _hand_off(self, bundle: ContextBundle, injection: Injection, candidates: int) -> None:
+    def _hand_off(
+        self, bundle: ContextBundle, injection: Injection, candidates: int, read_at: datetime
+    ) -> None:
         if self._audit is not None:
-            self._audit.submit(audit_row(bundle, injection, candidates, self._clock()))
+            self._audit.submit(audit_row(bundle, injection, candidates, self._clock(), read_at))
 
     def _book(
-        self, bundle: ContextBundle, injection: Injection, embedded: bool, rewrite: Rewrite
+        self,
+        bundle: ContextBundle,
+        injection: Injection,
+        embedded: bool,
+        rewrite: Rewrite,
+        read_at: datetime,
     ) -> None:
         """Hand the read's costs (query embedding, query rewrite) to the ledger writer; a
         rewrite call the turn did not wait for is booked when it ends."""
@@ -296,7 +307,7 @@ class ContextService:
                 call,
             )
             for entry in charges(charge):
-                ledger.submit(ReadCost(entry, generation))
+                ledger.submit(ReadCost(entry, generation, read_at))
 
         book(embedded, rewrite.usage)
         if rewrite.late is not None:

@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from domain.codec import fact_from_json
-from domain.ids import MemoryKey
+from domain.ids import MemoryKey, SubjectHasher
 from domain.model import Fact, FactStatus
 from domain.reads import ContextLogRow, FactCounters, Injection, MemoryStamp, Scope
 from store import fact_rows
@@ -34,16 +34,21 @@ _SCOPE = (
 _MEMORY = "organization_id = %s AND user_id = %s"
 
 
-def still_the_memory_read(generation: str, org: str, user: str) -> str:
-    """SQL true while the memory is the one a turn read: its generation (for a turn on a
-    memory that did not exist, any), and no erasure of the whole memory open. What a turn
-    leaves behind in the background (its audit row, its costs) is written under this guard:
-    from the moment an erasure opens, nothing of the memory's is written with its ids."""
+def still_the_memory_read(generation: str, org: str, user: str, subject: str, read_at: str) -> str:
+    """SQL true while the memory is the one a turn read: no erasure of the whole memory open,
+    and its generation; for a turn on a memory that did not exist (no generation to change),
+    no erasure of it (found by its `subject` digest) completed since the turn's `read_at`.
+    What a turn leaves behind in the background (its audit row, its costs) is written under
+    this guard: from the moment an erasure opens, nothing of the memory's is written with its
+    ids, also once the erasure completed (its `erasure_pending` row gone). `read_at` is the
+    read path's clock, `erased_at` Postgres's."""
     return (
         f"NOT EXISTS (SELECT 1 FROM erasure_pending p WHERE p.organization_id = {org}"
-        f" AND p.user_id = {user} AND p.fact_id IS NULL) AND ({generation} IS NULL OR EXISTS"
-        f" (SELECT 1 FROM user_memory m WHERE m.organization_id = {org}"
-        f" AND m.user_id = {user} AND m.generation = {generation}))"
+        f" AND p.user_id = {user} AND p.fact_id IS NULL) AND CASE WHEN {generation} IS NULL"
+        f" THEN NOT EXISTS (SELECT 1 FROM erasure_audit a WHERE a.subject = {subject}"
+        f" AND a.scope = 'memory' AND a.erased_at >= {read_at})"
+        f" ELSE EXISTS (SELECT 1 FROM user_memory m WHERE m.organization_id = {org}"
+        f" AND m.user_id = {user} AND m.generation = {generation}) END"
     )
 
 
@@ -56,7 +61,9 @@ def hold_off_erasures(cur: psycopg.Cursor[Any], keys: Sequence[MemoryKey]) -> No
     cur.execute("SELECT pg_advisory_xact_lock_shared(k) FROM unnest(%s::bigint[]) AS k", (locks,))
 
 
-_LOGGED_WHILE_READ = still_the_memory_read("%(generation)s::uuid", "%(org)s", "%(user_id)s")
+_LOGGED_WHILE_READ = still_the_memory_read(
+    "%(generation)s::uuid", "%(org)s", "%(user_id)s", "%(subject)s", "%(read_at)s::timestamptz"
+)
 _INSERT_CONTEXT_LOG = (
     "INSERT INTO context_logs (log_id, user_id, organization_id, query, rewritten_query,"
     " memory_version, budget, connection_ids, injected, retrieved, latency_ms, degraded,"
@@ -119,8 +126,10 @@ def _params(scope: Scope) -> dict[str, Any]:
 
 
 class PostgresReadModel:
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, subjects: SubjectHasher) -> None:
         self._pool = pool
+        # The audit rows' guard finds the memory's completed erasures by their digest.
+        self._subjects = subjects
 
     def _transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]:
         return transaction(self._pool, "read model query")
@@ -312,7 +321,12 @@ class PostgresReadModel:
         ordered = [first[i] for i in sorted(first)]
         with self._transaction() as conn, conn.cursor() as cur:
             hold_off_erasures(cur, [MemoryKey(r.organization_id, r.user_id) for r in ordered])
-            cur.executemany(_INSERT_CONTEXT_LOG, [_log_params(r) for r in ordered], returning=True)
+            params = [
+                _log_params(r)
+                | {"subject": self._subjects(MemoryKey(r.organization_id, r.user_id))}
+                for r in ordered
+            ]
+            cur.executemany(_INSERT_CONTEXT_LOG, params, returning=True)
             written: set[uuid.UUID] = set()
             while True:
                 written.update(row[0] for row in cur.fetchall())
@@ -338,6 +352,7 @@ def _log_params(r: ContextLogRow) -> dict[str, Any]:
         "degraded_reason": r.degraded_reason,
         "created_at": r.created_at,
         "generation": r.generation,
+        "read_at": r.read_at,
     }
 
 

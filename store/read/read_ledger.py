@@ -21,7 +21,7 @@ from datetime import datetime
 
 from psycopg_pool import ConnectionPool
 
-from domain.ids import MemoryKey
+from domain.ids import MemoryKey, SubjectHasher
 from domain.model import LedgerEntry, TokenUsage
 from store.postgres import transaction
 from store.read.fact_queries import hold_off_erasures, still_the_memory_read
@@ -42,20 +42,23 @@ class ReadCharge:
 
 @dataclass(frozen=True)
 class ReadCost:
-    """A ledger entry of a read, with the memory generation the read saw."""
+    """A ledger entry of a read, with the memory generation the read saw and when it read."""
 
     entry: LedgerEntry
     generation: uuid.UUID | None
+    read_at: datetime
 
 
 # The erasure open on the memory, if any: its pseudonym is the one `erase_memory` gives the
 # memory's ledger rows. One that completed before the cost arrived is no longer known here:
 # the cost goes under a pseudonym naming no erasure. Off the memory's ids, the entry id is
 # derived anew (the erasure re-keys the rows it anonymises for the same reason).
+_OURS = still_the_memory_read("e.generation", "e.org", "e.user_id", "e.subject", "e.read_at")
 _BOOK = (
     "WITH e AS (SELECT %(entry_id)s::uuid AS entry_id, %(org)s::text AS org,"
-    " %(user_id)s::text AS user_id, %(generation)s::uuid AS generation),"
-    f" s AS (SELECT e.*, {still_the_memory_read('e.generation', 'e.org', 'e.user_id')} AS ours,"
+    " %(user_id)s::text AS user_id, %(generation)s::uuid AS generation,"
+    " %(subject)s::text AS subject, %(read_at)s::timestamptz AS read_at),"
+    f" s AS (SELECT e.*, {_OURS} AS ours,"
     " (SELECT p.erasure_id::text FROM erasure_pending p WHERE p.organization_id = e.org"
     " AND p.user_id = e.user_id AND p.fact_id IS NULL ORDER BY p.erasure_id LIMIT 1) AS erasure"
     " FROM e)"
@@ -70,8 +73,9 @@ _BOOK = (
 
 
 class ReadLedger:
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, subjects: SubjectHasher) -> None:
         self._pool = pool
+        self._subjects = subjects  # the guard finds the memory's completed erasures by digest
 
     def write(self, costs: Sequence[ReadCost]) -> None:
         with (
@@ -81,19 +85,20 @@ class ReadLedger:
             hold_off_erasures(
                 cur, [MemoryKey(c.entry.organization_id, c.entry.user_id) for c in costs]
             )
-            cur.executemany(_BOOK, [_params(c) for c in costs])
+            cur.executemany(_BOOK, [self._params(c) for c in costs])
 
-
-def _params(cost: ReadCost) -> dict[str, object]:
-    e = cost.entry
-    return {
-        "entry_id": e.entry_id,
-        "org": e.organization_id,
-        "user_id": e.user_id,
-        "generation": cost.generation,
-        "operation": e.operation,
-        "model": e.model,
-        "units": e.units,
-        "cost": e.cost_micro_usd,
-        "at": e.occurred_at,
-    }
+    def _params(self, cost: ReadCost) -> dict[str, object]:
+        e = cost.entry
+        return {
+            "entry_id": e.entry_id,
+            "org": e.organization_id,
+            "user_id": e.user_id,
+            "generation": cost.generation,
+            "subject": self._subjects(MemoryKey(e.organization_id, e.user_id)),
+            "read_at": cost.read_at,
+            "operation": e.operation,
+            "model": e.model,
+            "units": e.units,
+            "cost": e.cost_micro_usd,
+            "at": e.occurred_at,
+        }

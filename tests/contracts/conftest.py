@@ -136,7 +136,7 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
         migrate(pool)
         yield Stores(
             PostgresMemoryStore(pool),
-            PostgresReadModel(pool),
+            PostgresReadModel(pool, SUBJECTS),
             PostgresRunLog(pool),
             # Two memories a transaction: every batch of the contract over more is appended
             # in parts, and must still read exactly as the in-memory log's.

@@ -130,7 +130,9 @@ def test_with_chroma_down_the_keyword_side_still_answers(deployment: Deployment)
             c.settings.chroma.collection,
         )
         try:
-            search = HybridFactSearch(c.pool, PostgresReadModel(c.pool), down, c.embedder)
+            search = HybridFactSearch(
+                c.pool, PostgresReadModel(c.pool, c.subjects), down, c.embedder
+            )
             found = search.related(KEY, [FactQuery("my dentist Dr. Alvarez")], limit=3)
         finally:
             down.close()
@@ -187,7 +189,7 @@ def test_the_found_facts_stored_vectors_are_remembered_by_text(deployment: Deplo
             )
         held = HeldVectors()
         search = HybridFactSearch(
-            c.pool, PostgresReadModel(c.pool), c.index, c.embedder, vectors=held
+            c.pool, PostgresReadModel(c.pool, c.subjects), c.index, c.embedder, vectors=held
         )
         found = {f.content for r in search.related(KEY, QUERIES, limit=3).ranked for f in r}
         assert {DENTIST.content, MAIL.content, new_bees} <= found
@@ -209,7 +211,7 @@ def test_a_stored_fact_whose_text_the_process_holds_is_not_fetched(
         def search(held: HeldVectors) -> tuple[list[list[uuid.UUID]], list[uuid.UUID]]:
             index = FetchCountingIndex(c.index)
             hybrid = HybridFactSearch(
-                c.pool, PostgresReadModel(c.pool), index, c.embedder, vectors=held
+                c.pool, PostgresReadModel(c.pool, c.subjects), index, c.embedder, vectors=held
             )
             ranked = [ids(r) for r in hybrid.related(KEY, QUERIES, limit=3).ranked]
             return ranked, index.fetched
@@ -237,7 +239,9 @@ def test_a_model_failure_while_postgres_answers_is_raised(deployment: Deployment
     def check(c: wiring.Core) -> None:
         c.memory.insert_facts(FACTS)
         wiring.indexer(c).drain_pending()
-        search = HybridFactSearch(c.pool, PostgresReadModel(c.pool), c.index, BrokenModel())
+        search = HybridFactSearch(
+            c.pool, PostgresReadModel(c.pool, c.subjects), c.index, BrokenModel()
+        )
         with pytest.raises(EmbeddingModelError, match="cannot read the model file"):
             search.related(KEY, [FactQuery("my dentist Dr. Alvarez")], limit=3)
 
@@ -314,7 +318,7 @@ def test_chroma_is_asked_again_a_bounded_number_of_times_for_stale_answers(
                 "DELETE FROM memory_facts WHERE fact_id = ANY(%s)", ([f.fact_id for f in gone],)
             )
         index = CountingIndex(c.index)
-        search = HybridFactSearch(c.pool, PostgresReadModel(c.pool), index, c.embedder)  # type: ignore[arg-type]
+        search = HybridFactSearch(c.pool, PostgresReadModel(c.pool, c.subjects), index, c.embedder)  # type: ignore[arg-type]
         found = search.related(KEY, [FactQuery("beekeeping and honey")], limit=1)
     assert index.queries == 2  # for 1, then 2; not on until Chroma runs out
     assert not set(ids(found.ranked[0])) & {f.fact_id for f in gone}
@@ -363,7 +367,9 @@ def test_a_memorys_entry_answers_as_the_exact_and_ann_paths(
         exact = ranked_ids(wiring.candidate_search(c))
         assert len(c.dense_cache) == 0
         monkeypatch.setattr(candidate_search, "EXACT_SEARCH_MAX_FACTS", 0)
-        ann = ranked_ids(HybridFactSearch(c.pool, PostgresReadModel(c.pool), c.index, c.embedder))
+        ann = ranked_ids(
+            HybridFactSearch(c.pool, PostgresReadModel(c.pool, c.subjects), c.index, c.embedder)
+        )
         held = ranked_ids(wiring.candidate_search(c))
         assert c.dense_cache.get(KEY) is not None  # the entry answered
     assert exact == ann == held

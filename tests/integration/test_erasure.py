@@ -206,7 +206,7 @@ def test_forget_leaves_nothing_of_the_memory_and_nothing_else_changes(
         wiring.indexer(c).drain_pending()
         c.memory.set_credit(FORGOTTEN, 5_000_000)
         before = {key: snapshot(c, key) for key in OTHERS}
-        reads = PostgresReadModel(c.pool)
+        reads = PostgresReadModel(c.pool, c.subjects)
         local, replica = InjectionCache(reads), InjectionCache(reads)
         # Two read paths (two API replicas) cached the memory; the replica's audit row is
         # written before the forget, the local one's is still queued when it happens.

@@ -320,7 +320,7 @@ def test_the_read_audit_loses_an_erased_fact_and_the_queries_quoting_it(
 ) -> None:
     seed(deployment)
     with eraser(deployment) as (c, erase):
-        reads = PostgresReadModel(c.pool)
+        reads = PostgresReadModel(c.pool, c.subjects)
         service = ContextService(
             reads, c.index, c.clock, audit=BatchWriter("context-log", reads.write_context_logs)
         )

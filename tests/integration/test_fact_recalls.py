@@ -15,7 +15,7 @@ from store.read.fact_queries import PostgresReadModel
 from store.write.erasure_log import PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore
 from tests.support.builders import BASE_TIME, key_of, log_row, make_fact, seed
-from tests.support.erasure import open_memory_erasure
+from tests.support.erasure import SUBJECTS, open_memory_erasure
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def recall_rows(pool: ConnectionPool) -> int:
 def test_recalls_leave_the_fact_row_as_it_is_and_add_up_in_every_read(
     pool: ConnectionPool,
 ) -> None:
-    memory, reads = PostgresMemoryStore(pool), PostgresReadModel(pool)
+    memory, reads = PostgresMemoryStore(pool), PostgresReadModel(pool, SUBJECTS)
     berlin = make_fact("ada", "Ada lives in Berlin")
     seed(memory, "ada", [berlin])
     before = row_version(pool, berlin.fact_id)
@@ -67,7 +67,7 @@ def test_recalls_leave_the_fact_row_as_it_is_and_add_up_in_every_read(
 
 
 def test_an_erasure_takes_the_recall_counts_with_the_facts(pool: ConnectionPool) -> None:
-    memory, reads = PostgresMemoryStore(pool), PostgresReadModel(pool)
+    memory, reads = PostgresMemoryStore(pool), PostgresReadModel(pool, SUBJECTS)
     ada_fact = make_fact("ada", "Ada lives in Berlin")
     bob_fact = make_fact("bob", "Bob lives in Oslo")
     seed(memory, "ada", [ada_fact])

@@ -36,7 +36,7 @@ def seeded_service(c: wiring.Core, rewriter: TimeBoundRewriter) -> ContextServic
         cache=InjectionCache(reads),
         rewriter=rewriter,
         charges=wiring.read_charges(c),
-        ledger=BatchWriter("read-costs", ReadLedger(c.pool).write),
+        ledger=BatchWriter("read-costs", ReadLedger(c.pool, c.subjects).write),
     )
 
 
@@ -88,7 +88,7 @@ def test_no_query_embedding_is_booked_when_nothing_was_scored(deployment: Deploy
             c.clock,
             cache=InjectionCache(reads),
             charges=wiring.read_charges(c),
-            ledger=BatchWriter("read-costs", ReadLedger(c.pool).write),
+            ledger=BatchWriter("read-costs", ReadLedger(c.pool, c.subjects).write),
         )
         try:
             service.assemble(ADA, "who files the invoices?")  # mail is not active

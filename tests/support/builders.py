@@ -219,8 +219,10 @@ def log_row(
     recalled: Sequence[Fact] = (),
     at: datetime = BASE_TIME,
     log_id: uuid.UUID | None = None,
+    read_at: datetime | None = None,
 ) -> ContextLogRow:
-    """A chat turn's audit row on the memory `key` at `generation`, which recalled `recalled`."""
+    """A chat turn's audit row on the memory `key` at `generation`, which recalled `recalled`,
+    written `at` of a turn that read `read_at` (by default `at`)."""
     return ContextLogRow(
         log_id=log_id or uuid.uuid4(),
         user_id=key.user_id,
@@ -236,6 +238,7 @@ def log_row(
         degraded=False,
         degraded_reason=None,
         created_at=at,
+        read_at=at if read_at is None else read_at,
         generation=generation,
         recalled=tuple(f.fact_id for f in recalled),
     )

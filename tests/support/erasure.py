@@ -12,8 +12,11 @@ from chromadb.api import ClientAPI
 from psycopg import sql
 
 from domain.erasure import ErasureScope
-from domain.ids import MemoryKey
+from domain.ids import MemoryKey, SubjectHasher
 from store.write.erasure_log import PostgresErasureLog
+
+# The digest of a memory the integration tests' stores and erasures agree on.
+SUBJECTS = SubjectHasher(b"integration-subject-key")
 
 # Every column that can hold words: text, JSON, arrays of text, and the full-text vector.
 _TEXTUAL = ("text", "character varying", "json", "jsonb", "ARRAY", "tsvector")
