@@ -31,8 +31,8 @@ class DatabaseUnavailable(StoreError):
 
 class DatabaseRefused(DatabaseUnavailable):
     """Postgres refused the work for a reason an operator fixes, not the work: a privilege
-    revoked. Retried as an outage is (a disk full or too many connections are
-    `DatabaseUnavailable` already)."""
+    revoked, a write to a read-only database (a standby after a failover). Retried as an
+    outage is (a disk full or too many connections are `DatabaseUnavailable` already)."""
 
 
 class MigrationError(StoreError):

@@ -3,7 +3,7 @@ psycopg's errors become the store's.
 
 `OperationalError` (connection lost, server gone, pool timeout, deadlock, serialization
 failure) becomes `DatabaseUnavailable`, which callers may retry; so does a refusal an operator
-fixes (`DatabaseRefused`: a privilege revoked). Any other
+fixes (`DatabaseRefused`: a privilege revoked, a write to a read-only database). Any other
 driver error (a constraint, a type, a bug in a statement) becomes `StoreError`, which they
 must not retry.
 """
@@ -28,9 +28,14 @@ from store.errors import DatabaseRefused, DatabaseUnavailable, StoreError
 
 # Insufficient resources (disk full, too many connections) are OperationalErrors already; a
 # privilege revoked is not. It counts only as "permission denied": the append-only triggers
-# raise the same SQLSTATE for a write no privilege allows. (A read-only transaction is no
-# refusal: the analyst tools connect read-only on purpose.)
+# raise the same SQLSTATE for a write no privilege allows.
 _NO_PRIVILEGE = "42501"
+# A write in a read-only transaction (an InternalError): after a failover to a demoted node,
+# or through a pooler routing to a replica, Postgres refuses every write until the DSN leads to
+# the primary again. The pipeline waits that out rather than dead-lettering what it was
+# writing. (The analyst tools connect read-only on purpose and never write; a command that
+# tried would end on the refusal, with one line saying so, as on any other.)
+_READ_ONLY = "25006"
 LOCK_CONNECT_TIMEOUT_S = 10
 
 
@@ -103,6 +108,8 @@ def translated(operation: str, error: type[StoreError] = StoreError) -> Iterator
 
 def refused(e: psycopg.Error) -> bool:
     """Whether Postgres refused for a reason outside the work (see `DatabaseRefused`)."""
+    if e.sqlstate == _READ_ONLY:
+        return True
     return e.sqlstate == _NO_PRIVILEGE and str(e).startswith("permission denied")
 
 

@@ -22,10 +22,11 @@ from store.postgres import translated
         (pg.InsufficientPrivilege("permission denied for table context_events"), DatabaseRefused),
         (pg.DiskFull("could not extend file: No space left on device"), DatabaseUnavailable),
         (pg.TooManyConnections("sorry, too many clients already"), DatabaseUnavailable),
-        # The analyst tools connect read-only on purpose: a write there is a bug, not an outage.
+        # A failover to a demoted node, a pooler routing to a replica: waited out, not the
+        # work's fault.
         (
             pg.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"),
-            StoreError,
+            DatabaseRefused,
         ),
         # The append-only triggers raise insufficient_privilege too: that is no outage.
         (pg.InsufficientPrivilege("context_events is append-only: UPDATE rejected"), StoreError),

@@ -1,0 +1,74 @@
+"""A database that refuses writes because it is read-only (a failover to a demoted node, a
+pooler routing to a replica) is an outage: the processor waits it out and keeps its batch, as
+through Postgres being away, rather than dead-lettering it as a batch that cannot succeed."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from memoryd import wiring
+from store.errors import DatabaseUnavailable
+from tests.support.builders import key_of, make_event
+from tests.support.deployment import Deployment, letter_count, tuned, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def read_only(dsn: str, *, on: bool) -> None:
+    """Make the test's database read-only for new sessions (or writable again), and end the
+    sessions open on it, as a failover does: the pool's next connections meet the new state."""
+    setting = (
+        "SET default_transaction_read_only = on" if on else "RESET default_transaction_read_only"
+    )
+    name = sql.Identifier(conninfo_to_dict(dsn)["dbname"])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = off")  # an operator's session
+        conn.execute(sql.SQL("ALTER DATABASE {} ").format(name) + sql.SQL(setting))
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+def test_a_write_to_a_read_only_database_is_an_outage(deployment: Deployment) -> None:
+    read_only(deployment.dsn, on=True)
+    with (
+        wiring.core(deployment.settings) as c,
+        pytest.raises(DatabaseUnavailable, match="read-only transaction") as raised,
+    ):
+        c.memory.set_credit(key_of("ada"), 100)
+    assert isinstance(raised.value.__cause__, psycopg.errors.ReadOnlySqlTransaction)
+
+
+def test_the_processor_waits_a_read_only_database_out(deployment: Deployment) -> None:
+    waiting = tuned(deployment, max_wait_s=0.1, backoff_max_s=1.0)
+    event = make_event("ada", "I live in Lisbon")
+    waiting.publish([event])
+    read_only(deployment.dsn, on=True)
+    with wiring.core(waiting.settings) as c:
+        processor = waiting.processor(c)
+        processor.start()
+
+        def refused_twice() -> bool:
+            processor.step()
+            return processor.outage.failures >= 2
+
+        def settled() -> bool:
+            processor.step()
+            return not processor.held_events() and not processor.outage.failures
+
+        try:
+            wait_until(refused_twice, 120, "two flushes refused")
+            assert [e.event_id for e in processor.held_events()] == [event.event_id]
+            read_only(deployment.dsn, on=False)
+            wait_until(settled, 120, "the batch settled")
+        finally:
+            processor.shutdown()
+    consumed = deployment.query("SELECT event_id FROM consolidated_events")
+    assert consumed == [(event.event_id,)]
+    assert deployment.query("SELECT status FROM consolidation_runs") == [("succeeded",)]
+    k = deployment.settings.kafka
+    assert letter_count(k.bootstrap_servers, k.dead_letter_topic) == 0
