@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from kafka import KafkaProducer
 from kafka.errors import KafkaError, MessageSizeTooLargeError
-from kafka.structs import OffsetAndMetadata
+from kafka.structs import ConsumerGroupMetadata, OffsetAndMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from consumers.batching import BufferedEvent, TopicPartition
@@ -124,6 +124,17 @@ class KafkaDeadLetterSink:
     ) -> None:
         if not letters:
             return
+        if isinstance(group, ConsumerGroupMetadata) and (
+            group.generation_id < 0 or not group.member_id
+        ):
+            # Evicted from the group (kafka-python resets the generation to -1 and the member
+            # id to ''): the broker takes a transactional commit with neither as an admin's and
+            # fences nothing, so this consumer would letter records, and commit offsets, of
+            # partitions another member owns now.
+            raise DeadLetterError(
+                f"{len(letters)} dead letter(s) not sent: the consumer is not in its group"
+                f" (generation {group.generation_id}, member {group.member_id!r})"
+            )
         try:
             producer = self._ready()
             producer.begin_transaction()

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.structs import ConsumerGroupMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from consumers.batching import TopicPartition
 from consumers.dead_letter import HEADER_OFFSET, HEADER_OMITTED, DeadLetter, KafkaDeadLetterSink
+from consumers.errors import DeadLetterError
 from memoryd.analyst.dead_letters import read_dead_letters
 from tests.support.deployment import Deployment, dead_letters
 
@@ -47,6 +49,23 @@ def test_the_letters_and_their_offsets_commit_together(deployment: Deployment) -
     seen = read_dead_letters(k.bootstrap_servers, k.dead_letter_topic)
     assert sorted(x.source for x in seen) == [(k.topic, 0, 0), (k.topic, 0, 1)]
     assert committed(k.bootstrap_servers, group, KafkaTopicPartition(k.topic, 0)) == 2
+
+
+def test_a_consumer_evicted_from_its_group_letters_nothing(deployment: Deployment) -> None:
+    # kafka-python's group metadata once the consumer was evicted (reset_generation): with no
+    # generation and no member, the broker took the transaction's offsets unfenced, over those
+    # of the partition's new owner, and its letters doubled the new owner's.
+    k = deployment.settings.kafka
+    group = "evicted-consumer"
+    evicted = ConsumerGroupMetadata(group_id=group, generation_id=-1, member_id="")
+    sink = KafkaDeadLetterSink(k.bootstrap_servers, k.dead_letter_topic, "processor")
+    try:
+        with pytest.raises(DeadLetterError, match="not in its group"):
+            sink.send([letter(k.topic, 0)], {TopicPartition(k.topic, 0): 1}, evicted)
+    finally:
+        sink.close()
+    assert read_dead_letters(k.bootstrap_servers, k.dead_letter_topic) == []
+    assert committed(k.bootstrap_servers, group, KafkaTopicPartition(k.topic, 0)) is None
 
 
 def test_the_letters_of_an_aborted_transaction_are_not_read(deployment: Deployment) -> None:
