@@ -22,8 +22,8 @@ from domain.model import TokenUsage
 from processors.errors import BackendError
 from producers.contract import ContextEvent
 
-if TYPE_CHECKING:  # only for the annotation: flush imports the store, batching stays plain
-    from consumers.flush import FlushResult
+if TYPE_CHECKING:  # only for the annotation: flush_result imports this module
+    from consumers.flush_result import FlushResult
 
 
 FAILED_RUN_NAMESPACE = uuid.UUID("7d3f1c52-8e0a-4b6d-9f21-3c5e8a7b1d04")

@@ -24,11 +24,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from enum import StrEnum
 
 from consumers.batching import BufferedEvent, Rejection, first_by_id
+from consumers.flush_result import FlushKind, FlushResult, RejectedEvents
 from consumers.forgetting import ForgottenEvents
 from consumers.indexer import IndexQueue
 from consumers.observers import FlushObserver
@@ -52,51 +53,6 @@ _PROBE_NOTE = "usable answer to a probe while bisecting a batch; its events were
 class BudgetPolicy(StrEnum):
     DEFER = "defer"  # park the events on the dead-letter topic until credit is added
     SKIP_EMBEDDINGS = "skip_embeddings"  # consolidate, but leave new facts unindexed
-
-
-class FlushKind(StrEnum):
-    CONSOLIDATED = "consolidated"
-    NOTHING_NEW = "nothing_new"
-    DEFERRED = "deferred"
-    REJECTED = "rejected"  # the backend could answer none of the events usably
-    FORGOTTEN = "forgotten"  # every event was of an erased memory, before its tombstone
-
-
-@dataclass(frozen=True)
-class RejectedEvents:
-    """Events to dead-letter after a split; their failed runs are recorded already."""
-
-    event_ids: tuple[uuid.UUID, ...]
-    reason: str
-
-
-@dataclass(frozen=True)
-class FlushResult:
-    kind: FlushKind
-    events: int  # consolidated (or deferred) by this flush
-    updates: tuple[MemoryUpdate, ...] = ()
-    reason: str = ""
-    skip_embeddings: bool = False
-    rejected: tuple[RejectedEvents, ...] = ()
-    deferred_run: uuid.UUID | None = None
-    forgotten: int = 0  # events left out because an erasure forgot them
-
-    @property
-    def rejected_reasons(self) -> dict[uuid.UUID, str]:
-        """Per event split off, why the backend could not answer it."""
-        return {i: r.reason for r in self.rejected for i in r.event_ids}
-
-    def split_rejection(self, count: int) -> Rejection:
-        """The letter of the `count` events split off, each with its failure (runs recorded)."""
-        summary = f"{count} event(s) the backend cannot answer usably, as in: "
-        summary += self.rejected[0].reason
-        return Rejection("consolidate", summary, recorded=True, reasons=self.rejected_reasons)
-
-    @property
-    def run_ids(self) -> tuple[uuid.UUID, ...]:
-        """The runs this flush wrote: the applied ones, or the deferred one."""
-        applied = tuple(u.run.run_id for u in self.updates)
-        return applied if self.deferred_run is None else (*applied, self.deferred_run)
 
 
 class UserFlusher:

@@ -28,7 +28,8 @@ from consumers.batching import (
 )
 from consumers.dead_letter import PROCESSOR_STAGES, DeadLetter, DeadLetterSink
 from consumers.decoding import Rejected, decode_record
-from consumers.flush import FlushResult, UserFlusher
+from consumers.flush import UserFlusher
+from consumers.flush_result import FlushResult
 from consumers.forgetting import drop_held, held_events
 from consumers.kafka_client import (
     EventConsumer,

@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from consumers.batching import Batch, OffsetTracker, Rejection
 from consumers.dead_letter import event_letters
-from consumers.flush import FlushKind, FlushResult, UserFlusher
+from consumers.flush import UserFlusher
+from consumers.flush_result import FlushKind, FlushResult
 from consumers.log_fields import batch_fields
 from consumers.metrics import PipelineMetrics
 from consumers.outage import Outage

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from kafka import KafkaConsumer
 
-from consumers.flush import FlushKind
+from consumers.flush_result import FlushKind
 from memoryd import wiring
 from processors.consolidate import Consolidator
 from processors.gate import WriteGate

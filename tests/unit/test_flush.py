@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 
 from consumers.batching import Rejection
-from consumers.flush import BudgetPolicy, FlushKind
+from consumers.flush import BudgetPolicy
+from consumers.flush_result import FlushKind
 from domain.ids import ledger_entry_id_for
 from domain.model import Fact, FactStatus, LedgerEntry, MemoryUpdate, RunStatus, TokenUsage
 from processors.errors import TransientBackendError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.flush import FlushKind
+from consumers.flush_result import FlushKind
 from domain.model import RunStatus, TokenUsage
 from processors.errors import TransientBackendError, UnusableAnswer
 from processors.schema import ConsolidationRequest

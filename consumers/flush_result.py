@@ -1,0 +1,56 @@
+"""What a memory's flush comes back with, for `consumers.settlement` to settle the batch by:
+how it ended, the runs it wrote, and the events it gives up on."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+
+from consumers.batching import Rejection
+from domain.model import MemoryUpdate
+
+
+class FlushKind(StrEnum):
+    CONSOLIDATED = "consolidated"
+    NOTHING_NEW = "nothing_new"
+    DEFERRED = "deferred"
+    REJECTED = "rejected"  # the backend could answer none of the events usably
+    FORGOTTEN = "forgotten"  # every event was of an erased memory, before its tombstone
+
+
+@dataclass(frozen=True)
+class RejectedEvents:
+    """Events to dead-letter after a split; their failed runs are recorded already."""
+
+    event_ids: tuple[uuid.UUID, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    kind: FlushKind
+    events: int  # consolidated (or deferred) by this flush
+    updates: tuple[MemoryUpdate, ...] = ()
+    reason: str = ""
+    skip_embeddings: bool = False
+    rejected: tuple[RejectedEvents, ...] = ()
+    deferred_run: uuid.UUID | None = None
+    forgotten: int = 0  # events left out because an erasure forgot them
+
+    @property
+    def rejected_reasons(self) -> dict[uuid.UUID, str]:
+        """Per event split off, why the backend could not answer it."""
+        return {i: r.reason for r in self.rejected for i in r.event_ids}
+
+    def split_rejection(self, count: int) -> Rejection:
+        """The letter of the `count` events split off, each with its failure (runs recorded)."""
+        summary = f"{count} event(s) the backend cannot answer usably, as in: "
+        summary += self.rejected[0].reason
+        return Rejection("consolidate", summary, recorded=True, reasons=self.rejected_reasons)
+
+    @property
+    def run_ids(self) -> tuple[uuid.UUID, ...]:
+        """The runs this flush wrote: the applied ones, or the deferred one."""
+        applied = tuple(u.run.run_id for u in self.updates)
+        return applied if self.deferred_run is None else (*applied, self.deferred_run)
