@@ -343,7 +343,10 @@ class UserFlusher:
         run = self._unapplied.record(
             request, attempt, now, RunStatus.DEFERRED, run_id=run_id, error=reason
         )
-        return FlushResult(FlushKind.DEFERRED, len(fresh), reason=reason, deferred_run=run.run_id)
+        parked = tuple(e.event_id for e in fresh)
+        return FlushResult(
+            FlushKind.DEFERRED, len(fresh), reason=reason, deferred_run=run.run_id, deferred=parked
+        )
 
 
 def _ms_since(started: float) -> int:

@@ -36,6 +36,7 @@ class FlushResult:
     skip_embeddings: bool = False
     rejected: tuple[RejectedEvents, ...] = ()
     deferred_run: uuid.UUID | None = None
+    deferred: tuple[uuid.UUID, ...] = ()  # the events the deferred run parks
     forgotten: int = 0  # events left out because an erasure forgot them
 
     @property

@@ -101,7 +101,11 @@ class Settlement:
         self._outage.recovered(FLUSH)
         self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(result.forgotten)
         if result.kind is FlushKind.DEFERRED:
-            # The flusher recorded the deferred run itself, under the user's lock.
+            # The flusher recorded the deferred run itself, under the user's lock, for the
+            # events it parks. The others get no letter: consolidated already (read again
+            # after a crash), or forgotten by an erasure (a letter would bring them back).
+            for item in batch.keep_only(result.deferred):
+                self._offsets.done(item.tp, item.offset)
             self._reject(batch, Rejection("budget", result.reason, recorded=True))
             return
         if result.rejected:

@@ -8,14 +8,18 @@ balance at -55.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
 
 from consumers.flush import BudgetPolicy
 from memoryd import wiring
+from memoryd.analyst.dead_letters import read_dead_letters
+from memoryd.erasure import ErasureRequest
 from memoryd.jobs import drain_index_once
 from memoryd.redrive import redrive
+from producers.contract import ContextEvent, EventType, Source
 from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment, dead_letters, gemini_backend, headers_of, tuned
 from tests.support.fake_gemini import FakeGemini, FakeReply
@@ -24,6 +28,7 @@ pytestmark = pytest.mark.integration
 
 RUN_COST = 155
 CREDIT = 100
+ERASURE = ErasureRequest("test", "asked by the user")
 
 
 @pytest.fixture
@@ -44,10 +49,14 @@ def answer(content: str) -> FakeReply:
 
 def consolidate(deployment: Deployment, fake: FakeGemini, text: str) -> Any:
     event = make_event("ada", text)
-    deployment.publish([event])
+    consolidate_event(deployment, fake, event)
+    return event.event_id
+
+
+def consolidate_event(deployment: Deployment, fake: FakeGemini, *events: ContextEvent) -> None:
+    deployment.publish(events)
     with gemini_backend(fake.url) as backend:
         deployment.run_processor(backend)
-    return event.event_id
 
 
 def set_credit(deployment: Deployment, micro_usd: int) -> None:
@@ -100,6 +109,36 @@ def test_defer_parks_the_events_until_credit_is_added(
     consumed = {r[0] for r in deployment.query("SELECT event_id FROM consolidated_events")}
     assert consumed == {first, second}
     assert balance(deployment) == 10_000 - 2 * RUN_COST
+
+
+def test_defer_letters_only_the_events_it_parks(deployment: Deployment, fake: FakeGemini) -> None:
+    set_credit(deployment, CREDIT)
+    fake.reply(answer("The user works at Initech."))
+    first = make_event("ada", "I work at Initech")
+    consolidate_event(deployment, fake, first)  # spends the credit
+    with wiring.core(deployment.settings) as c, closing(wiring.publisher(c.settings)) as pub:
+        (fact,) = c.memory.facts(key_of("ada"))
+        # Learned again in the fact's own words and logged, not yet consolidated, when the fact
+        # is erased: its logged copy is redacted, the one in Kafka is not.
+        learned = make_event(
+            "ada", fact.content, EventType.LEARNED_FACT, source=Source.AUTONOMOUS, minutes=5
+        )
+        deployment.publish([learned])
+        deployment.run_log_writer()
+        wiring.eraser(c, pub).erase_fact(key_of("ada"), fact.fact_id, ERASURE)
+    fresh = make_event("ada", "I live in Lisbon", minutes=6)
+    # `first` read again (as after a crash before its offset was committed), in one batch with
+    # the redacted observation and a fresh one.
+    consolidate_event(deployment, fake, first, fresh)
+
+    assert len(fake.requests) == 1
+    assert [(r[0], r[1]) for r in runs(deployment)] == [
+        ("succeeded", [first.event_id]),
+        ("deferred", [fresh.event_id]),
+    ]
+    k = deployment.settings.kafka
+    letters = read_dead_letters(k.bootstrap_servers, k.dead_letter_topic)
+    assert [(x.stage, x.event_id) for x in letters] == [("budget", fresh.event_id)]
 
 
 def test_skip_embeddings_consolidates_but_indexes_only_after_a_top_up(
