@@ -190,7 +190,7 @@ class MemoryProcessor:
                 if isinstance(decoded, Rejected):
                     letters.append(decoded.letter(record.key, record.value, tp, record.offset))
                 elif isinstance(decoded, MemoryTombstone):
-                    self._forget(decoded)
+                    self._forget(decoded, tp, record.offset)
                     self._offsets.done(tp, record.offset)
                 else:
                     self._buffers.add(BufferedEvent(tp, record.offset, decoded), now)
@@ -220,11 +220,15 @@ class MemoryProcessor:
             self._flusher.flush, batch.key, list(batch.items), batch.attempt
         )
 
-    def _forget(self, tombstone: MemoryTombstone) -> None:
+    def _forget(self, tombstone: MemoryTombstone, tp: TopicPartition, offset: int) -> None:
         dropped = drop_held(tombstone, self._buffers, self._batches)
         for item in dropped:
             self._offsets.done(item.tp, item.offset)
-        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(len(dropped))
+        # Given up before the erasure, their letters still waiting for earlier records.
+        unsent = self._letters.forget(tombstone.kafka_key, tp, offset)
+        for letter in unsent:
+            self._offsets.done(tp, letter.offset)
+        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(len(dropped) + len(unsent))
 
     def _collect(self, wait_s: float) -> None:
         deadline = self._monotonic() + wait_s

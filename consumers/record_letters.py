@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from consumers.batching import OffsetTracker, TopicPartition
-from consumers.dead_letter import DeadLetter, DeadLetterSink
+from consumers.dead_letter import READ_STAGES, DeadLetter, DeadLetterSink
 from consumers.errors import DeadLetterError
 from consumers.log_fields import letter_fields
 from consumers.metrics import PipelineMetrics
@@ -58,6 +58,26 @@ class HeldLetters:
         self._waiting = [x for x in self._waiting if _partition(x) not in partitions]
         if not self._waiting:
             self._outage.recovered(SENDING)  # nothing is left to send: not failing any more
+
+    def forget(self, key: bytes, tp: TopicPartition, before: int) -> list[DeadLetter]:
+        """Take out and return the letters of a memory's events read from `tp` below `before`,
+        its tombstone's offset: the erasure forgot those events, and sent now their letters
+        would copy them to the dead-letter topic after it. The caller marks them done."""
+
+        def forgotten(x: DeadLetter) -> bool:
+            return (
+                x.key == key
+                and x.stage not in READ_STAGES
+                and _partition(x) == tp
+                and x.offset < before
+            )
+
+        gone = [x for x in self._waiting if forgotten(x)]
+        if gone:
+            self._waiting = [x for x in self._waiting if not forgotten(x)]
+            if not self._waiting:
+                self._outage.recovered(SENDING)
+        return gone
 
     def send_due(self, offsets: OffsetTracker) -> list[DeadLetter]:
         """Send the letters whose records lead their partition's open offsets, with the

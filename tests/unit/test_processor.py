@@ -225,6 +225,37 @@ def test_a_tombstone_drops_what_is_held_of_its_memory_and_no_more() -> None:
     assert consumer.committed[0] == 5
 
 
+class RefusesAdaHoldsBob(Gate):
+    """Refuses ada's batch (not transient); bob's call waits at the gate."""
+
+    def before(self, request: ConsolidationRequest) -> None:
+        if request.key.user_id == "ada":
+            raise BackendError("400 invalid argument")
+        super().before(request)
+
+
+def test_a_tombstone_drops_the_letters_of_its_memory_still_waiting_to_be_sent() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    backend = RefusesAdaHoldsBob()
+    bob, ada = make_event("bob", "I live in Porto"), make_event("ada", "I live in Lisbon")
+    publish(consumer, 0, bob, ada)
+    processor = started(m.processor(consumer, backend, letters))
+    # Ada's batch is given up, its letter waits for bob's earlier record to be done.
+    step_until(processor, lambda: backend.entered.is_set() and bool(m.runs.runs(key_of("ada"))))
+    # Then ada's memory is erased: its cut-off, then its tombstone.
+    m.db.cutoffs[SUBJECTS(key_of("ada"))] = {(TOPIC, 0): 2}
+    tombstone = MemoryTombstone(
+        organization_id="org-a", user_id="ada", erasure_id=uuid.uuid4(), forgotten_at=BASE_TIME
+    )
+    consumer.produce(0, tombstone.to_bytes(), tombstone.kafka_key)
+    step_until(processor, lambda: consumer.position[0] == 3)
+    backend.opened.set()
+    step_until(processor, lambda: consumer.committed.get(0) == 3)
+    processor.shutdown()
+    assert consolidated(m, [bob])
+    assert letters.letters == []  # forgotten: no copy of ada's event after the erasure
+
+
 def test_a_flush_still_running_at_a_revocation_finishes_as_an_orphan() -> None:
     m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
     gate = Gate()
