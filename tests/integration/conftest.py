@@ -12,6 +12,7 @@ from store.migrate import migrate
 from store.postgres import make_pool
 from tests.support.chroma import DisposableChroma
 from tests.support.deployment import Deployment, deployment_settings
+from tests.support.services import started
 
 
 @pytest.fixture
@@ -45,9 +46,5 @@ def migrated_pool(fresh_database: str) -> Iterator[ConnectionPool]:
 
 @pytest.fixture
 def own_chroma(tmp_path: Path) -> Iterator[DisposableChroma]:
-    server = DisposableChroma(tmp_path)
-    server.start()
-    try:
+    with started(lambda: DisposableChroma(tmp_path), 60.0) as server:
         yield server
-    finally:
-        server.stop()

@@ -265,7 +265,9 @@ def test_a_process_refuses_to_start_on_the_other_graphs_collection(
 # --- outages: a server of our own that the test may stop or freeze --------------------------------
 
 
-def _unavailable_during(end_outage: Callable[[], None]) -> Callable[[Callable[[], object]], None]:
+def _unavailable_during(
+    end_outage: Callable[[], object],
+) -> Callable[[Callable[[], object]], None]:
     """A check that a call fails as unavailable while the outage lasts. A call still running
     after OUTAGE_END_S ends the outage (`end_outage`: the server back, or thawed), so one that
     waits for the server rather than giving up succeeds, or fails too late, and the check

@@ -27,6 +27,7 @@ from store.chroma import close_client, http_client
 from tests.support.builders import key_of, make_event, make_fact
 from tests.support.deployment import Deployment, seed_core
 from tests.support.fakes import FlakyBackend
+from tests.support.services import started
 
 pytestmark = pytest.mark.integration
 
@@ -35,12 +36,10 @@ QUERY = "Which team does the user work in?"
 
 @pytest.fixture
 def chroma(tmp_path: Path) -> Iterator[LocalChroma]:
-    server = LocalChroma(tmp_path / "chroma-server", free_port(), stop_on_exit=True)
-    server.start(timeout=60)
-    try:
+    with started(
+        lambda: LocalChroma(tmp_path / "chroma-server", free_port(), stop_on_exit=True), 60.0
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -30,7 +30,8 @@ from memoryd.dev.chroma import heartbeat
 from memoryd.dev.kafka import kafka_ready
 from memoryd.dev.postgres import find_bin_dir
 from memoryd.dev.stack import DEFAULT_KAFKA_POM, default_cache_dir
-from tests.support.services import running
+from tests.support.chroma import DisposableChroma
+from tests.support.services import running, started
 
 pytestmark = pytest.mark.integration
 
@@ -130,68 +131,52 @@ def test_local_postgres_start_is_idempotent(postgres_home: Path) -> None:
         find_bin_dir()
     except RuntimeError as exc:
         pytest.skip(f"no local PostgreSQL binaries: {exc}")
-    postgres = LocalPostgres(postgres_home, free_port(), for_tests=True, stop_on_exit=True)
-    try:
-        first = postgres.start()
-        second = postgres.start()
-        assert first == second
+    with started(
+        lambda: LocalPostgres(postgres_home, free_port(), for_tests=True, stop_on_exit=True), 60.0
+    ) as postgres:
+        again = postgres.start()
+        assert again == postgres.dsn
         assert postgres.is_running()
-        with psycopg.connect(second) as conn:
+        with psycopg.connect(again) as conn:
             assert conn.execute("SELECT current_database()").fetchone() == ("memoryd",)
-    finally:
-        postgres.stop()
     assert not postgres.is_running()
     postgres.stop()  # stopping a stopped server is a no-op
 
 
 def test_local_chroma_start_is_idempotent(tmp_path: Path) -> None:
-    chroma = LocalChroma(tmp_path / "chroma", free_port(), stop_on_exit=True)
-    try:
-        first = chroma.start()
-        assert chroma.start() == first
+    home = tmp_path / "chroma"
+    with started(lambda: LocalChroma(home, free_port(), stop_on_exit=True), 60.0) as chroma:
+        assert chroma.start() == chroma.url
         assert chroma.is_running()
-    finally:
-        chroma.stop()
     assert not chroma.is_running()
     chroma.stop()
 
 
 def test_local_chroma_started_again_on_another_port_moves_there(tmp_path: Path) -> None:
-    ports = DevPorts.free()  # distinct
-    before = LocalChroma(tmp_path / "chroma", ports.chroma, stop_on_exit=True)
-    after = LocalChroma(tmp_path / "chroma", ports.postgres, stop_on_exit=True)
-    try:
-        before.start()
-        assert after.start(timeout=30) == after.url
+    def chroma() -> LocalChroma:
+        return LocalChroma(tmp_path / "chroma", free_port(), stop_on_exit=True)
+
+    with started(chroma, 60.0) as before, started(chroma, 30.0) as after:
+        assert after.port != before.port  # free_port() never hands a port out twice
         assert heartbeat(after.url)
         assert not heartbeat(before.url)
-    finally:
-        after.stop()
-        before.stop()
 
 
 def test_local_kafka_started_again_on_other_ports_moves_there(tmp_path: Path) -> None:
-    def kafka(port: int, controller_port: int) -> LocalKafka:
+    def kafka() -> LocalKafka:
+        ports = DevPorts.free()
         return LocalKafka(
             tmp_path / "kafka",
-            port,
-            controller_port,
+            ports.kafka,
+            ports.kafka_controller,
             pom=DEFAULT_KAFKA_POM,
             jars_cache=default_cache_dir() / "kafka-jars",
             stop_on_exit=True,
         )
 
-    ports = DevPorts.free()  # four distinct ports, two for each configuration
-    before = kafka(ports.kafka, ports.kafka_controller)
-    after = kafka(ports.postgres, ports.chroma)
-    try:
-        before.start(timeout=180)
-        assert after.start(timeout=60) == after.bootstrap
+    with started(kafka, 180.0) as before, started(kafka, 60.0) as after:
         assert kafka_ready(after.bootstrap)
         assert not port_open("127.0.0.1", before.port)
-    finally:
-        after.stop()
-        before.stop()
 
 
 @contextmanager
@@ -225,3 +210,43 @@ def test_postgres_whose_port_is_taken_is_started_on_another(postgres_home: Path)
             with psycopg.connect(dsn) as conn:
                 assert conn.execute("SELECT 1").fetchone() == (1,)
     assert not port_open("127.0.0.1", urlsplit(dsn).port or 0)
+
+
+@contextmanager
+def _listening_port() -> Iterator[int]:
+    """A port another process listens on: taken already when a start looks."""
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        yield sock.getsockname()[1]
+
+
+def test_kafka_whose_port_is_taken_is_started_on_another(tmp_path: Path) -> None:
+    with _listening_port() as taken:
+        ports = iter([(taken, free_port()), (free_port(), free_port())])
+
+        def kafka() -> LocalKafka:
+            port, controller_port = next(ports)
+            return LocalKafka(
+                tmp_path / "kafka",
+                port,
+                controller_port,
+                pom=DEFAULT_KAFKA_POM,
+                jars_cache=default_cache_dir() / "kafka-jars",
+                stop_on_exit=True,
+            )
+
+        with started(kafka, 180.0) as broker:
+            assert broker.port != taken
+            assert kafka_ready(broker.bootstrap)
+    assert not port_open("127.0.0.1", broker.port)
+
+
+def test_own_chroma_whose_port_is_taken_is_started_on_another(tmp_path: Path) -> None:
+    with _taken_port() as taken:
+        ports = iter([taken, free_port()])
+        with started(lambda: DisposableChroma(tmp_path, next(ports)), 60.0) as chroma:
+            assert chroma.port != taken
+            chroma.kill()
+            assert not heartbeat(chroma.url)
+            chroma.start()  # back on the port it had
+            assert heartbeat(chroma.url)
+    assert not heartbeat(chroma.url)

@@ -35,6 +35,7 @@ from tests.support.faults import (
     settled,
     wait_until,
 )
+from tests.support.services import started
 
 # Minutes each on a loaded machine: above the suite's per-test timeout.
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(900)]
@@ -45,30 +46,27 @@ WRITES = ("context_events", "consolidation_runs", "consolidated_events", "memory
 
 @pytest.fixture
 def own_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
-    ports = DevPorts.free()
-    kafka = LocalKafka(
-        tmp_path / "kafka",
-        ports.kafka,
-        ports.kafka_controller,
-        pom=REPO_ROOT / "infra" / "kafka" / "pom.xml",
-        jars_cache=default_cache_dir() / "kafka-jars",
-        stop_on_exit=True,
-    )
-    kafka.start(timeout=180)
-    try:
-        yield kafka
-    finally:
-        kafka.stop()
+    def kafka() -> LocalKafka:
+        ports = DevPorts.free()
+        return LocalKafka(
+            tmp_path / "kafka",
+            ports.kafka,
+            ports.kafka_controller,
+            pom=REPO_ROOT / "infra" / "kafka" / "pom.xml",
+            jars_cache=default_cache_dir() / "kafka-jars",
+            stop_on_exit=True,
+        )
+
+    with started(kafka, 180.0) as broker:
+        yield broker
 
 
 @pytest.fixture
 def own_postgres(postgres_home: Path) -> Iterator[LocalPostgres]:
-    postgres = LocalPostgres(postgres_home, free_port(), for_tests=True, stop_on_exit=True)
-    postgres.start(timeout=120)
-    try:
+    with started(
+        lambda: LocalPostgres(postgres_home, free_port(), for_tests=True, stop_on_exit=True), 120.0
+    ) as postgres:
         yield postgres
-    finally:
-        postgres.stop()
 
 
 def migrated(dsn: str) -> str:

@@ -29,23 +29,22 @@ from tests.support.ops import (
     wait_for,
     with_ops_ports,
 )
+from tests.support.services import started
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def own_postgres(postgres_home: Path) -> Iterator[LocalPostgres]:
-    postgres = LocalPostgres(postgres_home, free_port(), for_tests=True, stop_on_exit=True)
-    dsn = postgres.start()
-    pool = make_pool(dsn, max_size=2)
-    try:
-        migrate(pool)
-    finally:
-        pool.close()
-    try:
+    with started(
+        lambda: LocalPostgres(postgres_home, free_port(), for_tests=True, stop_on_exit=True), 60.0
+    ) as postgres:
+        pool = make_pool(postgres.dsn, max_size=2)
+        try:
+            migrate(pool)
+        finally:
+            pool.close()
         yield postgres
-    finally:
-        postgres.stop()
 
 
 def test_readyz_follows_postgres_for_every_process(

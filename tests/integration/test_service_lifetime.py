@@ -24,9 +24,10 @@ STARTS_TWO = """
 import sys
 from pathlib import Path
 from memoryd.dev import LocalChroma, free_port
+from tests.support.services import start
 home = Path(sys.argv[1])
-LocalChroma(home / "tests", free_port(), stop_on_exit=True).start()
-print(LocalChroma(home / "dev-up", free_port()).start(), flush=True)
+start(lambda: LocalChroma(home / "tests", free_port(), stop_on_exit=True), 60.0)
+print(start(lambda: LocalChroma(home / "dev-up", free_port()), 60.0).url, flush=True)
 sys.stdin.read()
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from memoryd.dev import PortTaken
 
@@ -20,6 +20,9 @@ class LocalService(Protocol):
     def start(self, timeout: float) -> str: ...
 
     def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=LocalService)
 
 
 @contextmanager
@@ -33,7 +36,24 @@ def running(make: Callable[[], LocalService], timeout: float) -> Iterator[str]:
         service.stop()
 
 
-def _start(make: Callable[[], LocalService], timeout: float) -> tuple[LocalService, str]:
+@contextmanager
+def started(make: Callable[[], S], timeout: float) -> Iterator[S]:
+    """As running(), for a test that handles the service itself (stops it, starts it again on
+    the same port): the service from make() that started."""
+    service = start(make, timeout)
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+def start(make: Callable[[], S], timeout: float) -> S:
+    """A started service from make(), for a caller that stops it in its own time (or never:
+    a process that leaves it to the service's watchdog)."""
+    return _start(make, timeout)[0]
+
+
+def _start(make: Callable[[], S], timeout: float) -> tuple[S, str]:
     attempt = 1
     while True:
         service = make()
