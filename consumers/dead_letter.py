@@ -23,6 +23,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from consumers.batching import BufferedEvent, TopicPartition
 from consumers.errors import DeadLetterError
+from producers.kafka_clients import open_client
 
 log = logging.getLogger(__name__)
 HEADER_REASON = "dlq.reason"
@@ -162,7 +163,8 @@ class KafkaDeadLetterSink:
             producer.send(self._topic, key=None, value=b"", headers=omitted)
 
     def _new_producer(self) -> Any:
-        return KafkaProducer(
+        return open_client(
+            KafkaProducer,
             bootstrap_servers=self._bootstrap_servers,
             client_id=f"{self._consumer_name}-dlq",
             transactional_id=f"memoryd-{self._consumer_name}-dlq-{uuid.uuid4().hex}",

@@ -14,6 +14,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from consumers.batching import TopicPartition
 from consumers.errors import ConsumerError
+from producers.kafka_clients import open_client
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ class ConsumerSettings:
 
 def make_consumer(settings: ConsumerSettings) -> EventConsumer:
     """Manual commits only: an offset is committed after its effect is durable, never before."""
-    consumer: EventConsumer = KafkaConsumer(
+    consumer: EventConsumer = open_client(
+        KafkaConsumer,
         bootstrap_servers=settings.bootstrap_servers,
         group_id=settings.group_id,
         client_id=settings.client_id,
@@ -109,12 +111,16 @@ def make_consumer(settings: ConsumerSettings) -> EventConsumer:
 def end_offsets(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
     """Partition -> the offset the next record will get, read without joining any group.
     Raises ConsumerError when the brokers cannot say (unreachable, timed out)."""
+    timeout_ms = int(timeout_s * 1000)
     try:
-        consumer = KafkaConsumer(
+        consumer = open_client(
+            KafkaConsumer,
             bootstrap_servers=bootstrap_servers,
             client_id="memoryd-end-offsets",
             enable_auto_commit=False,
-            request_timeout_ms=int(timeout_s * 1000),
+            request_timeout_ms=timeout_ms,
+            # Or the constructor waits its own 30 s for a broker, whatever timeout_s says.
+            bootstrap_timeout_ms=timeout_ms,
         )
     except KafkaError as e:
         raise ConsumerError(f"end offsets of {topic} not read: {e!r}") from e

@@ -16,6 +16,7 @@ from kafka.errors import KafkaError
 
 from producers.contract import SCHEMA_VERSION, ContextEvent, MemoryTombstone
 from producers.errors import PublishError
+from producers.kafka_clients import open_client
 from producers.partitioner import RememberingPartitioner
 
 
@@ -51,7 +52,8 @@ class KafkaEventPublisher:
 
     def __init__(self, settings: ProducerSettings, producer: Any | None = None) -> None:
         self._settings = settings
-        self._producer = producer or KafkaProducer(
+        self._producer = producer or open_client(
+            KafkaProducer,
             bootstrap_servers=settings.bootstrap_servers,
             client_id=settings.client_id,
             acks="all",

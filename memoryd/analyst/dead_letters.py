@@ -27,6 +27,7 @@ from consumers.dead_letter import (
 )
 from domain.ids import MemoryKey
 from producers.contract import ContextEvent
+from producers.kafka_clients import open_client
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,11 @@ def _event(value: bytes | None) -> ContextEvent | None:
 
 def read_dead_letters(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[SeenLetter]:
     """Every record on `topic` up to its current end."""
-    consumer: Any = KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
+    consumer: Any = open_client(
+        KafkaConsumer,
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
     )
     try:
         parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]

@@ -44,6 +44,8 @@ with warnings.catch_warnings():
     from kafka import KafkaAdminClient  # type: ignore[import-untyped,unused-ignore]
     from kafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
+    from producers.kafka_clients import open_client
+
 log = logging.getLogger(__name__)
 
 _HOST = "127.0.0.1"
@@ -63,7 +65,8 @@ def _cluster_id() -> str:
 def probe_kafka(bootstrap: str, timeout_ms: int = 5000) -> None:
     """Raise unless the broker at bootstrap answers a metadata request (a real readiness check:
     in KRaft the port can accept connections before the broker has caught up on metadata)."""
-    admin = KafkaAdminClient(
+    admin = open_client(
+        KafkaAdminClient,
         bootstrap_servers=bootstrap,
         client_id="memoryd-dev-probe",
         request_timeout_ms=timeout_ms,

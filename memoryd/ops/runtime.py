@@ -29,6 +29,7 @@ from memoryd.ops.scheduler import add_cluster_jobs
 from memoryd.ops.telemetry import ClusterTelemetry
 from memoryd.settings import Settings
 from processors.schema import ConsolidationBackend
+from producers.kafka_clients import open_client
 from store.errors import EmbeddingModelMismatch, VectorIndexUnavailable
 from store.read.read_metrics import given_up
 from store.write.cluster_jobs import ClusterJobs
@@ -60,7 +61,8 @@ def kafka_admin(settings: Settings) -> KafkaAdmin:
     timeout_ms = int(settings.ops.health_timeout_s * 1000)
 
     def make() -> KafkaAdminClient:
-        return KafkaAdminClient(
+        return open_client(
+            KafkaAdminClient,
             bootstrap_servers=settings.kafka.bootstrap_servers,
             client_id="memoryd-ops",
             request_timeout_ms=max(timeout_ms, 1000),

@@ -18,6 +18,7 @@ from kafka.errors import TopicAlreadyExistsError
 
 from domain.retry import Backoff
 from memoryd.settings import Settings
+from producers.kafka_clients import open_client
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,9 @@ def ensure_topics(settings: Settings) -> None:
     k = settings.kafka
     configs = {"retention.ms": str(k.retention_ms)}
     names = [k.topic, k.dead_letter_topic]
-    admin = KafkaAdminClient(bootstrap_servers=k.bootstrap_servers, client_id="memoryd-admin")
+    admin = open_client(
+        KafkaAdminClient, bootstrap_servers=k.bootstrap_servers, client_id="memoryd-admin"
+    )
     try:
         existing = set(admin.list_topics())
         missing = [n for n in names if n not in existing]
