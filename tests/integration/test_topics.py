@@ -12,6 +12,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from memoryd.ops import topics
 from memoryd.ops.topics import TopicConfigError, ensure_topics
 from memoryd.settings import KafkaSettings, Settings
+from tests.support.deployment import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +59,13 @@ def test_topics_found_get_the_configured_retention(
 ) -> None:
     ensure_topics(settings_for(kafka_bootstrap, names, 3))
     ensure_topics(settings_for(kafka_bootstrap, names, 9))  # both exist now
-    assert [retention(kafka_admin, n) for n in names] == [str(9 * DAY_MS)] * 2
+    # The controller took the change when the call returned; the broker describing the topic
+    # applies it from the metadata log a moment later (KRaft), so it is read until it does.
+    wait_until(
+        lambda: [retention(kafka_admin, n) for n in names] == [str(9 * DAY_MS)] * 2,
+        10,
+        "the broker to describe the new retention",
+    )
 
 
 def test_a_configuration_the_broker_refuses_stops_the_caller(
