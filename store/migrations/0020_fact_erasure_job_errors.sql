@@ -5,6 +5,10 @@
 -- quoting another tenant's row) holds its text. It now redacts there only the texts of 8
 -- characters or more, as `erase_memory` does (`_redact_quotes`), and its id; the receipt no
 -- longer counts those rows. The function is 0016's otherwise.
+-- `erase_memory` (a forget of a whole memory) counted them too, as its receipt's `redacted`
+-- (its only redacted rows): a user's events are the caller's to write, so the count was the
+-- same probe of the other tenants' errors. It redacts them as before and no longer counts
+-- them; its receipt has no `redacted` any more. The function is 0016's otherwise.
 
 CREATE OR REPLACE FUNCTION erase_fact(
     p_erasure_id uuid, p_org text, p_user text, p_fact_id uuid, p_extra jsonb
@@ -168,6 +172,85 @@ BEGIN
         PERFORM set_config('memoryd.erasure', 'off', true);
     END IF;
     v_removed := jsonb_build_object('postgres', v_removed, 'redacted', v_redacted) || p_extra;
+    UPDATE erasure_audit SET status = 'postgres_erased', removed = v_removed
+        WHERE erasure_id = p_erasure_id;
+    RETURN v_removed;
+END $$;
+
+CREATE OR REPLACE FUNCTION erase_memory(
+    p_erasure_id uuid, p_org text, p_user text, p_subject text, p_pseudonym text,
+    p_log_lock bigint, p_extra jsonb
+) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_removed jsonb := '{}'::jsonb;
+    v_quotes text[];
+    n bigint;
+BEGIN
+    PERFORM _erasure_opened(p_erasure_id, 'memory');
+    -- The log writer takes this lock shared for every memory of a batch it inserts: once it
+    -- is ours, no insert of this memory is in flight, and the next sees the cut-offs.
+    PERFORM pg_advisory_xact_lock(p_log_lock);
+    PERFORM set_config('memoryd.erasure', 'on', true);
+
+    -- What the cluster jobs' errors may quote of the memory, read before its rows go: its
+    -- facts' text (every version) and ids, and the text of the events this erasure removes.
+    SELECT array_agg(q) INTO v_quotes FROM (
+        SELECT content AS q FROM memory_facts WHERE organization_id = p_org AND user_id = p_user
+        UNION
+        SELECT fact_id::text FROM memory_facts WHERE organization_id = p_org AND user_id = p_user
+        UNION
+        SELECT v.doc ->> 'content' FROM fact_history h
+            JOIN memory_facts f USING (fact_id),
+            LATERAL (VALUES (h.before), (h.after)) AS v(doc)
+            WHERE f.organization_id = p_org AND f.user_id = p_user
+        UNION
+        SELECT e.content FROM context_events e
+            WHERE e.organization_id = p_org AND e.user_id = p_user
+            AND NOT EXISTS (SELECT 1 FROM memory_cutoffs c WHERE c.subject = p_subject
+                AND c.topic = e.kafka_topic AND c.partition = e.kafka_partition
+                AND e.kafka_offset >= c.cutoff)
+    ) AS quotes WHERE q IS NOT NULL AND q <> '';
+    -- Not counted in the receipt: the rows are every tenant's, and a count would tell the
+    -- caller whether another tenant's error holds a text the caller's own events chose.
+    PERFORM _redact_job_errors(coalesce(v_quotes, '{}'));
+
+    DELETE FROM context_logs WHERE organization_id = p_org AND user_id = p_user;
+    GET DIAGNOSTICS n = ROW_COUNT; v_removed := v_removed || jsonb_build_object('context_logs', n);
+    DELETE FROM fact_history WHERE fact_id IN (
+        SELECT fact_id FROM memory_facts WHERE organization_id = p_org AND user_id = p_user);
+    GET DIAGNOSTICS n = ROW_COUNT; v_removed := v_removed || jsonb_build_object('fact_history', n);
+    UPDATE memory_facts SET superseded_by = NULL
+        WHERE NOT (organization_id = p_org AND user_id = p_user) AND superseded_by IN (
+            SELECT fact_id FROM memory_facts WHERE organization_id = p_org AND user_id = p_user);
+    DELETE FROM memory_facts WHERE organization_id = p_org AND user_id = p_user;
+    GET DIAGNOSTICS n = ROW_COUNT; v_removed := v_removed || jsonb_build_object('memory_facts', n);
+    DELETE FROM consolidation_runs WHERE organization_id = p_org AND user_id = p_user;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    v_removed := v_removed || jsonb_build_object('consolidation_runs', n);
+    DELETE FROM consolidated_events WHERE organization_id = p_org AND user_id = p_user;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    v_removed := v_removed || jsonb_build_object('consolidated_events', n);
+    DELETE FROM context_events e WHERE e.organization_id = p_org AND e.user_id = p_user
+        AND NOT EXISTS (SELECT 1 FROM memory_cutoffs c WHERE c.subject = p_subject
+            AND c.topic = e.kafka_topic AND c.partition = e.kafka_partition
+            AND e.kafka_offset >= c.cutoff);
+    GET DIAGNOSTICS n = ROW_COUNT; v_removed := v_removed || jsonb_build_object('context_events', n);
+    DELETE FROM connections WHERE organization_id = p_org AND user_id = p_user;
+    GET DIAGNOSTICS n = ROW_COUNT; v_removed := v_removed || jsonb_build_object('connections', n);
+    DELETE FROM user_memory WHERE organization_id = p_org AND user_id = p_user;
+    GET DIAGNOSTICS n = ROW_COUNT; v_removed := v_removed || jsonb_build_object('user_memory', n);
+    DELETE FROM user_credits WHERE organization_id = p_org AND user_id = p_user;
+    GET DIAGNOSTICS n = ROW_COUNT; v_removed := v_removed || jsonb_build_object('user_credits', n);
+    -- New entry ids: the old ones derive from the memory's runs and turns, which a returning
+    -- user's would derive again (the same turn ids, events re-sent), and be taken for them.
+    UPDATE credit_ledger SET user_id = p_pseudonym, run_id = NULL, entry_id = gen_random_uuid()
+        WHERE organization_id = p_org AND user_id = p_user;
+    GET DIAGNOSTICS n = ROW_COUNT;
+
+    PERFORM set_config('memoryd.erasure', 'off', true);
+    v_removed := jsonb_build_object(
+        'postgres', v_removed,
+        'anonymised', jsonb_build_object('credit_ledger', n)) || p_extra;
     UPDATE erasure_audit SET status = 'postgres_erased', removed = v_removed
         WHERE erasure_id = p_erasure_id;
     RETURN v_removed;

@@ -1,6 +1,7 @@
 """An erasure takes the erased text out of the free-text error columns on real Postgres: a
 failed run's error (which can quote the model's answer), a failed maintenance run's, and a
-cluster job's last error. The rows stay, with their costs and counts."""
+cluster job's last error. The rows stay, with their costs and counts. The receipt does not
+count the cluster jobs' rows: they are every tenant's."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from psycopg_pool import ConnectionPool
@@ -136,7 +138,7 @@ def test_forgetting_a_memory_redacts_the_cluster_jobs_errors_quoting_it(
     _failed_maintenance(migrated_pool, f"dedupe failed: ({said}) and (Bob keeps bees)")
     _fail_job(migrated_pool, "maintenance-dedupe", f'value too long: "{QUOKKA}"')
 
-    erase(migrated_pool, ADA)
+    receipt = erase(migrated_pool, ADA)
 
     errors = _errors(fresh_database)
     for quote in (QUOKKA, said, str(quokka.fact_id)):
@@ -145,12 +147,38 @@ def test_forgetting_a_memory_redacts_the_cluster_jobs_errors_quoting_it(
     assert ("maintenance", "dedupe failed: ([erased]) and (Bob keeps bees)") in errors
     assert ("job", 'StoreError: value too long: "[erased]"') in errors
     assert ("maintenance", "index failed: the token expired") in errors
-    (removed,) = rows(fresh_database, "SELECT removed FROM erasure_audit")
-    assert removed[0]["redacted"] == {"maintenance_runs": 3, "scheduled_jobs": 1}
+    # Redacted, yet not counted: the rows are every tenant's (see the next test).
+    assert rows(fresh_database, "SELECT removed FROM erasure_audit") == [(receipt,)]
+    assert "redacted" not in receipt
     assert rows(fresh_database, "SELECT count(*) FROM maintenance_runs") == [(4,)]
 
 
-def erase(pool: ConnectionPool, key: MemoryKey) -> None:
+def test_a_forget_s_receipt_does_not_tell_what_the_cluster_jobs_errors_say(
+    migrated_pool: ConnectionPool, fresh_database: str
+) -> None:
+    # A tenant writes its own events' text: had the receipt counted the cluster errors the
+    # forget redacted, it would tell whether another tenant's error says a text of its choice.
+    secret = "Grace's card number ends in 4242"
+    _failed_maintenance(migrated_pool, f"dedupe failed: ({secret})")
+    _fail_job(migrated_pool, "maintenance-dedupe", f"check violation: ({secret})")
+    probe, control = key_of("mallory", org="org-b"), key_of("eve", org="org-b")
+    events = [
+        make_event("mallory", secret, org="org-b"),
+        make_event("eve", "Eve takes her tea with lemon", org="org-b"),
+    ]
+    PostgresEventLog(migrated_pool, SubjectHasher(b"k" * 32)).append([(e, None) for e in events])
+
+    guessed, missed = erase(migrated_pool, probe), erase(migrated_pool, control)
+
+    errors = _errors(fresh_database)
+    assert ("maintenance", "dedupe failed: ([erased])") in errors
+    assert ("job", "StoreError: check violation: ([erased])") in errors
+    assert guessed == missed  # the same rows of its own removed, whatever the others' say
+    assert guessed["postgres"]["context_events"] == 1
+
+
+def erase(pool: ConnectionPool, key: MemoryKey) -> dict[str, Any]:
     log = PostgresErasureLog(pool)
-    erasure_id = open_memory_erasure(log, key, "subject-of-ada")
-    log.erase_memory(erasure_id, key, "subject-of-ada", {})
+    subject = f"subject-of-{key.user_id}"
+    erasure_id = open_memory_erasure(log, key, subject)
+    return log.erase_memory(erasure_id, key, subject, {})
