@@ -114,11 +114,36 @@ def maintenance_run_id_for(
     )
 
 
-def turn_log_id_for(key: MemoryKey, turn_id: str) -> uuid.UUID:
+@dataclass(frozen=True)
+class TurnRequest:
+    """What a chat turn asks for, as far as it decides the turn's answer."""
+
+    query: str
+    connection_ids: Iterable[str]
+    budget: str
+    context_types: Iterable[str]
+
+    def digest(self) -> str:
+        # Sets, not lists: the same connections in another order are the same request.
+        canonical = [
+            self.query,
+            sorted(set(self.connection_ids)),
+            self.budget,
+            sorted(set(self.context_types)),
+        ]
+        encoded = json.dumps(canonical, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(encoded.encode()).hexdigest()
+
+
+def turn_log_id_for(key: MemoryKey, turn_id: str, request: TurnRequest) -> uuid.UUID:
     """The audit row of a chat turn the caller named: asked again, the same row and charges.
     The memory is part of it: turn ids are the caller's (a conversation's counter, say), and
-    two users' first turns must not be one turn."""
-    return uuid.uuid5(TURN_NAMESPACE, f"{key.joined}{KEY_SEPARATOR}{turn_id}")
+    two users' first turns must not be one turn. So is the request: a turn id sent again with
+    another query is another turn, with its own audit row and charges, not a retry whose
+    row and charges would be dropped as already written."""
+    return uuid.uuid5(
+        TURN_NAMESPACE, f"{key.joined}{KEY_SEPARATOR}{turn_id}{KEY_SEPARATOR}{request.digest()}"
+    )
 
 
 def read_entry_id_for(log_id: uuid.UUID, operation: str) -> uuid.UUID:

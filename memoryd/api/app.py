@@ -84,7 +84,7 @@ def _known(deps: ApiDependencies, key: MemoryKey) -> None:
 
 def _turn(deps: ApiDependencies, org: str, body: ContextRequest) -> ContextResponse:
     key = MemoryKey(org, body.user_id)
-    log_id = None if body.turn_id is None else turn_log_id_for(key, body.turn_id)
+    log_id = None if body.turn_id is None else turn_log_id_for(key, body.turn_id, body.turn())
     bundle = deps.context.assemble(
         key,
         body.query,

@@ -16,6 +16,7 @@ from pydantic import (
 )
 
 from domain.erasure import ErasureReceipt
+from domain.ids import TurnRequest
 from domain.model import Fact, FactStatus, FactType, SurfacePolicy
 from producers.contract import MAX_CONTENT_CHARS, ContextEvent, Identifier, reject_nul
 from store.read.bundle import ContextBundle, RetrievedFact
@@ -55,6 +56,12 @@ class ContextRequest(BaseModel):
     context_types: list[Key] = Field(default_factory=list, max_length=20)
     # The caller's id of the turn: a retried request then writes one audit row, not two.
     turn_id: Key | None = None
+
+    def turn(self) -> TurnRequest:
+        """What names the turn along with `turn_id`: a retry asks for the same."""
+        return TurnRequest(
+            self.query, self.active_connection_ids, self.budget.value, self.context_types
+        )
 
 
 class ProvenanceOut(BaseModel):

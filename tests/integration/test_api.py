@@ -344,6 +344,42 @@ def test_a_turn_id_names_a_turn_of_one_memory(deployment: Deployment) -> None:
     assert audited == [("org-a", "ada", 1), ("org-a", "bob", 1)]
 
 
+def test_a_turn_id_sent_again_with_another_request_is_another_turn(
+    deployment: Deployment,
+) -> None:
+    """A turn id names a retry only of the same request: sent with another query or scope,
+    it is audited, counted and charged like any other turn."""
+    with api(deployment) as (client, c):
+        seed_core(c, "ada", [make_fact("ada", "Ada rides a green bike")])
+        bike = {"user_id": "ada", "query": "Which bike?", "turn_id": "t-1"}
+        turns = [
+            bike,
+            bike,  # a retry
+            {**bike, "query": "What colour is the bike?"},
+            {**bike, "budget": "deep"},
+            {**bike, "active_connection_ids": ["gmail", "slack"]},
+            {**bike, "active_connection_ids": ["slack", "gmail"]},  # the same scope
+        ]
+        for turn in turns:
+            assert client.post("/v1/context", json=turn, headers=A).status_code == 200
+    audited = deployment.query(
+        "SELECT query, budget, connection_ids FROM context_logs ORDER BY created_at"
+    )
+    assert audited == [
+        ("Which bike?", "balanced", []),
+        ("What colour is the bike?", "balanced", []),
+        ("Which bike?", "deep", []),
+        ("Which bike?", "balanced", ["gmail", "slack"]),
+    ]
+    charged = deployment.query(
+        "SELECT count(*) FROM credit_ledger WHERE user_id = 'ada' AND operation = 'embedding'"
+        " AND run_id IS NULL"
+    )
+    assert charged == [(4,)]
+    recalls = deployment.query("SELECT recall_count FROM fact_recalls")
+    assert recalls == [(4,)]
+
+
 def test_bodies_too_large_or_too_deep_and_empty_keys_are_refused_not_failed(
     deployment: Deployment,
 ) -> None:
