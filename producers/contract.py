@@ -43,6 +43,20 @@ Identifier = Annotated[
 ]
 OptionalLabel = Annotated[str, StringConstraints(min_length=1, max_length=512)] | None
 
+# What memoryd stores for "no connection" where null cannot be stored (Chroma's metadata,
+# `domain.ids.NO_CONNECTION`). A connection of that id would be no connection: its facts
+# would take the ids of the same texts outside every connection, and reach every turn.
+RESERVED_CONNECTION_IDS = frozenset({"__none__"})
+
+
+def _not_reserved(connection_id: str) -> str:
+    if connection_id in RESERVED_CONNECTION_IDS:
+        raise ValueError(f"{connection_id!r} is reserved by memoryd, not a connection id")
+    return connection_id
+
+
+ConnectionId = Annotated[Identifier, AfterValidator(_not_reserved)]
+
 # When an observation was made, in UTC, with a year's margin inside the calendar. Postgres
 # stores times Python cannot load (year 10000, BC), and a reader in another time zone, a date
 # a week from it or a grace period shifts them further: one event past the edge failed every
@@ -92,7 +106,7 @@ class SourceMetadata(BaseModel):
 
     source: Source
     session_id: OptionalLabel = None
-    connection_id: Identifier | None = None
+    connection_id: ConnectionId | None = None
     tool_id: OptionalLabel = None
     message_id: OptionalLabel = None
     attachment_id: OptionalLabel = None

@@ -18,7 +18,13 @@ from pydantic import (
 from domain.erasure import ErasureReceipt
 from domain.ids import TurnRequest
 from domain.model import Fact, FactStatus, FactType, SurfacePolicy
-from producers.contract import MAX_CONTENT_CHARS, ContextEvent, Identifier, reject_nul
+from producers.contract import (
+    MAX_CONTENT_CHARS,
+    ConnectionId,
+    ContextEvent,
+    Identifier,
+    reject_nul,
+)
 from store.read.bundle import ContextBundle, RetrievedFact
 from store.read.ranking import Budget
 from store.read.rendering import surface_group
@@ -51,7 +57,7 @@ class ContextRequest(BaseModel):
 
     user_id: Identifier
     query: Query
-    active_connection_ids: list[Identifier] = Field(default_factory=list, max_length=50)
+    active_connection_ids: list[ConnectionId] = Field(default_factory=list, max_length=50)
     budget: Budget = Budget.BALANCED
     context_types: list[Key] = Field(default_factory=list, max_length=20)
     # The caller's id of the turn: a retried request then writes one audit row, not two.

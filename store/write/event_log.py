@@ -11,7 +11,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from domain.erasure import REDACTED_JSON, REDACTION
-from domain.ids import MemoryKey, SubjectHasher
+from domain.ids import NO_CONNECTION, MemoryKey, SubjectHasher
 from domain.model import KafkaCoordinates, LoggedEvent
 from domain.ports import Appended
 from producers.contract import ContextEvent, EventType, SourceMetadata
@@ -85,7 +85,9 @@ def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent[ContextEvent]:
         source_metadata=SourceMetadata(
             source=source,
             session_id=session_id,
-            connection_id=connection_id,
+            # Logged before the contract reserved it, the sentinel was no connection already:
+            # its facts took the ids of facts outside every connection (`fact_id_for`).
+            connection_id=None if connection_id == NO_CONNECTION else connection_id,
             tool_id=tool_id,
             message_id=message_id,
             attachment_id=attachment_id,

@@ -396,3 +396,15 @@ def test_bodies_too_large_or_too_deep_and_empty_keys_are_refused_not_failed(
         assert nested.status_code == 400  # the framework's answer, not a 500
         empty = client.delete("/v1/users/ada", params={"idempotency_key": ""}, headers=A)
         assert empty.status_code == 422
+        # The id memoryd stores for "no connection" names no connection: a 422 saying so.
+        turn = {"user_id": "ada", "query": "q", "active_connection_ids": ["__none__"]}
+        reserved = client.post("/v1/context", json=turn, headers=A)
+        assert reserved.status_code == 422
+        (problem,) = reserved.json()["detail"]
+        assert problem["loc"] == ["body", "active_connection_ids", 0]
+        assert "reserved by memoryd" in problem["msg"]
+        event = make_event("ada", "I use Gmail", connection_id="gmail").model_dump(mode="json")
+        event["source_metadata"]["connection_id"] = "__none__"
+        published = client.post("/v1/events", json={"events": [event]}, headers=A)
+        assert published.status_code == 422
+        assert "reserved by memoryd" in published.text

@@ -7,10 +7,12 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from domain.ids import NO_CONNECTION
 from memoryd.api.auth import TokenTable, hash_token
-from memoryd.api.models import EventsRequest
+from memoryd.api.models import ContextRequest, EventsRequest
 from memoryd.api.openapi import COMMITTED, openapi_json
 from memoryd.api.pages import cursor_of, position
+from producers.contract import RESERVED_CONNECTION_IDS, Source, SourceMetadata
 from tests.support.builders import make_event, make_fact
 
 
@@ -65,3 +67,15 @@ def test_a_page_cursor_names_its_last_fact_and_nothing_else_is_one() -> None:
     for bad in ("", "bm90IGEgY3Vyc29y", "!!", cursor_of(fact)[:-4]):
         with pytest.raises(ValueError, match="not a cursor"):
             position(bad)
+
+
+def test_the_no_connection_sentinel_is_no_connection_id() -> None:
+    # A connection of the sentinel's id would be stored as no connection at all: its facts
+    # would take the ids of the same texts outside every connection.
+    assert NO_CONNECTION in RESERVED_CONNECTION_IDS
+    with pytest.raises(ValidationError, match="reserved by memoryd"):
+        SourceMetadata(source=Source.TOOL, connection_id=NO_CONNECTION)
+    with pytest.raises(ValidationError, match="reserved by memoryd"):
+        ContextRequest(user_id="ada", query="q", active_connection_ids=["gmail", NO_CONNECTION])
+    assert SourceMetadata(source=Source.TOOL, connection_id="_none_").connection_id == "_none_"
+    assert ContextRequest(user_id="ada", query="q", active_connection_ids=["none"])

@@ -82,6 +82,8 @@ def test_valid_events_decode(value: bytes, expected: ContextEvent | str) -> None
         (raw(source_metadata__session_id="s\x00"), "validate", "NUL"),
         (raw(content="\x00", user_id=""), "validate", "NUL"),
         (raw(user_id="ada lovelace"), "validate", "user_id"),
+        # What memoryd stores for "no connection": as a connection it would be none.
+        (raw(source_metadata__connection_id="__none__"), "validate", "reserved by memoryd"),
         (raw(event_type="rumour"), "validate", "event_type"),
         (raw(extra_field=1), "validate", "extra_field"),
         (raw(occurred_at="2026-11-23T12:00:00"), "validate", "occurred_at"),

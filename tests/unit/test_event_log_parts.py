@@ -1,12 +1,13 @@
-"""A log batch cut into append transactions of a bounded number of memories, in its order."""
+"""A log batch cut into append transactions of a bounded number of memories, in its order;
+a logged row read back as its event."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.write.event_log import memory_bounded_parts
-from tests.support.builders import make_event
+from store.write.event_log import _event_from_row, memory_bounded_parts
+from tests.support.builders import BASE_TIME, make_event
 
 USERS = [f"user-{i}" for i in range(6)]
 EVENTS = {(u, o): make_event(u, f"{u} said something", org=o) for u in USERS for o in ("a", "b")}
@@ -32,3 +33,16 @@ def test_parts_keep_the_order_and_hold_at_most_the_limit_of_memories(
 def test_the_same_user_id_in_two_organizations_is_two_memories() -> None:
     batch = [(EVENTS[("user-0", "a")], None), (EVENTS[("user-0", "b")], None)]
     assert [len(p) for p in memory_bounded_parts(batch, 1)] == [1, 1]
+
+
+def test_a_row_logged_with_the_no_connection_sentinel_reads_back_as_no_connection() -> None:
+    # The contract refuses the sentinel as a connection id now; a row logged before it did
+    # must still load (replay, export), as what it was treated as: no connection.
+    event = make_event("ada", "Ada uses Gmail")
+    row = (
+        *(7, event.event_id, 1, "ada", "org-a", "fact", event.content, None),
+        *("interactive", None, "__none__", None, None, None, None, BASE_TIME, BASE_TIME),
+    )
+    logged = _event_from_row(row)
+    assert logged.event.source_metadata.connection_id is None
+    assert logged.event.event_id == event.event_id
