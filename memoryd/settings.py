@@ -137,6 +137,10 @@ class ApiSettings(BaseModel):
     workers: int = Field(default=2, ge=1)
     # Threads of each worker reading chat turns (`POST /v1/context`); more turns wait their turn.
     turn_threads: int = Field(default=2, ge=1)
+    # Threads of each worker running erasures (the DELETE routes); more erasures wait their
+    # turn. An erasure waits for its memory's lock, which a flush holds through its model
+    # call: on the shared thread pool, a burst of them would leave no thread to other routes.
+    erasure_threads: int = Field(default=2, ge=1)
     # Each worker's cyclic GC thresholds (memoryd.ops.heap): young collections every 10,000 net
     # allocations instead of 700 promote far fewer turns in flight, so full collections are rare.
     gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] = (10_000, 20, 10)

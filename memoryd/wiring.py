@@ -391,9 +391,8 @@ def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
             deps = ApiDependencies(service, read_model(c), pub, tokens, erase, batches)
             sweeper = cache_sweeper(service, c.settings.read_path.cache_sweep_s)
             try:
-                yield create_app(
-                    deps, c.registry, service.close, health, api.turn_threads, api.max_body_bytes
-                )
+                limits = (api.turn_threads, api.max_body_bytes, api.erasure_threads)
+                yield create_app(deps, c.registry, service.close, health, *limits)
             finally:
                 sweeper.shutdown(wait=False)
     finally:

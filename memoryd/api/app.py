@@ -2,10 +2,11 @@
 erasure.
 
 Endpoints are plain `def`s: the clients underneath (psycopg, chromadb, kafka-python) are
-synchronous, and FastAPI runs such endpoints in its thread pool. Every route but the health
-check needs a bearer token, and a token's organization is the only one it can touch: a
-`user_id` in a path or body names that organization's user, so another organization's user
-of the same id is simply another memory, out of reach.
+synchronous, and FastAPI runs such endpoints in its thread pool. Chat turns and erasures run
+on threads of their own instead (`turn_threads`, `erasure_threads`), the health checks on
+none. Every route but the health check needs a bearer token, and a token's organization is
+the only one it can touch: a `user_id` in a path or body names that organization's user, so
+another organization's user of the same id is simply another memory, out of reach.
 A chat turn's `POST /v1/context` that FastAPI would accept is answered by
 `memoryd.api.turn_lane` without the router, through the same `serve_turn`; every other request
 to it, and every other route, is FastAPI's.
@@ -103,11 +104,15 @@ def create_app(
     health: HealthMonitor | None = None,
     turn_threads: int = 2,
     max_body_bytes: int = MAX_BODY_BYTES,
+    erasure_threads: int = 2,
 ) -> FastAPI:
     """The application; `deps` may be None only to render the OpenAPI document.
 
-    Chat turns' reads run on at most `turn_threads` threads; the other routes on the server's
-    shared thread pool, so a long erasure never holds up a turn.
+    Chat turns' reads run on at most `turn_threads` threads, erasures on at most
+    `erasure_threads`; the other routes on the server's shared thread pool. An erasure waits
+    for its memory's lock as long as a flush holds it (through the flush's model call): on
+    the shared pool, a burst of erasures would hold every thread, and every other tenant's
+    requests would wait for them.
 
     `on_shutdown` runs in the server's graceful shutdown: uvicorn re-raises SIGTERM once it
     has stopped, so code after `uvicorn.run` never runs and cannot be where the audit rows
@@ -246,35 +251,7 @@ def create_app(
         )
         return Accepted(event_ids=[e.event_id for e in events])
 
-    @app.delete("/v1/users/{user_id}/facts/{fact_id}", tags=["erase"], responses=_NOT_FOUND)
-    def delete_fact(
-        user_id: UserId,
-        fact_id: uuid.UUID,
-        deps: Deps,
-        org: Organization,
-        idempotency_key: IdempotencyKey = None,
-        reason: Reason = "deleted through the API",
-    ) -> ErasureOut:
-        """Delete a fact for real: its row, history and vector, and its text wherever the
-        memory kept a copy (runs, W, S, the observations it came from). Not an archive."""
-        request = ErasureRequest(f"api:{org}", reason, idempotency_key)
-        return _erase_fact(deps, MemoryKey(org, user_id), fact_id, request)
-
-    @app.delete("/v1/users/{user_id}", tags=["erase"], responses=_UNAUTHORIZED)
-    def forget_user(
-        user_id: UserId,
-        deps: Deps,
-        org: Organization,
-        idempotency_key: IdempotencyKey = None,
-        reason: Reason = "erasure request",
-    ) -> ErasureOut:
-        """Forget the organization's user everywhere: event log, runs, facts, memory,
-        connections, audit rows, vectors, and (through a tombstone on Kafka) every consumer's
-        buffers and any later replay. The ledger keeps its amounts under a pseudonym."""
-        receipt = deps.eraser.forget(
-            MemoryKey(org, user_id), ErasureRequest(f"api:{org}", reason, idempotency_key)
-        )
-        return ErasureOut.of(receipt, user_id)
+    _add_erasure_routes(app, CapacityLimiter(erasure_threads))
 
     @app.post(
         "/v1/events",
@@ -293,6 +270,41 @@ def create_app(
     if registry is not None:
         app.add_middleware(RequestLatencyMiddleware, metrics=HttpMetrics(registry))
     return app
+
+
+def _add_erasure_routes(app: FastAPI, erasures: CapacityLimiter) -> None:
+    """The DELETE routes, run on the `erasures` threads only."""
+
+    @app.delete("/v1/users/{user_id}/facts/{fact_id}", tags=["erase"], responses=_NOT_FOUND)
+    async def delete_fact(
+        user_id: UserId,
+        fact_id: uuid.UUID,
+        deps: Deps,
+        org: Organization,
+        idempotency_key: IdempotencyKey = None,
+        reason: Reason = "deleted through the API",
+    ) -> ErasureOut:
+        """Delete a fact for real: its row, history and vector, and its text wherever the
+        memory kept a copy (runs, W, S, the observations it came from). Not an archive."""
+        request = ErasureRequest(f"api:{org}", reason, idempotency_key)
+        erase = partial(_erase_fact, deps, MemoryKey(org, user_id), fact_id, request)
+        return await to_thread.run_sync(erase, limiter=erasures)
+
+    @app.delete("/v1/users/{user_id}", tags=["erase"], responses=_UNAUTHORIZED)
+    async def forget_user(
+        user_id: UserId,
+        deps: Deps,
+        org: Organization,
+        idempotency_key: IdempotencyKey = None,
+        reason: Reason = "erasure request",
+    ) -> ErasureOut:
+        """Forget the organization's user everywhere: event log, runs, facts, memory,
+        connections, audit rows, vectors, and (through a tombstone on Kafka) every consumer's
+        buffers and any later replay. The ledger keeps its amounts under a pseudonym."""
+        request = ErasureRequest(f"api:{org}", reason, idempotency_key)
+        forget = partial(deps.eraser.forget, MemoryKey(org, user_id), request)
+        receipt = await to_thread.run_sync(forget, limiter=erasures)
+        return ErasureOut.of(receipt, user_id)
 
 
 def _database_unavailable(e: DatabaseUnavailable) -> JSONResponse:

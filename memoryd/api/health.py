@@ -2,6 +2,10 @@
 
 No token: load balancers and orchestrators call them. /readyz says why it is not ready
 (which dependency is down) but nothing about any tenant.
+
+Both answer on the event loop (they only read the monitor's last verdict): on the server's
+thread pool, requests holding every thread of it would fail the probes of a process that
+is alive and ready.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ _UNREADY: dict[int | str, dict[str, Any]] = {503: {"description": "a dependency 
 
 def add_health_routes(app: FastAPI, health: HealthMonitor | None) -> None:
     @app.get("/healthz", tags=["operations"])
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         """Live: the process answers (restart it when this fails)."""
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["operations"], responses=_UNREADY)
-    def readyz() -> JSONResponse:
+    async def readyz() -> JSONResponse:
         """Ready: Postgres and Kafka answer, and no degraded mode (Chroma down) is on."""
         if health is None:
             return JSONResponse({"status": "ready", "checks": {}})
