@@ -10,6 +10,8 @@ call, as each call is billed.
 A cost is written in the background, so it can arrive once an erasure of its memory has
 opened (or completed): it is then booked under the erasure's pseudonym, as the erasure
 anonymises the memory's earlier rows, never with the ids the user asked to have forgotten.
+An erasure of one fact forgets no user: a cost that arrives after one (which gave the memory
+a new generation) is the user's still.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ class ReadCost:
 # memory's ledger rows. One that completed before the cost arrived is no longer known here:
 # the cost goes under a pseudonym naming no erasure. Off the memory's ids, the entry id is
 # derived anew (the erasure re-keys the rows it anonymises for the same reason).
+# A memory the turn read that has another generation now went through a fact erasure, or
+# was forgotten and came back (its user returned): the cost keeps the user's ids only if no
+# erasure of the memory is open and none was ever audited for its subject. Times would tell
+# the two apart more finely, but the turn's clock is the API's and the audit's Postgres's.
 _OURS = still_the_memory_read("e.generation", "e.org", "e.user_id", "e.subject", "e.read_at")
 _BOOK = (
     "WITH e AS (SELECT %(entry_id)s::uuid AS entry_id, %(org)s::text AS org,"
@@ -60,14 +66,19 @@ _BOOK = (
     " %(subject)s::text AS subject, %(read_at)s::timestamptz AS read_at),"
     f" s AS (SELECT e.*, {_OURS} AS ours,"
     " (SELECT p.erasure_id::text FROM erasure_pending p WHERE p.organization_id = e.org"
-    " AND p.user_id = e.user_id AND p.fact_id IS NULL ORDER BY p.erasure_id LIMIT 1) AS erasure"
-    " FROM e)"
+    " AND p.user_id = e.user_id AND p.fact_id IS NULL ORDER BY p.erasure_id LIMIT 1) AS erasure,"
+    " EXISTS (SELECT 1 FROM user_memory m WHERE m.organization_id = e.org"
+    " AND m.user_id = e.user_id) AS kept,"
+    " EXISTS (SELECT 1 FROM erasure_audit a WHERE a.subject = e.subject"
+    " AND a.scope = 'memory') AS forgotten"
+    " FROM e),"
+    " n AS (SELECT s.*, ours OR (erasure IS NULL AND kept AND NOT forgotten) AS named FROM s)"
     " INSERT INTO credit_ledger (entry_id, user_id, organization_id, run_id, operation, model,"
     " units, cost_micro_usd, occurred_at)"
-    " SELECT CASE WHEN ours THEN entry_id"
+    " SELECT CASE WHEN named THEN entry_id"
     " ELSE md5(entry_id::text || ':' || coalesce(erasure, 'unknown'))::uuid END,"
-    " CASE WHEN ours THEN user_id ELSE 'erased:' || coalesce(erasure, 'unknown') END,"
-    " org, NULL, %(operation)s, %(model)s, %(units)s, %(cost)s, %(at)s FROM s"
+    " CASE WHEN named THEN user_id ELSE 'erased:' || coalesce(erasure, 'unknown') END,"
+    " org, NULL, %(operation)s, %(model)s, %(units)s, %(cost)s, %(at)s FROM n"
     " ON CONFLICT (entry_id) DO NOTHING"
 )
 
@@ -75,7 +86,7 @@ _BOOK = (
 class ReadLedger:
     def __init__(self, pool: ConnectionPool, subjects: SubjectHasher) -> None:
         self._pool = pool
-        self._subjects = subjects  # the guard finds the memory's completed erasures by digest
+        self._subjects = subjects  # the erasure audit names a memory by this digest
 
     def write(self, costs: Sequence[ReadCost]) -> None:
         with (

@@ -1,6 +1,7 @@
 """What a chat turn leaves behind is written in the background, so it can arrive once an
 erasure of its memory has opened, or completed: its audit row is dropped, its cost goes under
-the erasure's pseudonym, and the user's ids are never written again."""
+the erasure's pseudonym, and the user's ids are never written again. An erasure of one fact
+forgets no user: a cost arriving after one is still the user's."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from store.write.erasure_log import PostgresErasureLog
 from store.write.locks import log_lock_key
 from store.write.memory_store import PostgresMemoryStore
 from tests.support.builders import BASE_TIME, key_of, log_row, make_fact, seed
-from tests.support.erasure import SUBJECTS, open_memory_erasure
+from tests.support.erasure import SUBJECTS, open_fact_erasure, open_memory_erasure
 from tests.support.fakes import BagOfWordsEmbedder
 
 pytestmark = pytest.mark.integration
@@ -167,6 +168,41 @@ def turn(
 
 def stores(pool: ConnectionPool) -> tuple[PostgresMemoryStore, PostgresReadModel, ReadLedger]:
     return PostgresMemoryStore(pool), PostgresReadModel(pool, SUBJECTS), ReadLedger(pool, SUBJECTS)
+
+
+def test_a_read_written_after_a_fact_erasure_is_booked_to_the_user_still(
+    pool: ConnectionPool,
+) -> None:
+    memory, reads, costs = stores(pool)
+    berlin = make_fact("ada", "Ada lives in Berlin")
+    seed(memory, "ada", [berlin, make_fact("ada", "Ada takes her coffee black")])
+    injection = reads.injection(ADA)
+    assert injection is not None
+    read = injection.generation
+    erasures = PostgresErasureLog(pool)
+    erasure = open_fact_erasure(erasures, ADA, berlin.fact_id, SUBJECTS(ADA))
+    # Open: the memory is the user's all the same.
+    costs.write([ReadCost(cost(ADA, 1), read, BASE_TIME)])
+    erasures.erase_fact(erasure, ADA, berlin.fact_id, {})  # the memory's new generation
+    costs.write([ReadCost(cost(ADA, 2), read, BASE_TIME)])
+    erasures.complete(erasure)
+    costs.write([ReadCost(cost(ADA, 3), read, BASE_TIME)])
+    assert ledger(pool) == [("ada", "org-a", 2)] * 3
+
+    # Forgotten, and back: a cost of a turn on the memory before is not the new memory's.
+    forget = open_memory_erasure(erasures, ADA, SUBJECTS(ADA))
+    erasures.erase_memory(forget, ADA, SUBJECTS(ADA), {})
+    erasures.complete(forget)
+    seed(memory, "ada", [make_fact("ada", "Ada lives in Porto")])
+    returned = reads.injection(ADA)
+    assert returned is not None
+    costs.write(
+        [
+            ReadCost(cost(ADA, 4), read, BASE_TIME),
+            ReadCost(cost(ADA, 5), returned.generation, BASE_TIME),
+        ]
+    )
+    assert ledger(pool)[3:] == [("erased:unknown", "org-a", 2), ("ada", "org-a", 2)]
 
 
 def test_a_read_written_while_an_erasure_holds_the_memory_waits_and_keeps_no_ids(
