@@ -74,6 +74,10 @@ class EventConsumer(Protocol):
 
     def group_metadata(self) -> Any: ...
 
+    def position(self, partition: Any, timeout_ms: int | None = None) -> int | None: ...
+
+    def highwater(self, partition: Any) -> int | None: ...
+
     def close(self) -> None: ...
 
 
@@ -134,6 +138,37 @@ def end_offsets(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> 
         raise ConsumerError(f"end offsets of {topic} not read: {e!r}") from e
     finally:
         consumer.close()
+
+
+# How long a run that read everything there was stays quiet before it stops (`until_idle`):
+# a poll or two, for a rebalance callback or a last record still on its way.
+CAUGHT_UP_QUIET_S = 0.1
+
+
+def until_idle(consumer: EventConsumer, quiet_s: float, idle_s: float) -> bool:
+    """Whether a run that has been quiet for `quiet_s` is done: quiet for `idle_s`, or for
+    `CAUGHT_UP_QUIET_S` having read every record there was. The second ends a run over a
+    topic that stopped growing (the demo's, a test's) without waiting out `idle_s`."""
+    if quiet_s >= idle_s:
+        return True
+    return quiet_s >= CAUGHT_UP_QUIET_S and caught_up(consumer)
+
+
+def caught_up(consumer: EventConsumer) -> bool:
+    """Whether the consumer has read every record its partitions held at its last fetch.
+
+    No round trip: the high watermarks come with the fetch responses (none yet: not caught
+    up), and a position is read as it stands (`timeout_ms=0` refreshes nothing).
+    """
+    partitions = consumer.assignment()
+    if not partitions:
+        return False
+    for tp in partitions:
+        end = consumer.highwater(tp)
+        at = consumer.position(tp, timeout_ms=0)
+        if end is None or at is None or at < end:
+            return False
+    return True
 
 
 def subscribe(consumer: EventConsumer, topic: str, listener: Any | None = None) -> None:

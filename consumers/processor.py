@@ -39,6 +39,7 @@ from consumers.kafka_client import (
     from_kafka,
     subscribe,
     to_kafka,
+    until_idle,
 )
 from consumers.liveness import ConsumerLiveness
 from consumers.log_fields import key_fields
@@ -131,7 +132,8 @@ class MemoryProcessor:
 
     def run_until_idle(self, idle_s: float = 3.0, deadline_s: float = 300.0) -> None:
         """Consume until nothing is buffered, in flight, waiting to be dead-lettered or
-        arriving (demo and tests)."""
+        arriving (demo and tests): quiet for `idle_s`, or briefly once every record there
+        was is read (`kafka_client.until_idle`)."""
         self.start()
         start = quiet_since = self._monotonic()
         try:
@@ -142,7 +144,7 @@ class MemoryProcessor:
                 elif not self._consumer.assignment():
                     # Quiet counts from the assignment: a slow join or first fetch is not idle.
                     quiet_since = self._monotonic()
-                elif self._monotonic() - quiet_since >= idle_s:
+                elif until_idle(self._consumer, self._monotonic() - quiet_since, idle_s):
                     return
         finally:
             self.shutdown()

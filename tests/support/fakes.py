@@ -221,7 +221,7 @@ class FakeConsumer:
         self.topic = topic
         self.max_records = max_records
         self.log: dict[int, list[FakeRecord]] = {p: [] for p in range(partitions)}
-        self.position: dict[int, int] = dict.fromkeys(self.log, 0)
+        self.fetched: dict[int, int] = dict.fromkeys(self.log, 0)
         self.committed: dict[int, int] = {}
         self.commits: list[dict[int, int]] = []
         self.seeks: list[tuple[int, int]] = []
@@ -229,6 +229,7 @@ class FakeConsumer:
         self.poll_errors: list[Exception] = []  # raised by the next polls, one each
         self._assigned: set[int] = set()
         self._paused: set[int] = set()
+        self._highwater: dict[int, int] = {}  # each partition's end as its last fetch saw it
         self._listener: Any = None
         self._rebalances: list[tuple[set[int], set[int], bool]] = [(set(), set(self.log), False)]
 
@@ -266,10 +267,11 @@ class FakeConsumer:
         self._run_rebalances()
         out: dict[Any, list[FakeRecord]] = {}
         for p in sorted(self._assigned - self._paused):
-            records = self.log[p][self.position[p] : self.position[p] + self.max_records]
+            records = self.log[p][self.fetched[p] : self.fetched[p] + self.max_records]
+            self._highwater[p] = len(self.log[p])
             if records:
                 out[self.tp(p)] = records
-                self.position[p] += len(records)
+                self.fetched[p] += len(records)
         return out
 
     def assignment(self) -> set[Any]:
@@ -286,7 +288,7 @@ class FakeConsumer:
 
     def seek(self, partition: Any, offset: int) -> None:
         self.seeks.append((partition.partition, offset))
-        self.position[partition.partition] = offset
+        self.fetched[partition.partition] = offset
 
     def commit(self, offsets: Mapping[Any, Any]) -> None:
         moved = {tp.partition: meta.offset for tp, meta in offsets.items()}
@@ -299,6 +301,13 @@ class FakeConsumer:
 
     def group_metadata(self) -> FakeGroup:
         return FakeGroup(self)
+
+    def position(self, partition: Any, timeout_ms: int | None = None) -> int | None:
+        return self.fetched[partition.partition]
+
+    def highwater(self, partition: Any) -> int | None:
+        """As kafka-python: known once a poll fetched from the partition."""
+        return self._highwater.get(partition.partition)
 
     def close(self) -> None:
         self.closed = True
@@ -318,7 +327,7 @@ class FakeConsumer:
             # flag; otherwise the partition's next owner starts from the committed offset.
             self._paused -= gone - assign
             for p in gone - assign:
-                self.position[p] = self.committed.get(p, 0)
+                self.fetched[p] = self.committed.get(p, 0)
             self._assigned |= assign
             if assign and self._listener is not None:
                 self._listener.on_partitions_assigned([self.tp(p) for p in sorted(assign)])

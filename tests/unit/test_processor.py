@@ -195,7 +195,7 @@ def test_a_revocation_drops_the_buffer_and_rereads_it_when_the_partition_comes_b
     processor.step()
     # The third event was dropped from the buffer: it is read again, not skipped.
     assert consumer.seeks == [(0, 2)]
-    assert consumer.position[0] == 3
+    assert consumer.fetched[0] == 3
     assert not consolidated(m, [third])
     processor.shutdown()  # flushes what is buffered
     assert consolidated(m, [third])
@@ -215,7 +215,7 @@ def test_a_tombstone_drops_what_is_held_of_its_memory_and_no_more() -> None:
     after = make_event("ada", "I collect stamps")
     publish(consumer, 0, after)
     processor = started(m.processor(consumer, FlakyBackend(), letters, settings))
-    step_until(processor, lambda: consumer.position[0] == 5)
+    step_until(processor, lambda: consumer.fetched[0] == 5)
     # Dropped on sight of the tombstone; org-b's ada and what came after it are still held.
     assert {e.content for e in processor.held_events()} == {"I live in Porto", "I collect stamps"}
     processor.shutdown()
