@@ -248,7 +248,7 @@ def test_a_tombstone_drops_the_letters_of_its_memory_still_waiting_to_be_sent() 
         organization_id="org-a", user_id="ada", erasure_id=uuid.uuid4(), forgotten_at=BASE_TIME
     )
     consumer.produce(0, tombstone.to_bytes(), tombstone.kafka_key)
-    step_until(processor, lambda: consumer.position[0] == 3)
+    step_until(processor, lambda: consumer.fetched[0] == 3)
     backend.opened.set()
     step_until(processor, lambda: consumer.committed.get(0) == 3)
     processor.shutdown()
