@@ -44,6 +44,26 @@ def migrated_pool(fresh_database: str) -> Iterator[ConnectionPool]:
         pool.close()
 
 
+@pytest.fixture(scope="session")
+def _shared_disposable_chroma(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[DisposableChroma]:
+    server = DisposableChroma(tmp_path_factory.mktemp("disposable-chroma"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def stoppable_chroma(_shared_disposable_chroma: DisposableChroma) -> DisposableChroma:
+    """A running Chroma server the test may stop and start again, shared by the tests that
+    ask for it (a start takes seconds): give each deployment a collection of its own."""
+    if not _shared_disposable_chroma.running:
+        _shared_disposable_chroma.start()
+    return _shared_disposable_chroma
+
+
 @pytest.fixture
 def own_chroma(tmp_path: Path) -> Iterator[DisposableChroma]:
     with started(lambda: DisposableChroma(tmp_path), 60.0) as server:

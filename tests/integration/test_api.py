@@ -16,9 +16,10 @@ from memoryd import wiring
 from memoryd.api.auth import hash_token
 from memoryd.settings import ApiSettings
 from producers.contract import EventType
-from store.errors import VectorIndexUnavailable
 from tests.support.builders import key_of, make_event, make_fact
-from tests.support.deployment import Deployment, seed_core
+from tests.support.chroma import DisposableChroma
+from tests.support.deployment import Deployment, on_chroma_server, seed_core
+from tests.support.erasure import erased_as_chroma_stops
 
 pytestmark = pytest.mark.integration
 
@@ -283,27 +284,26 @@ def indexed_dog(deployment: Deployment, c: wiring.Core) -> uuid.UUID:
     return dog
 
 
-def chroma_refuses(monkeypatch: pytest.MonkeyPatch, c: wiring.Core, method: str) -> None:
-    def away(*_args: object) -> None:
-        raise VectorIndexUnavailable("chroma is away")
-
-    monkeypatch.setattr(c.index, method, away)
-
-
-def assert_refused_for_chroma(response: Any) -> None:
+def assert_refused_for_chroma(response: Any, deployment: Deployment, operation: str) -> None:
+    """A 503 for Chroma's failing `operation`, the erasure left open with Postgres erased."""
     assert response.status_code == 503
-    assert response.json() == {"detail": "vector index unavailable: chroma is away"}
+    detail = response.json()["detail"]
+    assert detail.startswith(f"vector index unavailable: chroma {operation} failed: "), detail
+    assert deployment.query("SELECT status FROM erasure_audit") == [("postgres_erased",)]
 
 
 def test_a_fact_erasure_chroma_refused_is_a_503_and_its_retry_finishes_it(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+    deployment: Deployment, stoppable_chroma: DisposableChroma
 ) -> None:
+    deployment = on_chroma_server(deployment, stoppable_chroma.url)
     with api(deployment) as (client, c):
         dog = indexed_dog(deployment, c)
-        chroma_refuses(monkeypatch, c, "delete")
         url = f"/v1/users/ada/facts/{dog}?idempotency_key=k9"
-        assert_refused_for_chroma(client.delete(url, headers=A))
-        monkeypatch.undo()
+        refused = erased_as_chroma_stops(
+            lambda: client.delete(url, headers=A), deployment.dsn, key_of("ada"), stoppable_chroma
+        )
+        assert_refused_for_chroma(refused, deployment, "delete")
+        stoppable_chroma.start()
         # Its row is gone already; the same request finishes the erasure instead of a 404.
         retried = client.delete(url, headers=A)
         assert retried.status_code == 200, retried.text
@@ -314,14 +314,20 @@ def test_a_fact_erasure_chroma_refused_is_a_503_and_its_retry_finishes_it(
 
 
 def test_a_forget_chroma_refused_is_a_503_and_asked_again_completes(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+    deployment: Deployment, stoppable_chroma: DisposableChroma
 ) -> None:
+    deployment = on_chroma_server(deployment, stoppable_chroma.url)
     with api(deployment) as (client, c):
         indexed_dog(deployment, c)
-        chroma_refuses(monkeypatch, c, "delete_memory")
-        assert_refused_for_chroma(client.delete("/v1/users/ada?idempotency_key=f1", headers=A))
+        refused = erased_as_chroma_stops(
+            lambda: client.delete("/v1/users/ada?idempotency_key=f1", headers=A),
+            deployment.dsn,
+            key_of("ada"),
+            stoppable_chroma,
+        )
+        assert_refused_for_chroma(refused, deployment, "delete_memory")
+        stoppable_chroma.start()
         assert c.index.count(key_of("ada")) == 1
-        monkeypatch.undo()
         done = client.delete("/v1/users/ada?idempotency_key=f1", headers=A)
         assert done.status_code == 200, done.text
         assert done.json()["removed"]["chroma"] == {"vectors": 1}

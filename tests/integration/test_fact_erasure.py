@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import replace
 from typing import Any
@@ -36,8 +36,9 @@ from store.read.fact_queries import PostgresReadModel
 from store.write.cluster_jobs import ClusterJobs
 from store.write.run_log import PostgresRunLog
 from tests.support.builders import key_of, make_event, make_fact, seed_update
-from tests.support.deployment import Deployment
-from tests.support.erasure import rows
+from tests.support.chroma import DisposableChroma
+from tests.support.deployment import Deployment, on_chroma_server
+from tests.support.erasure import erased_as_chroma_stops, rows
 
 pytestmark = pytest.mark.integration
 
@@ -135,25 +136,25 @@ def erasures_open(deployment: Deployment, capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.parametrize("request_id", [None, "retry-7"])
 def test_an_erasure_left_midway_is_finished_by_its_retry(
     deployment: Deployment,
-    monkeypatch: pytest.MonkeyPatch,
+    stoppable_chroma: DisposableChroma,
     capsys: pytest.CaptureFixture[str],
     request_id: str | None,
 ) -> None:
+    deployment = on_chroma_server(deployment, stoppable_chroma.url)
     seed(deployment)
     request = ErasureRequest("test", "asked by the user", request_id)
     with eraser(deployment) as (c, erase), erasure_gauges(c) as open_erasures:
         quokka = next(f for f in c.memory.facts(MIRA) if "quokka" in f.content).fact_id
-        delete = c.index.delete
-
-        def chroma_away(ids: Sequence[uuid.UUID]) -> None:
-            raise VectorIndexUnavailable("chroma is away")
-
-        monkeypatch.setattr(c.index, "delete", chroma_away)
         with pytest.raises(VectorIndexUnavailable):
-            erase.erase_fact(MIRA, quokka, request)
+            erased_as_chroma_stops(
+                lambda: erase.erase_fact(MIRA, quokka, request),
+                deployment.dsn,
+                MIRA,
+                stoppable_chroma,
+            )
         assert audit(deployment.dsn) == ["postgres_erased"]
         assert open_erasures() == (1.0, True)  # what MemorydErasureStuck watches
-        (left,) = erasures_open(deployment, capsys)  # what its runbook lists
+        (left,) = erasures_open(deployment, capsys)  # what its runbook lists, Chroma away
         assert (left["scope"], left["status"], left["fact_id"]) == (
             "fact",
             "postgres_erased",
@@ -161,9 +162,9 @@ def test_an_erasure_left_midway_is_finished_by_its_retry(
         )
         assert (left["organization_id"], left["user_id"]) == ("org-a", "mira")
         assert quokka not in fact_ids(c, MIRA)  # its row went, its vector is left
+        stoppable_chroma.start()
         assert list(c.index.embeddings([quokka])) == [quokka]
 
-        monkeypatch.setattr(c.index, "delete", delete)
         receipt = erase.erase_fact(MIRA, quokka, request)
         assert audit(deployment.dsn) == ["completed"]
         assert receipt.removed["postgres"]["memory_facts"] == 1

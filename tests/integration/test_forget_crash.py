@@ -25,7 +25,7 @@ from store.write.locks import log_lock_key
 from tests.support.builders import key_of, make_event
 from tests.support.chroma import DisposableChroma
 from tests.support.deployment import Deployment, topic_size, wait_until
-from tests.support.erasure import find_in_tables, memory_row_counts, rows
+from tests.support.erasure import find_in_tables, memory_row_counts, rows, waiting_on_a_lock
 
 pytestmark = pytest.mark.integration
 
@@ -61,11 +61,6 @@ def receipt_of(child: subprocess.Popen[str]) -> Any:
 
 def audit_status(dsn: str) -> list[str]:
     return [r[0] for r in rows(dsn, "SELECT status FROM erasure_audit ORDER BY id")]
-
-
-def waiting_on_a_lock(dsn: str) -> bool:
-    found = rows(dsn, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-    return found != [(0,)]
 
 
 @pytest.mark.parametrize("kill_at", ["tombstoned", "postgres_erased"])

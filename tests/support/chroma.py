@@ -24,6 +24,11 @@ class DisposableChroma(LocalChroma):
         assert self._pid is not None, "the server is not running"
         return self._pid
 
+    @property
+    def running(self) -> bool:
+        """Started, and not stopped or killed since (a frozen server is running)."""
+        return self._proc is not None
+
     def freeze(self) -> None:
         os.kill(self._started_pid, signal.SIGSTOP)
 

@@ -171,6 +171,13 @@ def tuned(deployment: Deployment, **tuning: Any) -> Deployment:
     return Deployment(settings, deployment.dsn)
 
 
+def on_chroma_server(deployment: Deployment, url: str) -> Deployment:
+    """The same deployment (database, topics) with its vectors on the Chroma server at url
+    (one the test may stop) instead of an embedded one, in a collection of its own."""
+    chroma = ChromaSettings(mode="http", url=url, collection=f"facts-{uuid.uuid4().hex[:12]}")
+    return Deployment(deployment.settings.model_copy(update={"chroma": chroma}), deployment.dsn)
+
+
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():

@@ -1,11 +1,12 @@
-"""Looking for what an erasure must have removed: every table's text, Chroma, row counts; and
-an erasure of a whole memory opened without the eraser."""
+"""Looking for what an erasure must have removed: every table's text, Chroma, row counts; an
+erasure of a whole memory opened without the eraser; and one whose Chroma stops midway."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import psycopg
 from chromadb.api import ClientAPI
@@ -14,6 +15,11 @@ from psycopg import sql
 from domain.erasure import ErasureScope
 from domain.ids import MemoryKey, SubjectHasher
 from store.write.erasure_log import PostgresErasureLog
+from store.write.locks import log_lock_key
+from tests.support.chroma import DisposableChroma
+from tests.support.deployment import wait_until
+
+T = TypeVar("T")
 
 # The digest of a memory the integration tests' stores and erasures agree on.
 SUBJECTS = SubjectHasher(b"integration-subject-key")
@@ -128,3 +134,34 @@ def _open_erasure(
         reason="the user asked",
     )
     return erasure_id
+
+
+def waiting_on_a_lock(dsn: str) -> bool:
+    """Whether a session of dsn's database waits for an advisory lock."""
+    found = rows(
+        dsn,
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    return found != [(0,)]
+
+
+def erased_as_chroma_stops(
+    erase: Callable[[], T], dsn: str, key: MemoryKey, chroma: DisposableChroma
+) -> T:
+    """What `erase`, an erasure of key's memory, returns or raises when its Chroma server stops
+    after the vectors were counted and before they are deleted. Chroma stays stopped.
+
+    The erasure is held inside Postgres: its erase transaction needs the memory's log lock,
+    which this holds (as a log writer's insert in flight would) until Chroma is stopped.
+    """
+    with psycopg.connect(dsn, autocommit=True) as blocker, ThreadPoolExecutor(1) as pool:
+        blocker.execute("SELECT pg_advisory_lock(%s)", (log_lock_key(key),))
+        erasing = pool.submit(erase)
+        try:
+            wait_until(lambda: erasing.done() or waiting_on_a_lock(dsn), 60, "the erasure to wait")
+            assert not erasing.done(), "the erasure ended before its Postgres step"
+            chroma.stop()
+        finally:
+            blocker.execute("SELECT pg_advisory_unlock(%s)", (log_lock_key(key),))
+        return erasing.result(timeout=60)
