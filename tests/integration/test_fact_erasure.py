@@ -12,11 +12,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
 
-from consumers.errors import ConsumerError
+from consumers.kafka_client import end_offsets
 from domain.erasure import ErasureScope
 from domain.ids import MemoryKey
 from memoryd import wiring
@@ -341,12 +342,14 @@ def test_a_forget_whose_partition_ends_cannot_be_read_is_a_publish_error_left_op
     deployment: Deployment,
 ) -> None:
     seed(deployment)
-
-    def unreadable() -> dict[int, int]:
-        raise ConsumerError("end offsets of events not read: NoBrokersAvailable()")
+    # The real reader, whose broker cannot say: it has no partitions of the topic asked about.
+    k = deployment.settings.kafka
+    unreadable = partial(end_offsets, k.bootstrap_servers, f"{k.topic}-gone")
 
     with eraser(deployment) as (c, erase):
-        with pytest.raises(PublishError, match="partition ends not read"):
+        with pytest.raises(
+            PublishError, match=r"partition ends not read: topic \S+-gone has no partitions"
+        ):
             replace(erase, end_offsets=unreadable).forget(MIRA, REQUEST)
         assert audit(deployment.dsn) == ["started"]  # open: asked again, it goes on
         assert fact_ids(c, MIRA)
