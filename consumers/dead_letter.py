@@ -185,19 +185,24 @@ class KafkaDeadLetterSink:
         return self._producer
 
     def _abort(self) -> None:
-        """Abort the open transaction; a producer that cannot (fenced, or its state unknown)
-        is dropped, and the next send starts a new one. Before a transaction began (no
-        producer, or its `init_transactions` timed out) there is nothing to abort: the next
-        send tries again."""
+        """Abort the open transaction and drop the producer: the next send starts a new one.
+
+        Aborted, the failed transaction holds back no read_committed reader of the topic until
+        the broker times it out. Kept, the producer lost letters: kafka-python 3.0.12 bumps
+        its epoch after a refused record (the topic's size limit, say), then the broker
+        refuses its next transaction's records as out of sequence, its I/O thread dies, and
+        `commit_transaction` returns as if that transaction had committed. Before a
+        transaction began (no producer, or its `init_transactions` timed out) there is
+        nothing to abort: the next send tries again with the same producer."""
         if self._producer is None or not self._initialised:
             return
         try:
             self._producer.abort_transaction()
-        except KafkaError as e:
-            log.warning("dropping the dead-letter producer: %r", e)
-            self._producer.close(timeout=0)
-            self._producer = None
-            self._initialised = False
+        except KafkaError as e:  # fenced, or its state unknown: the broker aborts it in time
+            log.warning("dead-letter transaction not aborted: %r", e)
+        self._producer.close(timeout=0)
+        self._producer = None
+        self._initialised = False
 
     def close(self) -> None:
         if self._producer is not None:

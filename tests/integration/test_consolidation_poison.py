@@ -8,14 +8,15 @@ consolidated or dead-lettered.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from kafka.admin import ConfigResource, ConfigResourceType
 
-from consumers.batching import TopicPartition
-from consumers.dead_letter import DeadLetter, KafkaDeadLetterSink
-from consumers.errors import DeadLetterError
+from consumers.dead_letter import KafkaDeadLetterSink
 from consumers.kafka_client import ConsumerSettings, make_consumer
 from consumers.processor import MemoryProcessor
 from consumers.settings import ProcessorSettings
@@ -99,24 +100,28 @@ def test_a_poison_batch_is_dead_lettered_and_its_offsets_pass(deployment: Deploy
     assert letter_count(k.bootstrap_servers, k.dead_letter_topic) == 2
 
 
-class RefusesAtFirst:
-    """A dead-letter sink that fails its first `failures` sends (the topic is unavailable)."""
+@contextmanager
+def letters_refused(admin: Any, topic: str, until: Callable[[], bool]) -> Iterator[None]:
+    """The dead-letter topic refuses every letter until `until()` holds: its max.message.bytes
+    is below any letter's size (an operator's mistake, say) until a thread watching for that
+    gives the topic its default back."""
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": "128"})
+    assert admin.alter_configs([resource]) == {"topic": {topic: "OK"}}
+    done = threading.Event()
 
-    def __init__(self, inner: KafkaDeadLetterSink, failures: int) -> None:
-        self._inner = inner
-        self._failures = failures
-        self.attempts = 0
+    def watch() -> None:
+        while not (done.is_set() or until()):
+            time.sleep(0.01)
+        reset = ConfigResource(ConfigResourceType.TOPIC, topic, ["max.message.bytes"])
+        assert admin.reset_configs([reset]) == {"topic": {topic: "OK"}}
 
-    def send(
-        self, letters: Sequence[DeadLetter], consumed: Mapping[TopicPartition, int], group: Any
-    ) -> None:
-        self.attempts += 1
-        if self.attempts <= self._failures:
-            raise DeadLetterError("dead-letter topic unavailable")
-        self._inner.send(letters, consumed, group)
-
-    def close(self) -> None:
-        self._inner.close()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(timeout=30)
 
 
 class AlwaysUnparseable:
@@ -133,7 +138,7 @@ class AlwaysUnparseable:
 
 
 def test_a_failing_dead_letter_topic_retries_the_letter_not_the_llm(
-    deployment: Deployment,
+    deployment: Deployment, kafka_admin: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     events = [make_event("ada", "I work in engineering")]
     deployment.publish(events)
@@ -141,23 +146,28 @@ def test_a_failing_dead_letter_topic_retries_the_letter_not_the_llm(
     s = deployment.settings
     k = s.kafka
 
-    def run(c: wiring.Core) -> RefusesAtFirst:
+    def run(c: wiring.Core) -> float:
         flusher = wiring.flusher(c, backend, Consolidator(WriteGate(None), c.prices))
         consumer = make_consumer(
             ConsumerSettings(k.bootstrap_servers, k.topic, k.processor_group, "test-processor")
         )
-        sink = RefusesAtFirst(
-            KafkaDeadLetterSink(k.bootstrap_servers, k.dead_letter_topic, "processor"), 2
-        )
+        sink = KafkaDeadLetterSink(k.bootstrap_servers, k.dead_letter_topic, "processor")
         settings = ProcessorSettings(max_wait_s=0.2, backoff_base_s=0.05, max_attempts=3)
-        MemoryProcessor(consumer, k.topic, flusher, sink, c.metrics, settings).run_until_idle(
-            idle_s=2.0
-        )
-        return sink
+        processor = MemoryProcessor(consumer, k.topic, flusher, sink, c.metrics, settings)
 
-    sink = deployment.with_core(run)
+        def failures() -> float:
+            labels = {"consumer": "processor", "cause": "dead_letter_topic"}
+            return c.registry.get_sample_value("memoryd_outage_retries_total", labels) or 0.0
+
+        with letters_refused(kafka_admin, k.dead_letter_topic, until=lambda: failures() > 0):
+            processor.run_until_idle(idle_s=2.0)
+        return failures()
+
+    assert deployment.with_core(run) > 0
+    refusals = [r.getMessage() for r in caplog.records if r.name == "consumers.outage"]
+    assert refusals
+    assert all("MessageSizeTooLargeError" in m for m in refusals), refusals
     assert backend.calls == 1
-    assert sink.attempts == 3
     assert letter_count(k.bootstrap_servers, k.dead_letter_topic) == 1
     runs = deployment.query("SELECT status, raw_response FROM consolidation_runs")
     assert runs == [("failed", '{"updated_working_mem')]
