@@ -12,7 +12,7 @@ from store.migrate import migrate
 from store.postgres import make_pool
 from tests.support.chroma import DisposableChroma
 from tests.support.deployment import Deployment, deployment_settings
-from tests.support.services import started
+from tests.support.services import start, started
 
 
 @pytest.fixture
@@ -48,7 +48,10 @@ def migrated_pool(fresh_database: str) -> Iterator[ConnectionPool]:
 def _shared_disposable_chroma(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[DisposableChroma]:
-    server = DisposableChroma(tmp_path_factory.mktemp("disposable-chroma"))
+    # Started here, where a port taken before the server binds it is retried with another;
+    # a test that stops it has `stoppable_chroma` start it again, on the same port.
+    home = tmp_path_factory.mktemp("disposable-chroma")
+    server = start(lambda: DisposableChroma(home), 60.0)
     try:
         yield server
     finally:

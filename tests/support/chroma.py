@@ -27,7 +27,7 @@ class DisposableChroma(LocalChroma):
     @property
     def running(self) -> bool:
         """Started, and not stopped or killed since (a frozen server is running)."""
-        return self._proc is not None
+        return self._pid is not None
 
     def freeze(self) -> None:
         os.kill(self._started_pid, signal.SIGSTOP)
