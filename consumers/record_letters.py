@@ -45,36 +45,44 @@ class HeldLetters:
         self._group = group  # the consumer's group metadata, read when a transaction starts
         self._waiting: list[DeadLetter] = []
         self._not_before = 0.0
+        # (memory key, partition) -> offset of its latest tombstone read, kept while a record
+        # of the memory below it may still be open: a batch in flight when the tombstone came
+        # hands its letters over after it (`wait`).
+        self._tombstones: dict[tuple[bytes, TopicPartition], int] = {}
 
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def wait(self, letters: Sequence[DeadLetter]) -> None:
-        self._waiting.extend(letters)
+    def wait(self, letters: Sequence[DeadLetter]) -> list[DeadLetter]:
+        """Hold `letters` until they are due; returns those a tombstone read before them
+        forgot, which are not held (the caller marks their records done)."""
+        forgotten = [x for x in letters if self._forgotten(x)]
+        self._waiting.extend(x for x in letters if not self._forgotten(x))
+        return forgotten
+
+    def _forgotten(self, letter: DeadLetter) -> bool:
+        if letter.key is None or letter.stage in READ_STAGES:
+            return False  # a record that did not decode is no memory's event
+        before = self._tombstones.get((letter.key, _partition(letter)))
+        return before is not None and letter.offset < before
 
     def drop(self, partitions: Collection[TopicPartition]) -> None:
         """Forget the letters of partitions no longer ours: their next owner reads those
         records again."""
         self._waiting = [x for x in self._waiting if _partition(x) not in partitions]
+        self._tombstones = {k: v for k, v in self._tombstones.items() if k[1] not in partitions}
         if not self._waiting:
             self._outage.recovered(SENDING)  # nothing is left to send: not failing any more
 
     def forget(self, key: bytes, tp: TopicPartition, before: int) -> list[DeadLetter]:
         """Take out and return the letters of a memory's events read from `tp` below `before`,
         its tombstone's offset: the erasure forgot those events, and sent now their letters
-        would copy them to the dead-letter topic after it. The caller marks them done."""
-
-        def forgotten(x: DeadLetter) -> bool:
-            return (
-                x.key == key
-                and x.stage not in READ_STAGES
-                and _partition(x) == tp
-                and x.offset < before
-            )
-
-        gone = [x for x in self._waiting if forgotten(x)]
+        would copy them to the dead-letter topic after it. The caller marks them done. The
+        tombstone is kept for the letters of a batch still in flight, handed over later."""
+        self._tombstones[(key, tp)] = max(before, self._tombstones.get((key, tp), before))
+        gone = [x for x in self._waiting if self._forgotten(x)]
         if gone:
-            self._waiting = [x for x in self._waiting if not forgotten(x)]
+            self._waiting = [x for x in self._waiting if not self._forgotten(x)]
             if not self._waiting:
                 self._outage.recovered(SENDING)
         return gone
@@ -82,6 +90,12 @@ class HeldLetters:
     def send_due(self, offsets: OffsetTracker) -> list[DeadLetter]:
         """Send the letters whose records lead their partition's open offsets, with the
         offsets past them, and mark those records done; returns what was sent."""
+        # A tombstone is needed no more once every record of its partition below it is done.
+        self._tombstones = {
+            k: before
+            for k, before in self._tombstones.items()
+            if (offsets.position(k[1]) or 0) < before
+        }
         if not self._waiting or self._monotonic() < self._not_before:
             return []
         mine: dict[TopicPartition, dict[int, DeadLetter]] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from consumers.batching import Batch, OffsetTracker, Rejection
+from consumers.batching import Batch, OffsetTracker, Rejection, TopicPartition
 from consumers.dead_letter import event_letters
 from consumers.flush import UserFlusher
 from consumers.flush_result import FlushKind, FlushResult
@@ -162,7 +162,11 @@ class Settlement:
             for item in batch.without(done):  # forgotten or consolidated: no letter
                 self._offsets.done(item.tp, item.offset)
         letters = event_letters(batch.items, rejection.stage, rejection.reason, rejection.reasons)
-        self._letters.wait(letters)
+        # A tombstone read while the batch was in flight: those events are forgotten, no letter.
+        forgotten = self._letters.wait(letters)
+        for letter in forgotten:
+            self._offsets.done(TopicPartition(letter.topic, letter.partition), letter.offset)
+        self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(len(forgotten))
         fields = {**batch_fields(batch), "stage": rejection.stage}
         log.error("giving up on %d event(s): %s", len(letters), rejection.reason, extra=fields)
         self._finish(batch, f"dead_lettered_{rejection.stage}", done=False)
