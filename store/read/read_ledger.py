@@ -57,8 +57,8 @@ class ReadCost:
 # derived anew (the erasure re-keys the rows it anonymises for the same reason).
 # A memory the turn read that has another generation now went through a fact erasure, or
 # was forgotten and came back (its user returned): the cost keeps the user's ids only if no
-# erasure of the memory is open and none was ever audited for its subject. Times would tell
-# the two apart more finely, but the turn's clock is the API's and the audit's Postgres's.
+# erasure of the memory is open and none completed since the turn read (the turn's clock is
+# the read path's, the audit's Postgres's, as in `still_the_memory_read`).
 _OURS = still_the_memory_read("e.generation", "e.org", "e.user_id", "e.subject", "e.read_at")
 _BOOK = (
     "WITH e AS (SELECT %(entry_id)s::uuid AS entry_id, %(org)s::text AS org,"
@@ -70,7 +70,7 @@ _BOOK = (
     " EXISTS (SELECT 1 FROM user_memory m WHERE m.organization_id = e.org"
     " AND m.user_id = e.user_id) AS kept,"
     " EXISTS (SELECT 1 FROM erasure_audit a WHERE a.subject = e.subject"
-    " AND a.scope = 'memory') AS forgotten"
+    " AND a.scope = 'memory' AND a.erased_at >= e.read_at) AS forgotten"
     " FROM e),"
     " n AS (SELECT s.*, ours OR (erasure IS NULL AND kept AND NOT forgotten) AS named FROM s)"
     " INSERT INTO credit_ledger (entry_id, user_id, organization_id, run_id, operation, model,"

@@ -204,6 +204,15 @@ def test_a_read_written_after_a_fact_erasure_is_booked_to_the_user_still(
     )
     assert ledger(pool)[3:] == [("erased:unknown", "org-a", 2), ("ada", "org-a", 2)]
 
+    # Back, a turn reads the new memory, and one of its facts is erased before its cost
+    # arrives: the forget was before the turn, so the cost is the returned user's.
+    porto = make_fact("ada", "Ada lives in Porto")
+    read_back = datetime.now(UTC)
+    again = open_fact_erasure(erasures, ADA, porto.fact_id, SUBJECTS(ADA))
+    erasures.erase_fact(again, ADA, porto.fact_id, {})
+    costs.write([ReadCost(cost(ADA, 6), returned.generation, read_back)])
+    assert ledger(pool)[5:] == [("ada", "org-a", 2)]
+
 
 def test_a_read_written_while_an_erasure_holds_the_memory_waits_and_keeps_no_ids(
     pool: ConnectionPool,
