@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.errors import KafkaError
 
 from consumers.dead_letter import KafkaDeadLetterSink
 from consumers.kafka_client import ConsumerSettings, make_consumer
@@ -27,7 +28,13 @@ from processors.gate import WriteGate
 from processors.schema import BackendResponse, ConsolidationRequest
 from producers.contract import EventType
 from tests.support.builders import make_event
-from tests.support.deployment import Deployment, dead_letters, headers_of, letter_count
+from tests.support.deployment import (
+    Deployment,
+    dead_letters,
+    headers_of,
+    letter_count,
+    wait_until,
+)
 from tests.support.fakes import FlakyBackend
 
 pytestmark = pytest.mark.integration
@@ -107,13 +114,21 @@ def letters_refused(admin: Any, topic: str, until: Callable[[], bool]) -> Iterat
     gives the topic its default back."""
     resource = ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": "128"})
     assert admin.alter_configs([resource]) == {"topic": {topic: "OK"}}
+    # The controller took it; the broker applies it from the metadata log a moment later.
+    wait_until(lambda: max_message_bytes(admin, topic) == "128", 10, "the limit applied")
     done = threading.Event()
+    failed: list[Exception] = []
 
     def watch() -> None:
-        while not (done.is_set() or until()):
-            time.sleep(0.01)
-        reset = ConfigResource(ConfigResourceType.TOPIC, topic, ["max.message.bytes"])
-        assert admin.reset_configs([reset]) == {"topic": {topic: "OK"}}
+        try:
+            while not (done.is_set() or until()):
+                time.sleep(0.01)
+            reset = ConfigResource(ConfigResourceType.TOPIC, topic, ["max.message.bytes"])
+            answer = admin.reset_configs([reset])
+            if answer != {"topic": {topic: "OK"}}:
+                raise AssertionError(f"the topic's limit was not reset: {answer}")
+        except (AssertionError, KafkaError) as e:  # handed to the test's thread below
+            failed.append(e)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -122,6 +137,15 @@ def letters_refused(admin: Any, topic: str, until: Callable[[], bool]) -> Iterat
     finally:
         done.set()
         watcher.join(timeout=30)
+    if failed:
+        raise failed[0]
+
+
+def max_message_bytes(admin: Any, topic: str) -> str:
+    described = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"
+    )
+    return str(described["topic"][topic]["max.message.bytes"]["value"])
 
 
 class AlwaysUnparseable:
