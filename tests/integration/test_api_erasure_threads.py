@@ -82,6 +82,7 @@ def waiting_for_the_memory(deployment: Deployment, at_least: int, timeout_s: flo
     while time.monotonic() < deadline:
         (waiting,) = deployment.query(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
         if waiting[0] >= at_least:
             return
