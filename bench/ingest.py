@@ -181,9 +181,19 @@ def drain(
     return {
         "events": total,
         "writers": writers,
-        "log_events_per_s": (total - before) / max(done - first, 1e-9),
+        **drain_rate(total, before, done - first),
         "writer_cpu_us_per_event": _cpu_us(w.cpu_s, total),
     }
+
+
+def drain_rate(total: int, before: int, seconds: float) -> dict[str, float]:
+    """The drain's events/s over the rows logged after its first look (`before` were there
+    already: the writers start writing while their group settles). With none left after it
+    there is nothing to time: no rate (the table says so), not 0 events/s."""
+    timed = total - before
+    if timed <= 0:
+        return {"timed_events": 0}
+    return {"timed_events": timed, "log_events_per_s": timed / max(seconds, 1e-9)}
 
 
 def latency(settings: Settings, rate: int, seconds: float) -> dict[str, float]:
@@ -319,7 +329,9 @@ def _rows(results: dict[str, dict[str, float]]) -> list[list[str]]:
         rows += [
             [
                 f"Kafka -> Postgres log, events waiting ({d['writers']:.0f} log writers)",
-                f"{d['log_events_per_s']:,.0f} events/s",
+                f"{d['log_events_per_s']:,.0f} events/s"
+                if "log_events_per_s" in d
+                else "not measured: all logged while the writers joined (use more --events)",
             ],
             ["log-writer CPU per event (drain)", f"{d['writer_cpu_us_per_event']:.0f} us"],
         ]
