@@ -24,14 +24,13 @@ from chromadb.config import Settings
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
-from memoryd.dev import DevPorts, LocalChroma, LocalKafka, LocalPostgres, free_port
+from memoryd.dev import LocalChroma, LocalKafka, LocalPostgres, free_port
 from memoryd.dev._process import port_open
 from memoryd.dev.chroma import heartbeat
 from memoryd.dev.kafka import kafka_ready
 from memoryd.dev.postgres import find_bin_dir
-from memoryd.dev.stack import DEFAULT_KAFKA_POM, default_cache_dir
 from tests.support.chroma import DisposableChroma
-from tests.support.services import running, started
+from tests.support.services import local_kafka, running, started
 
 pytestmark = pytest.mark.integration
 
@@ -164,15 +163,7 @@ def test_local_chroma_started_again_on_another_port_moves_there(tmp_path: Path) 
 
 def test_local_kafka_started_again_on_other_ports_moves_there(tmp_path: Path) -> None:
     def kafka() -> LocalKafka:
-        ports = DevPorts.free()
-        return LocalKafka(
-            tmp_path / "kafka",
-            ports.kafka,
-            ports.kafka_controller,
-            pom=DEFAULT_KAFKA_POM,
-            jars_cache=default_cache_dir() / "kafka-jars",
-            stop_on_exit=True,
-        )
+        return local_kafka(tmp_path / "kafka")
 
     with started(kafka, 180.0) as before, started(kafka, 60.0) as after:
         assert kafka_ready(after.bootstrap)
@@ -224,15 +215,7 @@ def test_kafka_whose_port_is_taken_is_started_on_another(tmp_path: Path) -> None
         ports = iter([(taken, free_port()), (free_port(), free_port())])
 
         def kafka() -> LocalKafka:
-            port, controller_port = next(ports)
-            return LocalKafka(
-                tmp_path / "kafka",
-                port,
-                controller_port,
-                pom=DEFAULT_KAFKA_POM,
-                jars_cache=default_cache_dir() / "kafka-jars",
-                stop_on_exit=True,
-            )
+            return local_kafka(tmp_path / "kafka", next(ports))
 
         with started(kafka, 180.0) as broker:
             assert broker.port != taken

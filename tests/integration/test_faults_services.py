@@ -20,8 +20,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from memoryd.dev import DevPorts, LocalKafka, LocalPostgres, free_port
-from memoryd.dev.stack import default_cache_dir
+from memoryd.dev import LocalKafka, LocalPostgres, free_port
 from store.migrate import migrate
 from store.postgres import make_pool
 from tests.support.deployment import Deployment, deployment_settings
@@ -35,29 +34,17 @@ from tests.support.faults import (
     settled,
     wait_until,
 )
-from tests.support.services import started
+from tests.support.services import local_kafka, started
 
 # Minutes each on a loaded machine: above the suite's per-test timeout.
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(900)]
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # What the application role may no longer do while its privileges are revoked.
 WRITES = ("context_events", "consolidation_runs", "consolidated_events", "memory_facts")
 
 
 @pytest.fixture
 def own_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
-    def kafka() -> LocalKafka:
-        ports = DevPorts.free()
-        return LocalKafka(
-            tmp_path / "kafka",
-            ports.kafka,
-            ports.kafka_controller,
-            pom=REPO_ROOT / "infra" / "kafka" / "pom.xml",
-            jars_cache=default_cache_dir() / "kafka-jars",
-            stop_on_exit=True,
-        )
-
-    with started(kafka, 180.0) as broker:
+    with started(lambda: local_kafka(tmp_path / "kafka"), 180.0) as broker:
         yield broker
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Protocol, TypeVar
 
-from memoryd.dev import PortTaken
+from memoryd.dev import DevPorts, LocalKafka, PortTaken
+from memoryd.dev.stack import DEFAULT_KAFKA_POM, default_cache_dir
 
 START_ATTEMPTS = 3
 
@@ -64,3 +66,18 @@ def _start(make: Callable[[], S], timeout: float) -> tuple[S, str]:
             if not isinstance(e, PortTaken) or attempt == START_ATTEMPTS:
                 raise
         attempt += 1
+
+
+def local_kafka(home: Path, ports: tuple[int, int] | None = None) -> LocalKafka:
+    """A broker of the test's own in `home`, stopped with the test process: on the given
+    (broker, controller) ports, else on free ones; its jars from the shared cache."""
+    if ports is None:
+        free = DevPorts.free()
+        ports = (free.kafka, free.kafka_controller)
+    return LocalKafka(
+        home,
+        *ports,
+        pom=DEFAULT_KAFKA_POM,
+        jars_cache=default_cache_dir() / "kafka-jars",
+        stop_on_exit=True,
+    )
