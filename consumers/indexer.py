@@ -78,14 +78,18 @@ class FactIndexer:
                     break  # another indexer got them first, or only stale versions were read
         except VectorIndexUnavailable:
             # The backlog an outage grows is what the pending gauge is for.
-            self.publish_pending()
+            self.publish_pending(skip_out_of_credit=skip_out_of_credit)
             raise
-        self.publish_pending()
+        self.publish_pending(skip_out_of_credit=skip_out_of_credit)
         return total
 
-    def publish_pending(self) -> None:
-        """Set the pending gauge from Postgres (the count is of the whole cluster)."""
-        self.observer.pending(self.store.pending_count())
+    def publish_pending(self, *, skip_out_of_credit: bool = False) -> None:
+        """Set the pending gauge from Postgres (the count is of the whole cluster).
+
+        Facts the budget policy holds back for users out of credit are not counted: the
+        gauge's alert reads a growing backlog as Chroma down or no drain running, and those
+        facts wait for a top-up, which the out-of-credit metrics report."""
+        self.observer.pending(self.store.pending_count(skip_out_of_credit=skip_out_of_credit))
 
     def _index_facts(self, facts: Sequence[Fact]) -> int:
         if not facts:

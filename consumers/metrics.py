@@ -86,7 +86,8 @@ class PipelineMetrics:
         )
         self.in_flight = gauge("memoryd_flushes_in_flight", "User flushes running now")
         self.pending_index = gauge(
-            "memoryd_facts_pending_index", "Facts not yet in the vector index"
+            "memoryd_facts_pending_index",
+            "Facts not yet in the vector index (not those held back for users out of credit)",
         )
         self.commit_failures = counter(
             "memoryd_commit_failures_total",

@@ -244,7 +244,10 @@ class IndexOutbox(Protocol):
         """Facts whose current version is not indexed, oldest change first."""
         ...
 
-    def pending_count(self) -> int: ...
+    def pending_count(self, *, skip_out_of_credit: bool = False) -> int:
+        """How many facts `pending_index` with the same `skip_out_of_credit` would return
+        without a limit."""
+        ...
 
     def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         """Mark the versions still pending as indexed and book `ledger_for(marked)` with them,

@@ -38,9 +38,14 @@ def _once(c: wiring.Core, lock: int, job: Callable[[], T]) -> T | None:
         return job() if got else None
 
 
+def _holds_out_of_credit(c: wiring.Core) -> bool:
+    """Whether the budget policy leaves the facts of users out of credit unindexed."""
+    return c.settings.processor.budget_policy is BudgetPolicy.SKIP_EMBEDDINGS
+
+
 def drain_index_once(c: wiring.Core) -> int | None:
     """Index pending facts if no other process is doing it; None when the lock was taken."""
-    skip = c.settings.processor.budget_policy is BudgetPolicy.SKIP_EMBEDDINGS
+    skip = _holds_out_of_credit(c)
     return _once(
         c, INDEX_DRAIN_LOCK, lambda: wiring.indexer(c).drain_pending(skip_out_of_credit=skip)
     )
@@ -68,7 +73,7 @@ def _drain_job(c: wiring.Core) -> None:
         if n is None:
             # Another processor drains. Every one still sets the gauge, so that a processor
             # that stopped draining does not go on exporting the backlog it last saw.
-            wiring.indexer(c).publish_pending()
+            wiring.indexer(c).publish_pending(skip_out_of_credit=_holds_out_of_credit(c))
     except StoreError as e:
         # The facts stay pending; the next tick tries again. The pending gauge shows the backlog.
         log.warning("index drain failed, retrying next tick: %s", e)

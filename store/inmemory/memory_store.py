@@ -190,9 +190,13 @@ class InMemoryMemoryStore:
             ]
         return sorted(pending, key=lambda f: (f.updated_at, f.fact_id))[:limit]
 
-    def pending_count(self) -> int:
+    def pending_count(self, *, skip_out_of_credit: bool = False) -> int:
         with self._db.lock:
-            return sum(1 for f in self._db.facts.values() if f.indexed_at is None)
+            return sum(
+                1
+                for f in self._db.facts.values()
+                if f.indexed_at is None and not (skip_out_of_credit and self._out_of_credit(f.key))
+            )
 
     def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         with self._db.lock:

@@ -311,10 +311,11 @@ class PostgresMemoryStore:
             ).fetchall()
         return [fact_rows.from_row(r) for r in rows]
 
-    def pending_count(self) -> int:
+    def pending_count(self, *, skip_out_of_credit: bool = False) -> int:
+        hold = f" AND NOT {_OUT_OF_CREDIT}" if skip_out_of_credit else ""
         with transaction(self._pool) as conn:
             row = conn.execute(
-                "SELECT count(*) FROM memory_facts WHERE indexed_at IS NULL"
+                f"SELECT count(*) FROM memory_facts f WHERE indexed_at IS NULL{hold}"
             ).fetchone()
         return int(row[0]) if row else 0
 

@@ -351,6 +351,9 @@ def test_the_outbox_can_leave_users_out_of_credit(stores: Stores) -> None:
     stores.memory.set_credit(ADA, 500)
     assert len(stores.memory.pending_index()) == 2
     assert [f.user_id for f in stores.memory.pending_index(skip_out_of_credit=True)] == ["bob"]
+    # The backlog counted as the drain sees it: Ada's fact is held, not waiting.
+    assert stores.memory.pending_count() == 2
+    assert stores.memory.pending_count(skip_out_of_credit=True) == 1
 
 
 def test_facts_by_id_ignores_unknown_ids(stores: Stores) -> None:
