@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 
 from domain.ids import MemoryKey
 
-MEMORY_LOCK_NAMESPACE = 0x4D454D  # "MEM": keeps memory locks apart from the job locks
-LOG_LOCK_NAMESPACE = 0x4C4F47  # "LOG": the log writer's inserts against an erasure
+MEMORY_LOCK_NAMESPACE = b"memoryd-memory"  # apart from the log locks (and from each other)
+LOG_LOCK_NAMESPACE = b"memoryd-log"  # the log writer's inserts against an erasure
 
 
-def _lock_key(namespace: int, key: MemoryKey) -> int:
-    # crc32 is stable across processes (unlike hash()), which is the whole point of the lock;
-    # two memories sharing a crc only wait for each other, they never share a memory.
-    return (namespace << 32) | zlib.crc32(key.joined.encode())
+def _lock_key(namespace: bytes, key: MemoryKey) -> int:
+    # A keyed hash of all 64 bits Postgres's advisory locks take: tenants choose their user
+    # ids, and with a 32-bit checksum one could pick an id whose lock is another tenant's
+    # (its flushes and erasures would then wait for theirs). blake2b is stable across
+    # processes (unlike hash()), which is the whole point of the lock.
+    digest = hashlib.blake2b(key.joined.encode(), digest_size=8, person=namespace).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def memory_lock_key(key: MemoryKey) -> int:
