@@ -1,7 +1,8 @@
 """/healthz and /readyz of the API, answered from the process's health monitor.
 
-No token: load balancers and orchestrators call them. /readyz says why it is not ready
-(which dependency is down) but nothing about any tenant.
+No token: load balancers and orchestrators call them. /readyz names each dependency, ok or
+failing, and nothing else: a check's error text (hosts, users, pieces of a DSN) goes to the
+log and to the operations port's /readyz, never to this public port.
 
 Both answer on the event loop (they only read the monitor's last verdict): on the server's
 thread pool, requests holding every thread of it would fail the probes of a process that
@@ -32,4 +33,4 @@ def add_health_routes(app: FastAPI, health: HealthMonitor | None) -> None:
         if health is None:
             return JSONResponse({"status": "ready", "checks": {}})
         verdict = health.readiness()
-        return JSONResponse(verdict.to_json(), status_code=200 if verdict.ready else 503)
+        return JSONResponse(verdict.public_json(), status_code=200 if verdict.ready else 503)

@@ -57,6 +57,7 @@ class Verdict:
     reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
+        """The whole verdict, errors too: for the operations port, which only operators reach."""
         return {
             "status": "ready" if self.ready else "unready",
             "reason": self.reason or None,
@@ -64,6 +65,16 @@ class Verdict:
             "checks": {
                 name: {"up": r.up, "role": r.role.value, "error": r.error}
                 for name, r in sorted(self.checks.items())
+            },
+        }
+
+    def public_json(self) -> dict[str, Any]:
+        """Each dependency by name, ok or failing, and nothing of why: a probe's error names
+        hosts, users and pieces of the DSN, and this is what a public port may answer."""
+        return {
+            "status": "ready" if self.ready else "unready",
+            "checks": {
+                name: "ok" if r.up else "failing" for name, r in sorted(self.checks.items())
             },
         }
 
@@ -111,7 +122,8 @@ class HealthMonitor:
         results = {c.name: self._run(c) for c in self._checks}
         verdict = self._judge(results)
         with self._lock:
-            self._verdict = verdict
+            before, self._verdict = self._verdict, verdict
+        _log_changes(before, verdict)
         if self._metrics is not None:
             for name, r in results.items():
                 self._metrics.dependency_up.labels(name).set(1 if r.up else 0)
@@ -160,3 +172,14 @@ class HealthMonitor:
         if since is not None and since > self._settings.loop_stale_s:
             return False, f"the consumer loop has not polled for {since:.0f}s"
         return True, "ok"
+
+
+def _log_changes(before: Verdict, now: Verdict) -> None:
+    """Log a check that fails, with its error (the public /readyz leaves the error out), and
+    one that recovers; once per change, not on every refresh of a dependency down for hours."""
+    for name, r in sorted(now.checks.items()):
+        was = before.checks.get(name)
+        if not r.up and (was is None or was.up or was.error != r.error):
+            log.warning("dependency %s failing: %s", name, r.error)
+        elif r.up and was is not None and not was.up:
+            log.info("dependency %s ok again", name)

@@ -113,6 +113,11 @@ def test_readyz_follows_postgres_for_every_process(
                 return now if all(status == 503 for status, _ in now.values()) else None
 
             down = wait_for("every process unready", all_unready, timeout_s=60)
+            _, public = down.pop("api")
+            # The API's own port names the dependency only; the operations ports say why.
+            assert public == {"status": "unready", "checks": public["checks"]}
+            assert isinstance(public["checks"], dict)
+            assert public["checks"]["postgres"] == "failing"
             for name, (_, body) in down.items():
                 checks_ = body["checks"]
                 assert isinstance(checks_, dict)
