@@ -138,8 +138,11 @@ class MemoryStore(Protocol):
     `EventsAlreadyConsolidated` having written nothing; that is what makes redelivery harmless.
     """
 
-    def memory_lock(self, key: MemoryKey) -> AbstractContextManager[None]:
-        """Held for a whole flush (or erasure): no two of one memory run at once, anywhere."""
+    def memory_lock(
+        self, key: MemoryKey, wait_s: float | None = None
+    ) -> AbstractContextManager[None]:
+        """Held for a whole flush (or erasure): no two of one memory run at once, anywhere.
+        With `wait_s`, raises MemoryBusy holding nothing once another held it that long."""
         ...
 
     def load_state(self, key: MemoryKey) -> MemoryState: ...

@@ -107,15 +107,17 @@ class InMemoryMemoryStore:
     # -- the memory lock ------------------------------------------------------------------
 
     @contextmanager
-    def memory_lock(self, key: MemoryKey) -> Iterator[None]:
-        with self._memory_lock(key, wait=True):
+    def memory_lock(self, key: MemoryKey, wait_s: float | None = None) -> Iterator[None]:
+        with self._memory_lock(key, wait=True, wait_s=wait_s):
             yield
 
     @contextmanager
-    def _memory_lock(self, key: MemoryKey, wait: bool) -> Iterator[None]:
+    def _memory_lock(
+        self, key: MemoryKey, wait: bool, wait_s: float | None = None
+    ) -> Iterator[None]:
         with self._locks_lock:
             lock = self._memory_locks.setdefault(key, threading.Lock())
-        if not lock.acquire(blocking=wait):
+        if not lock.acquire(blocking=wait, timeout=-1 if not wait or wait_s is None else wait_s):
             raise MemoryBusy(f"memory {key} is locked")
         try:
             yield

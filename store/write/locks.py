@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
+
+import psycopg
 
 from domain.ids import MemoryKey
 
@@ -27,3 +30,30 @@ def memory_lock_key(key: MemoryKey) -> int:
 def log_lock_key(key: MemoryKey) -> int:
     """Taken shared by the log writer's insert of a memory's events, exclusively by its erasure."""
     return _lock_key(LOG_LOCK_NAMESPACE, key)
+
+
+def take_session_lock(conn: psycopg.Connection[Any], lock: int, wait_s: float | None) -> bool:
+    """Take the session advisory lock on conn (in autocommit), waiting at most `wait_s`
+    (None: as long as another holds it); whether it was granted."""
+    if wait_s is None:
+        conn.execute("SELECT pg_advisory_lock(%s::bigint)", (lock,))
+        return True
+    try:
+        # Postgres bounds the wait itself; SET LOCAL ends with this transaction, so the pool
+        # gets the connection back without it, while the session lock outlives the commit.
+        with conn.transaction():
+            timeout = f"{max(1, round(wait_s * 1000))}ms"  # 0 would mean: no bound at all
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
+            conn.execute("SELECT pg_advisory_lock(%s::bigint)", (lock,))
+    except psycopg.errors.LockNotAvailable:
+        return False
+    return True
+
+
+def release_session_lock(conn: psycopg.Connection[Any], lock: int) -> None:
+    """Give back a session lock that may or may not have been granted (unlocking one not
+    held only warns). A broken connection holds nothing: its session ended, and the pool
+    discards it."""
+    if not conn.broken:
+        conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (lock,))
+        conn.autocommit = False

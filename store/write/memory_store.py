@@ -8,6 +8,7 @@ planned on a stale version or over events another run already consumed.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersi
 from store.postgres import memory_params, statement, transaction, translated
 from store.write import flush_sql, index_marks
 from store.write.flush_sql import MEMORY as _MEMORY
-from store.write.locks import memory_lock_key
+from store.write.locks import memory_lock_key, release_session_lock, take_session_lock
 from store.write.run_rows import append_connections, insert_ledger, insert_run
 
 # Memories with a credit line that is spent: the index drain leaves their facts (rows `f`)
@@ -49,7 +50,6 @@ _OUT_OF_CREDIT = (
 )
 _LOCK = "SELECT pg_advisory_lock(%s::bigint)"
 _TRY_LOCK = "SELECT pg_try_advisory_lock(%s::bigint)"
-_UNLOCK = "SELECT pg_advisory_unlock(%s::bigint)"
 _APPLIED = (
     "SELECT EXISTS (SELECT 1 FROM consolidation_runs WHERE run_id = %s AND started_at = %s"
     " AND status = 'succeeded')"
@@ -183,7 +183,7 @@ class PostgresMemoryStore:
                     yield reads
                 finally:
                     if not refused:
-                        _release(conn, lock)
+                        release_session_lock(conn, lock)
                     elif not conn.broken:
                         conn.autocommit = False
         finally:
@@ -208,20 +208,30 @@ class PostgresMemoryStore:
     # -- the memory lock ------------------------------------------------------------------
 
     @contextmanager
-    def memory_lock(self, key: MemoryKey) -> Iterator[None]:
+    def memory_lock(self, key: MemoryKey, wait_s: float | None = None) -> Iterator[None]:
         """Hold a session advisory lock on the memory for the whole flush (or erasure).
 
         Two processor instances can briefly both own a memory's partition during a rebalance;
         the lock makes the second wait instead of consolidating the same memory concurrently.
+        With `wait_s`, waits that long at most (for a lock slot, then for the lock), then
+        raises MemoryBusy holding nothing.
         """
-        lock = memory_lock_key(key)
-        with translated("memory lock"), self._lock_slots, self._pool.connection() as conn:
-            conn.autocommit = True
-            try:
-                conn.execute(_LOCK, (lock,))
-                yield
-            finally:
-                _release(conn, lock)
+        lock, started = memory_lock_key(key), time.monotonic()
+        if not self._lock_slots.acquire(timeout=wait_s):
+            raise MemoryBusy(f"memory {key}: no lock slot free within {wait_s}s")
+        try:
+            with translated("memory lock"), self._pool.connection() as conn:
+                conn.autocommit = True
+                left = None if wait_s is None else wait_s - (time.monotonic() - started)
+                if not take_session_lock(conn, lock, left):
+                    conn.autocommit = False
+                    raise MemoryBusy(f"memory {key} is locked: waited {wait_s}s")
+                try:
+                    yield
+                finally:
+                    release_session_lock(conn, lock)
+        finally:
+            self._lock_slots.release()
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -362,15 +372,6 @@ class PostgresMemoryStore:
         if len(rows) != len(ids):
             taken = frozenset(ids) - {r[0] for r in rows}
             raise EventsAlreadyConsolidated(frozenset(taken))
-
-
-def _release(conn: psycopg.Connection[Any], lock: int) -> None:
-    """Give back a session lock that may or may not have been granted (unlocking one not
-    held only warns). A broken connection holds nothing: its session ended, and the pool
-    discards it."""
-    if not conn.broken:
-        conn.execute(_UNLOCK, (lock,))
-        conn.autocommit = False
 
 
 def _state(key: MemoryKey, row: tuple[Any, ...] | None) -> MemoryState:

@@ -431,6 +431,34 @@ def test_locked_reads_that_may_not_wait_refuse_a_held_memory_and_leave_it_unlock
     assert done.is_set()
 
 
+def test_a_bounded_wait_for_a_held_memory_gives_up_in_time_holding_nothing(
+    stores: Stores,
+) -> None:
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with stores.memory.memory_lock(ADA):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        started = time.monotonic()
+        with pytest.raises(MemoryBusy), stores.memory.memory_lock(ADA, wait_s=0.3):
+            pytest.fail("the memory's lock was granted while another held it")
+        assert 0.25 <= time.monotonic() - started < 5
+        with stores.memory.memory_lock(BOB, wait_s=0.3):
+            pass  # another memory's lock is free
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    # Given up, it holds nothing: another bounded wait gets the lock at once.
+    with stores.memory.memory_lock(ADA, wait_s=0.3):
+        pass
+
+
 def test_folding_the_run_log_gives_the_live_tables(stores: Stores) -> None:
     """The store's upsert and the fold's merge_fact follow one rule (domain.upsert)."""
     consolidator = Consolidator(WriteGate(None), PriceTable({}))
