@@ -15,7 +15,8 @@ starts, all under the memory's lock (no flush of it runs meanwhile):
 Run again after a crash, it resumes at the first step not recorded, and the receipt comes
 out the same (the counts were recorded by the step that removed the rows). Asked again once
 completed, it starts a new erasure, which finds nothing but what came since; with the same
-`request_id` it returns the first receipt instead.
+`request_id` it returns the first receipt instead. Asked while another erasure of the memory
+runs, it waits for it and answers its receipt.
 """
 
 from __future__ import annotations
@@ -66,34 +67,64 @@ class Eraser:
     subjects: SubjectHasher
     clock: Callable[[], datetime]
     on_erased: Callable[[MemoryKey], None] = lambda _key: None
+    # How long an erasure waits for the memory's lock, which a flush holds through its model
+    # call: None, as long as it takes (the CLI, the resumption of open erasures); the API
+    # answers 503 instead, with nothing of the erasure done.
+    lock_wait_s: float | None = None
 
     # -- a whole memory -------------------------------------------------------------------
 
     def forget(self, key: MemoryKey, request: ErasureRequest) -> ErasureReceipt:
-        """Erase the memory everywhere and return the receipt (resuming an open erasure)."""
-        scope = ErasureScope.MEMORY
-        erasure_id = self._earlier(key, scope, None, request) or self._new_id(
-            key, scope, None, request
-        )
-        record = self._open(key, scope, None, request, erasure_id)
-        return self._run(key, None, record.erasure_id)
+        """Erase the memory everywhere and return the receipt (resuming an open erasure).
 
-    def _run(
+        Audited under the memory's lock, so one that gives up waiting has done nothing. Without
+        a request id, an erasure of the memory that was open when this request came, or was
+        audited since, is this request's too: concurrent forgets share one receipt.
+        """
+        scope = ErasureScope.MEMORY
+        seen = self.erasures.latest(self.subjects(key), scope)
+        with self.memory.memory_lock(key, self.lock_wait_s):
+            erasure_id = self._earlier(key, scope, None, request) or self._since(key, seen, request)
+            if erasure_id is None:
+                erasure_id = self._new_id(key, scope, None, request)
+            record = self._open(key, scope, None, request, erasure_id)
+            return self._steps(key, None, record)
+
+    def _since(
+        self, key: MemoryKey, seen: ErasureRecord | None, request: ErasureRequest
+    ) -> uuid.UUID | None:
+        """The memory's erasure that completed while this request waited for the lock: one
+        open when it first looked, or one audited after that (its tombstone came later)."""
+        if request.request_id is not None:  # a request id names an erasure of its own
+            return None
+        latest = self.erasures.latest(self.subjects(key), ErasureScope.MEMORY)
+        if latest is None:
+            return None
+        if seen is not None and seen.erasure_id == latest.erasure_id:
+            # Completed before this request came: a new erasure, for what came since.
+            return None if seen.status is ErasureStatus.COMPLETED else latest.erasure_id
+        return latest.erasure_id
+
+    def _steps(
+        self, key: MemoryKey, fact_id: uuid.UUID | None, record: ErasureRecord
+    ) -> ErasureReceipt:
+        """The steps left of an audited erasure; the memory's lock is held."""
+        if record.status is not ErasureStatus.COMPLETED:
+            if fact_id is None:
+                record = self._forget_steps(key, record)
+            else:
+                record = self._erase_fact_steps(key, fact_id, record)
+        return record.receipt()
+
+    def _resume(
         self, key: MemoryKey, fact_id: uuid.UUID | None, erasure_id: uuid.UUID
     ) -> ErasureReceipt:
-        record = self.erasures.get(erasure_id)
-        if record is not None and record.status is not ErasureStatus.COMPLETED:
-            with self.memory.memory_lock(key):
-                # Read again under the lock: another process may have moved it on meanwhile.
-                record = self.erasures.get(erasure_id)
-                if record is not None and record.status is not ErasureStatus.COMPLETED:
-                    if fact_id is None:
-                        record = self._forget_steps(key, record)
-                    else:
-                        record = self._erase_fact_steps(key, fact_id, record)
-        if record is None:
-            raise StoreError(f"erasure {erasure_id} is not audited")
-        return record.receipt()
+        with self.memory.memory_lock(key, self.lock_wait_s):
+            # Read under the lock: another process may have moved it on meanwhile.
+            record = self.erasures.get(erasure_id)
+            if record is None:
+                raise StoreError(f"erasure {erasure_id} is not audited")
+            return self._steps(key, fact_id, record)
 
     def _forget_steps(self, key: MemoryKey, record: ErasureRecord) -> ErasureRecord:
         subject = record.subject
@@ -147,13 +178,23 @@ class Eraser:
         the same user id in another organization, would lose its vector here.
         """
         scope = ErasureScope.FACT
-        erasure_id = self._earlier(key, scope, fact_id, request)
-        if erasure_id is None:
-            if not self._holds(key, fact_id):
-                raise UnknownFact(f"{key} has no fact {fact_id}")
-            erasure_id = self._new_id(key, scope, fact_id, request)
-        record = self._open(key, scope, fact_id, request, erasure_id)
-        return self._run(key, fact_id, record.erasure_id)
+        seen = self._earlier(key, scope, fact_id, request)
+        self._held_or_audited(key, fact_id, seen)  # refused before any wait for the lock
+        with self.memory.memory_lock(key, self.lock_wait_s):
+            # Again under the lock: the erasure seen open may have completed meanwhile (its
+            # receipt is the answer), or another may have erased the fact since.
+            erasure_id = self._earlier(key, scope, fact_id, request) or seen
+            self._held_or_audited(key, fact_id, erasure_id)
+            if erasure_id is None:
+                erasure_id = self._new_id(key, scope, fact_id, request)
+            record = self._open(key, scope, fact_id, request, erasure_id)
+            return self._steps(key, fact_id, record)
+
+    def _held_or_audited(
+        self, key: MemoryKey, fact_id: uuid.UUID, erasure_id: uuid.UUID | None
+    ) -> None:
+        if erasure_id is None and not self._holds(key, fact_id):
+            raise UnknownFact(f"{key} has no fact {fact_id}")
 
     def _holds(self, key: MemoryKey, fact_id: uuid.UUID) -> bool:
         return any(f.key == key for f in self.memory.facts_by_id([fact_id]))
@@ -202,7 +243,9 @@ class Eraser:
 
     def resume_pending(self) -> list[ErasureReceipt]:
         """Finish every erasure a crash left open (the processor's scheduler calls it)."""
-        return [self._run(p.key, p.fact_id, p.record.erasure_id) for p in self.erasures.pending()]
+        return [
+            self._resume(p.key, p.fact_id, p.record.erasure_id) for p in self.erasures.pending()
+        ]
 
     def earlier_receipt(
         self, key: MemoryKey, fact_id: uuid.UUID | None, request_id: str

@@ -141,6 +141,9 @@ class ApiSettings(BaseModel):
     # turn. An erasure waits for its memory's lock, which a flush holds through its model
     # call: on the shared thread pool, a burst of them would leave no thread to other routes.
     erasure_threads: int = Field(default=2, ge=1)
+    # Seconds an erasure waits for that lock before it answers 503 with Retry-After, having
+    # done nothing: a flush's model call can take a minute, longer than a client should hang.
+    erasure_lock_wait_s: float = Field(default=5.0, gt=0, le=300)
     # Each worker's cyclic GC thresholds (memoryd.ops.heap): young collections every 10,000 net
     # allocations instead of 700 promote far fewer turns in flight, so full collections are rare.
     gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] = (10_000, 20, 10)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -386,7 +386,7 @@ def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
     pub = publisher(c.settings)
     try:
         with read_path(c, ReadPathMetrics(c.registry)) as service:
-            erase = eraser(c, pub, on_erased=service.forget)
+            erase = replace(eraser(c, pub, service.forget), lock_wait_s=api.erasure_lock_wait_s)
             batches = QueryBatches(c.embedder) if c.settings.read_path.rewrite == "off" else None
             deps = ApiDependencies(service, read_model(c), pub, tokens, erase, batches)
             sweeper = cache_sweeper(service, c.settings.read_path.cache_sweep_s)

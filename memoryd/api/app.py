@@ -18,6 +18,7 @@ fact) are done before the answer, which carries their receipt.
 from __future__ import annotations
 
 import hashlib
+import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -66,7 +67,7 @@ from memoryd.settings import MAX_BODY_BYTES
 from producers.contract import ContextEvent
 from producers.corrections import FactCorrections
 from producers.errors import PublishError
-from store.errors import DatabaseUnavailable, VectorIndexUnavailable
+from store.errors import DatabaseUnavailable, MemoryBusy, VectorIndexUnavailable
 
 API_VERSION = "1.0.0"
 
@@ -75,6 +76,16 @@ API_VERSION = "1.0.0"
 _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 503: {"model": Problem}}
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {**_UNAUTHORIZED, 404: {"model": Problem}}
 _WITH_BODY: dict[int | str, dict[str, Any]] = {400: {"model": Problem}, 413: {"model": Problem}}
+# An erasure's memory held by a flush past `API__ERASURE_LOCK_WAIT_S` (or a dependency away).
+_BUSY: dict[int | str, dict[str, Any]] = {
+    503: {
+        "model": Problem,
+        "description": "the memory is being consolidated (nothing was erased: ask again after"
+        " Retry-After), or a dependency is away",
+        "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
+    }
+}
+BEING_CONSOLIDATED = "the memory is being consolidated; nothing was erased, ask again later"
 
 
 def _known(deps: ApiDependencies, key: MemoryKey) -> None:
@@ -110,9 +121,9 @@ def create_app(
 
     Chat turns' reads run on at most `turn_threads` threads, erasures on at most
     `erasure_threads`; the other routes on the server's shared thread pool. An erasure waits
-    for its memory's lock as long as a flush holds it (through the flush's model call): on
-    the shared pool, a burst of erasures would hold every thread, and every other tenant's
-    requests would wait for them.
+    for its memory's lock while a flush holds it (through the flush's model call), up to its
+    eraser's `lock_wait_s`, then answers 503 with Retry-After: on the shared pool, a burst of
+    erasures would hold every thread, and every other tenant's requests would wait for them.
 
     `on_shutdown` runs in the server's graceful shutdown: uvicorn re-raises SIGTERM once it
     has stopped, so code after `uvicorn.run` never runs and cannot be where the audit rows
@@ -145,6 +156,13 @@ def create_app(
     @app.exception_handler(DatabaseUnavailable)
     def _database_down(_request: Request, e: DatabaseUnavailable) -> JSONResponse:
         return _database_unavailable(e)
+
+    @app.exception_handler(MemoryBusy)
+    def _memory_busy(request: Request, _e: MemoryBusy) -> JSONResponse:
+        # Only an erasure takes a memory's lock here, and it gave up waiting having done nothing.
+        wait_s = request.app.state.deps.eraser.lock_wait_s or 1.0
+        retry = {"Retry-After": str(max(1, math.ceil(wait_s)))}
+        return JSONResponse({"detail": BEING_CONSOLIDATED}, status_code=503, headers=retry)
 
     @app.exception_handler(PublishError)
     def _kafka_down(_request: Request, e: PublishError) -> JSONResponse:
@@ -275,7 +293,9 @@ def create_app(
 def _add_erasure_routes(app: FastAPI, erasures: CapacityLimiter) -> None:
     """The DELETE routes, run on the `erasures` threads only."""
 
-    @app.delete("/v1/users/{user_id}/facts/{fact_id}", tags=["erase"], responses=_NOT_FOUND)
+    @app.delete(
+        "/v1/users/{user_id}/facts/{fact_id}", tags=["erase"], responses={**_NOT_FOUND, **_BUSY}
+    )
     async def delete_fact(
         user_id: UserId,
         fact_id: uuid.UUID,
@@ -290,7 +310,7 @@ def _add_erasure_routes(app: FastAPI, erasures: CapacityLimiter) -> None:
         erase = partial(_erase_fact, deps, MemoryKey(org, user_id), fact_id, request)
         return await to_thread.run_sync(erase, limiter=erasures)
 
-    @app.delete("/v1/users/{user_id}", tags=["erase"], responses=_UNAUTHORIZED)
+    @app.delete("/v1/users/{user_id}", tags=["erase"], responses={**_UNAUTHORIZED, **_BUSY})
     async def forget_user(
         user_id: UserId,
         deps: Deps,

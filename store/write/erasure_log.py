@@ -111,6 +111,16 @@ class PostgresErasureLog:
             ).fetchone()
         return None if row is None else _record(row)
 
+    def latest(self, subject: str, scope: ErasureScope) -> ErasureRecord | None:
+        """The most recent erasure of a memory (or of its facts), open or completed."""
+        with self._transaction() as conn:
+            row = conn.execute(
+                f"SELECT {_AUDIT_COLUMNS} FROM erasure_audit a"
+                " WHERE a.subject = %s AND a.scope = %s ORDER BY a.id DESC LIMIT 1",
+                (subject, scope.value),
+            ).fetchone()
+        return None if row is None else _record(row)
+
     def receipts(self, subject: str) -> list[ErasureRecord]:
         """Every erasure of a memory, oldest first (found by its digest, never by its ids)."""
         with self._transaction() as conn:

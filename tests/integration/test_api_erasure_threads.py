@@ -38,7 +38,8 @@ def test_erasures_waiting_for_a_memory_leave_the_other_routes_and_the_probes_alo
     deployment: Deployment,
 ) -> None:
     tokens = {hash_token(TOKEN_A): "org-a", hash_token(TOKEN_B): "org-b"}
-    api = ApiSettings(tokens=tokens, erasure_threads=2)
+    # The erasures wait as long as the flush holds the memory: none may give up meanwhile.
+    api = ApiSettings(tokens=tokens, erasure_threads=2, erasure_lock_wait_s=300)
     settings = deployment.settings.model_copy(update={"api": api})
     with wiring.core(settings) as c, wiring.api_app(c) as app, TestClient(app) as client:
         seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")

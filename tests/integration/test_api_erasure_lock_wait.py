@@ -1,0 +1,121 @@
+"""Erasures through the API and the memory's lock, on real Kafka, Postgres and Chroma: one
+that waits too long for a flush answers 503 having done nothing, and concurrent forgets of
+one memory share one erasure."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from memoryd import wiring
+from memoryd.api.auth import hash_token
+from memoryd.settings import ApiSettings
+from store.write.locks import memory_lock_key
+from tests.support.builders import key_of, make_fact
+from tests.support.deployment import Deployment, seed_core
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "token-for-org-a"
+A = {"Authorization": f"Bearer {TOKEN}"}
+# Far longer than the bounded wait: an erasure still waiting then never gave up.
+HUNG_S = 20.0
+
+
+@contextmanager
+def api(deployment: Deployment, lock_wait_s: float) -> Iterator[tuple[wiring.Core, TestClient]]:
+    settings = ApiSettings(
+        tokens={hash_token(TOKEN): "org-a"}, erasure_threads=4, erasure_lock_wait_s=lock_wait_s
+    )
+    with (
+        wiring.core(deployment.settings.model_copy(update={"api": settings})) as c,
+        wiring.api_app(c) as app,
+        TestClient(app) as client,
+    ):
+        seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
+        yield c, client
+
+
+@contextmanager
+def flushing(deployment: Deployment) -> Iterator[None]:
+    """What a flush holds through its model call: ada's memory lock, on a session of its own."""
+    lock = memory_lock_key(key_of("ada"))
+    with psycopg.connect(deployment.dsn, autocommit=True) as flush:
+        flush.execute("SELECT pg_advisory_lock(%s)", (lock,))
+        try:
+            yield
+        finally:
+            flush.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+
+
+def audited(deployment: Deployment) -> list[tuple[object, ...]]:
+    return deployment.query("SELECT erasure_id, status FROM erasure_audit ORDER BY id")
+
+
+def test_an_erasure_gives_up_on_a_memory_being_consolidated_having_done_nothing(
+    deployment: Deployment,
+) -> None:
+    with api(deployment, lock_wait_s=0.5) as (c, client), ThreadPoolExecutor(2) as callers:
+        (fact,) = c.memory.facts(key_of("ada"))
+        with flushing(deployment):
+            started = time.monotonic()
+            forget = callers.submit(client.delete, "/v1/users/ada", headers=A)
+            erase = callers.submit(client.delete, f"/v1/users/ada/facts/{fact.fact_id}", headers=A)
+            answers = [forget.result(timeout=HUNG_S), erase.result(timeout=HUNG_S)]
+            waited = time.monotonic() - started
+        for answer in answers:
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["Retry-After"] == "1"
+            assert answer.json() == {
+                "detail": "the memory is being consolidated; nothing was erased, ask again later"
+            }
+        assert 0.5 <= waited < HUNG_S
+        # Nothing audited, nothing open for a later resumption, the memory whole.
+        assert audited(deployment) == []
+        assert deployment.query("SELECT count(*) FROM erasure_pending") == [(0,)]
+        assert [f.content for f in c.memory.facts(key_of("ada"))] == ["Ada takes her coffee black"]
+        assert list(c.index.embeddings([fact.fact_id])) == [fact.fact_id]
+        # The flush done, the same request goes through.
+        assert client.delete("/v1/users/ada", headers=A).status_code == 200
+        assert [s for _, s in audited(deployment)] == ["completed"]
+
+
+def test_concurrent_forgets_of_one_memory_share_one_erasure(deployment: Deployment) -> None:
+    with (
+        api(deployment, lock_wait_s=HUNG_S) as (_c, client),
+        ThreadPoolExecutor(2) as callers,
+        psycopg.connect(deployment.dsn) as audit,
+    ):
+        # Audit rows wait behind this share lock, which lets every read through: whatever two
+        # forgets check before auditing, both have checked it when they are let go.
+        audit.execute("LOCK TABLE erasure_audit IN SHARE MODE")
+        forgets = [callers.submit(client.delete, "/v1/users/ada", headers=A) for _ in range(2)]
+        try:
+            both_waiting(deployment)
+        finally:
+            audit.commit()
+        answers = [f.result(timeout=60) for f in forgets]
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    first, second = (a.json() for a in answers)
+    assert first == second  # the same receipt, not a second erasure finding nothing
+    assert [(str(i), s) for i, s in audited(deployment)] == [(first["erasure_id"], "completed")]
+
+
+def both_waiting(deployment: Deployment, timeout_s: float = 30) -> None:
+    """Until two sessions of this database wait for a lock (the table's or the memory's)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ((waiting,),) = deployment.query(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        if waiting >= 2:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the two forgets never both waited")
