@@ -143,7 +143,10 @@ class ApiSettings(BaseModel):
     erasure_threads: int = Field(default=2, ge=1)
     # Seconds an erasure waits for that lock before it answers 503 with Retry-After, having
     # done nothing: a flush's model call can take a minute, longer than a client should hang.
-    erasure_lock_wait_s: float = Field(default=5.0, gt=0, le=300)
+    # Postgres grants a lock's waiters in turn, so the erasure waits out the one flush that
+    # holds it (the memory's next flush queues behind it): most model calls end within 30 s,
+    # and a shorter wait would turn erasures of busy users into repeated 503s.
+    erasure_lock_wait_s: float = Field(default=30.0, gt=0, le=300)
     # Each worker's cyclic GC thresholds (memoryd.ops.heap): young collections every 10,000 net
     # allocations instead of 700 promote far fewer turns in flight, so full collections are rare.
     gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] = (10_000, 20, 10)
