@@ -217,6 +217,9 @@ class FlushReads:
     # Of the events asked about, those a fact erasure redacted in the log since: not
     # consolidated from the copy a consumer holds, which still says what was erased.
     erased: frozenset[uuid.UUID] = frozenset()
+    # Changed by every erasure, fact or memory, that the version does not count: an answer
+    # planned before one is not applied after it.
+    generation: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)

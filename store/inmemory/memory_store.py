@@ -102,6 +102,7 @@ class InMemoryMemoryStore:
                 state=self.load_state(key),
                 balance=self.balance(key),
                 known_facts=len(self.facts(key, CONSOLIDATION_STATUSES)),
+                generation=self._db.generations.get(key),
             )
 
     # -- the memory lock ------------------------------------------------------------------

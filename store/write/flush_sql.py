@@ -6,6 +6,7 @@ from store import fact_rows
 
 MEMORY = "organization_id = %s AND user_id = %s"
 STATE = f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {MEMORY}"
+GENERATION = f"SELECT generation FROM user_memory WHERE {MEMORY}"
 CONSUMED = f"SELECT event_id FROM consolidated_events WHERE {MEMORY} AND event_id = ANY(%s)"
 # A logged event a fact erasure redacted (its text was the erased fact's).
 REDACTED_CONTENT = f"content IN ('{REDACTION}', '{REDACTED_JSON}')"

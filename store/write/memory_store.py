@@ -141,7 +141,7 @@ class PostgresMemoryStore:
     ) -> Iterator[FlushReads]:
         """Hold the memory lock (as `memory_lock`) and read what a flush needs under it.
 
-        The lock and the seven reads go out in one pipeline on the lock's connection: Postgres
+        The lock and the eight reads go out in one pipeline on the lock's connection: Postgres
         runs the reads once the lock is granted, and the flush waits for one round trip
         instead of two on two connections (nothing else changes them while the lock is held).
         """
@@ -161,6 +161,7 @@ class PostgresMemoryStore:
                         consumed = conn.execute(flush_sql.CONSUMED, of_events)
                         erased = conn.execute(flush_sql.ERASED_EVENTS, of_events)
                         state = conn.execute(flush_sql.STATE, memory_params(key))
+                        generation = conn.execute(flush_sql.GENERATION, memory_params(key))
                         balance = conn.execute(flush_sql.BALANCE, memory_params(key))
                         known = conn.execute(
                             COUNT_CONSOLIDATION_FACTS,
@@ -177,6 +178,7 @@ class PostgresMemoryStore:
                             state=_state(key, state.fetchone()),
                             balance=_balance(balance.fetchone()),
                             known_facts=_count(known.fetchone()),
+                            generation=_first(generation.fetchone()),
                         )
                     if refused:  # the reads went out with the try and are of no use
                         raise MemoryBusy(f"memory {key} is locked")
@@ -376,6 +378,10 @@ class PostgresMemoryStore:
 
 def _state(key: MemoryKey, row: tuple[Any, ...] | None) -> MemoryState:
     return MemoryState.empty(key) if row is None else fact_rows.state_from_row(key.user_id, row)
+
+
+def _first(row: tuple[Any, ...] | None) -> Any:
+    return row[0] if row else None
 
 
 def _count(row: tuple[Any, ...] | None) -> int:
