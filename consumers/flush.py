@@ -32,6 +32,7 @@ from consumers.batching import BufferedEvent, Rejection, first_by_id
 from consumers.flush_result import FlushKind, FlushResult, RejectedEvents
 from consumers.forgetting import ForgottenEvents
 from consumers.indexer import IndexQueue
+from consumers.kept_answers import KeptAnswer, KeptAnswers
 from consumers.observers import FlushObserver
 from consumers.splitting import isolate
 from consumers.unapplied_runs import UnappliedRuns
@@ -43,7 +44,7 @@ from processors.consolidate import Consolidator, updated_connections
 from processors.errors import UnusableAnswer
 from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
-from store.errors import EventsAlreadyConsolidated, StaleMemoryVersion
+from store.errors import DatabaseUnavailable, EventsAlreadyConsolidated, StaleMemoryVersion
 
 # Enough probes to isolate one failing event in a batch of up to 64.
 MAX_SPLIT_CALLS = 12
@@ -83,6 +84,7 @@ class UserFlusher:
         self._candidate_policy = candidate_policy or CandidatePolicy()
         self._max_split_calls = max_split_calls
         self._unapplied = UnappliedRuns(store, backend, consolidator.prices, observer)
+        self._kept = KeptAnswers()
 
     @property
     def backend_name(self) -> str:
@@ -98,13 +100,24 @@ class UserFlusher:
         try:
             at_work = self._index_queue.foreground.working()
             with at_work, self._forgotten.locked(key, items) as (reads, kept):
-                if kept:
-                    deferral = deferred_run_id_for(
-                        key, [(i.tp.topic, i.tp.partition, i.offset) for i in kept]
+                self._kept.drop_unless(key, reads.generation)
+                try:
+                    if kept:
+                        deferral = deferred_run_id_for(
+                            key, [(i.tp.topic, i.tp.partition, i.offset) for i in kept]
+                        )
+                        events = [i.event for i in kept]
+                        result = self._consolidate(reads, events, attempt, deferral)
+                    else:
+                        result = FlushResult(FlushKind.FORGOTTEN, 0)
+                except DatabaseUnavailable:
+                    raise  # an answer kept waits for the retry after the outage
+                except Exception:
+                    self._kept.settle(
+                        key, attempt, (i.event.event_id for i in kept), self._unapplied
                     )
-                    result = self._consolidate(reads, [i.event for i in kept], attempt, deferral)
-                else:
-                    result = FlushResult(FlushKind.FORGOTTEN, 0)
+                    raise
+                self._kept.settle(key, attempt, (i.event.event_id for i in kept), self._unapplied)
                 result = replace(result, forgotten=len(items) - len(kept))
         finally:
             # A flush that raised (a timeout, a backend error) took its time too.
@@ -162,10 +175,13 @@ class UserFlusher:
         if exhausted and self._budget_policy is BudgetPolicy.DEFER:
             reason = f"balance {balance} micro-USD"
             return self._defer(state, fresh, now, attempt, reason, deferral)
+        generation = reads.generation
         try:
-            update = self._attempt(state, fresh, now, attempt, exhausted, reads.known_facts)
+            update = self._attempt(
+                state, fresh, now, attempt, exhausted, generation, reads.known_facts
+            )
         except UnusableAnswer as e:
-            return self._split(state, fresh, now, attempt, exhausted, e)
+            return self._split(state, fresh, now, attempt, exhausted, generation, e)
         return FlushResult(FlushKind.CONSOLIDATED, len(fresh), (update,), skip_embeddings=exhausted)
 
     def _attempt(
@@ -175,12 +191,21 @@ class UserFlusher:
         now: datetime,
         attempt: int,
         exhausted: bool,
+        generation: uuid.UUID | None,
         known_facts: int | None = None,
     ) -> MemoryUpdate:
         """Consolidate `events` in one run and apply it; an unusable answer is recorded as a
-        failed run and raised. `known_facts`: as read under the lock, until a run is applied."""
-        request, degraded = self._request(state, events, now, known_facts)
-        response, duration_ms = self._call(request, attempt)
+        failed run and raised. `known_facts`: as read under the lock, until a run is applied.
+
+        The answer to a write the database did not take is kept, and applied by the retry
+        of the same events at the same version instead of a new call (`KeptAnswers`)."""
+        kept = self._kept.take(state.key, state.version, (e.event_id for e in events))
+        if kept is None:
+            request, degraded = self._request(state, events, now, known_facts)
+            response, duration_ms = self._call(request, attempt)
+        else:
+            request, degraded = kept.request, kept.degraded
+            response, duration_ms, now = kept.response, kept.duration_ms, kept.request.now
         try:
             update = self._apply(
                 request, response, now, duration_ms, attempt, exhausted=exhausted, degraded=degraded
@@ -191,11 +216,15 @@ class UserFlusher:
             why = f"not applied: {e}"
             self._unapplied.discarded(request, attempt, now, response, duration_ms, why)
             raise
+        except DatabaseUnavailable:
+            # Not the answer's fault: paid for once, it is booked with the run that lands.
+            self._kept.keep(KeptAnswer(request, response, duration_ms, degraded, generation))
+            raise
         except Exception as e:
-            # Paid for all the same, unless its write committed before the error (a connection
-            # lost in COMMIT): otherwise the call retried after the outage was booked alone.
+            # Paid for all the same, unless its write committed before the error.
+            why = f"not applied: {type(e).__name__}: {e}"
             self._unapplied.discarded_unless_applied(
-                request, attempt, now, response, duration_ms, e
+                request, attempt, now, response, duration_ms, why
             )
             raise
         self._observer.consolidated(update.run)
@@ -272,6 +301,7 @@ class UserFlusher:
         now: datetime,
         attempt: int,
         exhausted: bool,
+        generation: uuid.UUID | None,
         error: UnusableAnswer,
     ) -> FlushResult:
         if len(fresh) == 1:
@@ -294,13 +324,14 @@ class UserFlusher:
         good = [e for group in found.clean for e in group]
         if good:
             try:
-                updates.append(self._attempt(state, good, now, attempt, exhausted))
+                updates.append(self._attempt(state, good, now, attempt, exhausted, generation))
             except UnusableAnswer:
                 # Each group was answered alone, not all together: one run per group.
                 for group in found.clean:
                     current = self._store.load_state(state.key)
                     try:
-                        updates.append(self._attempt(current, group, now, attempt, exhausted))
+                        update = self._attempt(current, group, now, attempt, exhausted, generation)
+                        updates.append(update)
                     except UnusableAnswer as e:
                         ids = tuple(x.event_id for x in group)
                         rejected.append(RejectedEvents(ids, f"backend error: {e}"))

@@ -99,18 +99,18 @@ class UnappliedRuns:
         started_at: datetime,
         response: BackendResponse,
         duration_ms: int,
-        error: Exception,
+        why: str,
     ) -> None:
-        """`discarded`, for an answer whose planning or apply raised `error`, unless its run
-        was applied after all (the connection lost in COMMIT). The processor retries the
-        batch with a new call; without this the call before was never booked."""
+        """`discarded`, for an answer not applied for `why`, unless its run was applied
+        after all (the connection lost in COMMIT). The processor retries the batch with a
+        new call; without this the call before was never booked."""
         try:
             if self._store.run_applied(run_id_for(request.key, request.event_ids), started_at):
                 return
-            why = f"not applied: {type(error).__name__}: {error}"
             self.discarded(request, attempt, started_at, response, duration_ms, why)
         except StoreError as e:
-            # `error` is raised on; this one only keeps the call's cost from the ledger.
+            # The flush's own error is raised on; this one only keeps the call's cost from the
+            # ledger.
             log.error(
                 "a call's %d token(s) are not booked: %s",
                 response.usage.total,

@@ -4,17 +4,23 @@ through Postgres being away, rather than dead-lettering it as a batch that canno
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from domain.model import TokenUsage
 from memoryd import wiring
+from processors.schema import BackendResponse, ConsolidationRequest
 from store.errors import DatabaseUnavailable
 from tests.support.builders import key_of, make_event
 from tests.support.deployment import Deployment, letter_count, tuned, wait_until
+from tests.support.fakes import FlakyBackend
 
 pytestmark = pytest.mark.integration
+USAGE = TokenUsage(prompt_tokens=300, completion_tokens=40)
 
 
 def read_only(dsn: str, *, on: bool) -> None:
@@ -72,3 +78,46 @@ def test_the_processor_waits_a_read_only_database_out(deployment: Deployment) ->
     assert deployment.query("SELECT status FROM consolidation_runs") == [("succeeded",)]
     k = deployment.settings.kafka
     assert letter_count(k.bootstrap_servers, k.dead_letter_topic) == 0
+
+
+class Costly(FlakyBackend):
+    """The offline backend's answers, with the tokens a paid model's call would report."""
+
+    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+        return replace(super().consolidate(request), usage=USAGE)
+
+
+def test_retries_through_a_read_only_database_call_the_backend_once(
+    deployment: Deployment,
+) -> None:
+    """Every retry during the outage reads the memory and tries its write again, but the
+    answer is the first call's: paid once, and booked once when the write lands."""
+    waiting = tuned(deployment, max_wait_s=0.1, backoff_base_s=0.05, backoff_max_s=0.2)
+    event = make_event("ada", "I live in Lisbon")
+    waiting.publish([event])
+    backend = Costly()
+    read_only(deployment.dsn, on=True)
+    with wiring.core(waiting.settings) as c:
+        processor = waiting.processor(c, backend)
+        processor.start()
+
+        def refused_four_times() -> bool:
+            processor.step()
+            return processor.outage.failures >= 4
+
+        def settled() -> bool:
+            processor.step()
+            return not processor.held_events() and not processor.outage.failures
+
+        try:
+            wait_until(refused_four_times, 120, "four flushes refused")
+            assert [e.event_id for e in processor.held_events()] == [event.event_id]
+            assert backend.calls == 1
+            read_only(deployment.dsn, on=False)
+            wait_until(settled, 120, "the batch settled")
+        finally:
+            processor.shutdown()
+    assert backend.calls == 1
+    assert deployment.query("SELECT status FROM consolidation_runs") == [("succeeded",)]
+    booked = deployment.query("SELECT units FROM credit_ledger WHERE operation = 'llm'")
+    assert booked == [(USAGE.total,)]
