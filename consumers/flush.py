@@ -11,7 +11,9 @@ An answer the model got wrong for this input (`UnusableAnswer`) does not sink th
 is bisected (`consumers.splitting`) to the events the model fails on alone, the others are
 consolidated together in one run, and the flush returns the failing ones for the dead-letter
 topic. Every call that did not become a succeeded run is recorded as a failed or discarded
-run with its tokens, booked in the ledger in the same transaction.
+run with its tokens, booked in the ledger in the same transaction. An answer whose write the
+database refused (an outage) is kept for the retry of the same batch (`consumers.kept_answers`)
+rather than paid for again.
 
 Budget: a spent credit line (balance <= 0) gets the configured policy, decided under the lock:
 DEFER records a deferred run and parks the events on the dead-letter topic (stage `budget`)
