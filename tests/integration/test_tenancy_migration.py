@@ -100,6 +100,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "connection_info_cap",
             "job_heartbeats",
             "fact_erasure_job_errors",
+            "erasure_text_matching",
         ]
     finally:
         pool.close()
