@@ -1,5 +1,5 @@
 """What an erasure redacts, on real Postgres (migration 0021): the erased text as whole words
-only, not inside a longer word."""
+only, and what a quote cut short kept of it, also in the read audit's degraded reason."""
 
 from __future__ import annotations
 
@@ -8,19 +8,27 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import pydantic
 import pytest
 from psycopg_pool import ConnectionPool
 
 from domain.ids import SubjectHasher
 from domain.model import RunStatus
 from store.errors import StoreError
+from store.read.fact_queries import PostgresReadModel
 from store.write.cluster_jobs import ClusterJobs
 from store.write.erasure_log import PostgresErasureLog
 from store.write.event_log import PostgresEventLog
 from store.write.maintenance_queries import MaintenanceQueries, MaintenanceRunRow
 from store.write.memory_store import PostgresMemoryStore
-from tests.support.builders import BASE_TIME, key_of, make_event, make_fact, make_run, seed
-from tests.support.erasure import open_fact_erasure, open_memory_erasure, rows
+from tests.support.builders import BASE_TIME, key_of, log_row, make_event, make_fact, make_run, seed
+from tests.support.erasure import (
+    SUBJECTS,
+    find_in_tables,
+    open_fact_erasure,
+    open_memory_erasure,
+    rows,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -146,3 +154,81 @@ def test_a_forget_redacts_the_cluster_jobs_errors_as_whole_words(
         "dedupe failed: ([erased])",
         "dedupe failed: [erased]-speaking users",
     ]
+
+
+QUOKKA = "Ada keeps a pet quokka named Bramble since the spring of 2019"
+
+
+def _pydantic_error(value: str) -> str:
+    """What pydantic says of `value` where a number was due: it shows a long value shortened."""
+    try:
+        pydantic.TypeAdapter(int).validate_python(value)
+    except pydantic.ValidationError as e:
+        return f"output does not match the schema: {e}"
+    raise AssertionError("validated")
+
+
+def test_what_a_quote_cut_short_kept_of_the_fact_is_redacted(
+    migrated_pool: ConnectionPool, fresh_database: str
+) -> None:
+    memory = PostgresMemoryStore(migrated_pool)
+    erased = make_fact("ada", QUOKKA)
+    seed(memory, "ada", [erased, make_fact("ada", "Bob keeps bees in the garden")])
+    shown = _pydantic_error(QUOKKA)
+    head, tail = QUOKKA[:24], QUOKKA[-23:]
+    assert f"'{head}...{tail}'" in shown  # pydantic's, not the whole text
+    # An answer stopped by the token cap, an error cut to a length: the quote's start only.
+    stopped = '{"facts": [{"content": "ada keeps a pet QUOKKA nam'
+    memory.record_run(
+        replace(
+            make_run("ada", seq=2, version=2, status=RunStatus.FAILED).run,
+            error=shown,
+            raw_response=stopped,
+        )
+    )
+    _failed_maintenance(migrated_pool, f"dedupe failed: ({QUOKKA})"[:40])
+    _fail_job(migrated_pool, "maintenance-dedupe", f"value {QUOKKA[:30]}... too long")
+    # Under 8 characters, or not the fact's start or end, a piece at a cut is no quote of it.
+    _fail_job(migrated_pool, "maintenance-index", "Ada kee... and Bob keeps bees...")
+    degraded = f"vector index unavailable: 400 input too long: {QUOKKA}"[:70]
+    reads = PostgresReadModel(migrated_pool, SUBJECTS)
+    row = log_row(ADA, generation=None)
+    reads.write_context_logs([replace(row, degraded=True, degraded_reason=degraded)])
+
+    _erase(migrated_pool, erased.fact_id)
+
+    assert find_in_tables(fresh_database, [head, tail, "quokka"]) == {}
+    assert rows(
+        fresh_database, "SELECT raw_response FROM consolidation_runs WHERE error IS NOT NULL"
+    ) == [('{"facts": [{"content": "[erased]',)]
+    assert rows(fresh_database, "SELECT degraded_reason FROM context_logs") == [
+        ("vector index unavailable: 400 input too long: [erased]",)
+    ]
+    errors = _errors(fresh_database)
+    assert "dedupe failed: ([erased]" in errors
+    assert "StoreError: value [erased]... too long" in errors
+    assert "StoreError: Ada kee... and Bob keeps bees..." in errors
+    run_error = next(e for e in errors if e.startswith("output"))
+    assert "input_value='[erased]...[erased]'" in run_error
+
+
+def test_the_read_audit_s_degraded_reason_loses_the_fact_s_text(
+    migrated_pool: ConnectionPool, fresh_database: str
+) -> None:
+    # The reason is the index's error, which may quote the query, and the query the fact.
+    memory = PostgresMemoryStore(migrated_pool)
+    erased = make_fact("ada", "Ada keeps a pet quokka")
+    seed(memory, "ada", [erased])
+    asked = "does Ada keep a pet quokka? Ada keeps a pet quokka"
+    reason = f"vector index unavailable: cannot embed '{asked}'"
+    reads = PostgresReadModel(migrated_pool, SUBJECTS)
+    reads.write_context_logs(
+        [replace(log_row(ADA, generation=None), degraded=True, degraded_reason=reason)]
+    )
+
+    receipt = _erase(migrated_pool, erased.fact_id)
+
+    assert rows(fresh_database, "SELECT degraded_reason FROM context_logs") == [
+        ("vector index unavailable: cannot embed 'does Ada keep a pet quokka? [erased]'",)
+    ]
+    assert receipt["redacted"]["context_logs"] == 1
