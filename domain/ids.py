@@ -63,7 +63,12 @@ class OfMemory:
 
 
 def normalize_content(content: str) -> str:
-    """The form used for identity: case and whitespace do not make a new fact."""
+    """The form used for identity: case and whitespace do not make a new fact.
+
+    A fact erasure finds the fact's other wordings by the same rule: the erase functions fold
+    case with a copy of `str.casefold` (migration 0021's `case_folds`, which a test checks
+    against this one), so no wording of the same id keeps the erased text.
+    """
     return " ".join(content.split()).casefold()
 
 

@@ -1,8 +1,10 @@
 """What an erasure redacts, on real Postgres (migration 0021): the erased text as whole words
-only, and what a quote cut short kept of it, also in the read audit's degraded reason."""
+only, in every case variant Python's casefold takes for the same fact, and what a quote cut
+short kept of it, also in the read audit's degraded reason."""
 
 from __future__ import annotations
 
+import sys
 import uuid
 from dataclasses import replace
 from datetime import timedelta
@@ -232,3 +234,38 @@ def test_the_read_audit_s_degraded_reason_loses_the_fact_s_text(
         ("vector index unavailable: cannot embed 'does Ada keep a pet quokka? [erased]'",)
     ]
     assert receipt["redacted"]["context_logs"] == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "wording"),
+    [
+        ("Édith walks on the Straße", "ÉDITH WALKS ON THE STRASSE"),
+        ("ADA LIVES ON THE STRASSE", "ada lives on the straße"),
+        ("Οδυσσεύς sails home", "ΟΔΥΣΣΕΎΣ SAILS HOME"),
+        ("ΟΔΥΣΣΕΎΣ SAILS HOME", "οδυσσεύς sails home"),
+        ("İpek lives in İstanbul", "i\u0307pek lives in i\u0307stanbul"),
+    ],
+)
+def test_every_case_variant_python_folds_to_the_fact_is_redacted(
+    migrated_pool: ConnectionPool, fresh_database: str, text: str, wording: str
+) -> None:
+    memory = PostgresMemoryStore(migrated_pool)
+    erased = make_fact("ada", text)
+    # Python's rule (domain.ids.normalize_content): the two wordings are one fact.
+    assert make_fact("ada", wording).fact_id == erased.fact_id
+    seed(memory, "ada", [erased], working_memory=f"Said: {wording}. Ada plays cello.")
+    _erase(migrated_pool, erased.fact_id)
+    assert rows(fresh_database, "SELECT working_memory FROM user_memory") == [
+        ("Said: [erased]. Ada plays cello.",)
+    ]
+
+
+def test_the_case_folds_are_python_s(migrated_pool: ConnectionPool) -> None:
+    with migrated_pool.connection() as conn:
+        stored = dict(conn.execute("SELECT ch, folded FROM case_folds").fetchall())
+    python = {
+        c: c.casefold()
+        for c in map(chr, range(sys.maxunicode + 1))
+        if not 0xD800 <= ord(c) < 0xE000 and c.casefold() != c
+    }
+    assert stored == python
