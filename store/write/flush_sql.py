@@ -8,8 +8,16 @@ MEMORY = "organization_id = %s AND user_id = %s"
 STATE = f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {MEMORY}"
 GENERATION = f"SELECT generation FROM user_memory WHERE {MEMORY}"
 CONSUMED = f"SELECT event_id FROM consolidated_events WHERE {MEMORY} AND event_id = ANY(%s)"
+
+
+def redacted(content: str) -> str:
+    """Whether a logged event's `content` (a column) is what a fact erasure wrote over its
+    text: the flush drops such an event, so it is settled, never pending or parked."""
+    return f"{content} IN ('{REDACTION}', '{REDACTED_JSON}')"
+
+
 # A logged event a fact erasure redacted (its text was the erased fact's).
-REDACTED_CONTENT = f"content IN ('{REDACTION}', '{REDACTED_JSON}')"
+REDACTED_CONTENT = redacted("content")
 # Of the batch's events, those redacted in the log since they were published: the copy read
 # from Kafka still says what was erased.
 ERASED_EVENTS = (

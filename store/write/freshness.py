@@ -2,9 +2,11 @@
 
 An event stays pending until a run lists it in `consolidated_events`, or until a failed or
 deferred run lists it (it is then parked on the dead-letter topic for `memoryd redrive`, and
-counted apart: it waits for an operator, not for the pipeline). Both are permanent, so
-everything below the first still-pending event is settled for good, and the probe remembers
-that point as a watermark instead of scanning the whole log on every measurement.
+counted apart: it waits for an operator, not for the pipeline), or until a fact erasure
+redacts its text in the log (a flush drops it: it waits for nothing, parked or not, as the
+analyst's invariants count it). All three are permanent, so everything below the first
+still-pending event is settled for good, and the probe remembers that point as a watermark
+instead of scanning the whole log on every measurement.
 
 A discarded run parks nothing: its answer was not applied (a bisection's probe, a run
 planned on a version another run changed first) and its events go on to another run.
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from psycopg_pool import ConnectionPool
 
 from store.postgres import transaction
+from store.write.flush_sql import redacted
 
 # A row may commit after rows with higher seq (identity values are taken at insert time):
 # the watermark never passes rows younger than this, so a late commit is never skipped.
@@ -25,8 +28,10 @@ SETTLE_S = 60
 # The runs whose events are parked on the dead-letter topic.
 _PARKING = "r.status IN ('failed', 'deferred')"
 
-# A logged event e still waiting for the pipeline: not consolidated, not parked by a failed run.
+# A logged event e still waiting for the pipeline: not consolidated, not redacted by a fact
+# erasure (a flush drops it), not parked by a failed run.
 _WAITING = f"""
+  AND NOT {redacted("e.content")}
   AND NOT EXISTS (
       SELECT 1 FROM consolidated_events c
       WHERE (c.organization_id, c.user_id, c.event_id) = (e.organization_id, e.user_id, e.event_id))
@@ -61,7 +66,8 @@ SELECT count(*) FROM (
     WHERE {_PARKING}
       AND EXISTS (
           SELECT 1 FROM context_events e
-          WHERE (e.organization_id, e.user_id, e.event_id) = (r.organization_id, r.user_id, id))
+          WHERE (e.organization_id, e.user_id, e.event_id) = (r.organization_id, r.user_id, id)
+            AND NOT {redacted("e.content")})
       AND NOT EXISTS (
           SELECT 1 FROM consolidated_events c
           WHERE (c.organization_id, c.user_id, c.event_id) = (r.organization_id, r.user_id, id))
