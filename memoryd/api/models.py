@@ -23,6 +23,7 @@ from producers.contract import (
     ConnectionId,
     ContextEvent,
     Identifier,
+    not_reserved_content,
     reject_nul,
 )
 from store.read.bundle import ContextBundle, RetrievedFact
@@ -42,11 +43,13 @@ def not_blank(text: str) -> str:
 
 # Text that reaches Postgres: no NUL, which it cannot store. A correction of whitespace only
 # would retract the fact and put nothing in its place: deleting is the other route's work.
+# It becomes an event's content, so not one the contract reserves: a 422, not a failed publish.
 Text = Annotated[
     str,
     StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS),
     AfterValidator(reject_nul),
     AfterValidator(not_blank),
+    AfterValidator(not_reserved_content),
 ]
 Key = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(reject_nul)]
 Query = Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS), AfterValidator(reject_nul)]

@@ -14,7 +14,7 @@ from domain.erasure import REDACTED_JSON, REDACTION
 from domain.ids import NO_CONNECTION, MemoryKey, SubjectHasher
 from domain.model import KafkaCoordinates, LoggedEvent
 from domain.ports import Appended
-from producers.contract import ContextEvent, EventType, SourceMetadata
+from producers.contract import FROM_LOG, ContextEvent, EventType, SourceMetadata
 from store.postgres import streamed, transaction
 from store.write.locks import log_lock_key
 
@@ -74,15 +74,17 @@ def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent[ContextEvent]:
         occurred_at,
         recorded_at,
     ) = row
-    event = ContextEvent(
-        schema_version=version,
-        event_id=event_id,
-        user_id=user_id,
-        organization_id=org,
-        event_type=event_type,
-        content=content,
-        scaffold_key=scaffold_key,
-        source_metadata=SourceMetadata(
+    # A logged event's content may be what an erasure wrote over its text, which the contract
+    # refuses from a producer.
+    fields = {
+        "schema_version": version,
+        "event_id": event_id,
+        "user_id": user_id,
+        "organization_id": org,
+        "event_type": event_type,
+        "content": content,
+        "scaffold_key": scaffold_key,
+        "source_metadata": SourceMetadata(
             source=source,
             session_id=session_id,
             # Logged before the contract reserved it, the sentinel was no connection already:
@@ -93,8 +95,9 @@ def _event_from_row(row: tuple[Any, ...]) -> LoggedEvent[ContextEvent]:
             attachment_id=attachment_id,
             filename=filename,
         ),
-        occurred_at=occurred_at,
-    )
+        "occurred_at": occurred_at,
+    }
+    event = ContextEvent.model_validate(fields, context=FROM_LOG)
     return LoggedEvent(seq=seq, event=event, recorded_at=recorded_at)
 
 

@@ -2,7 +2,8 @@
 
 The flush drops such an event as erased: it waits for nothing, so the freshness probe counts
 it neither pending nor parked (else the freshness alerts fire and never resolve), and the
-processor counts it as forgotten.
+processor counts it as forgotten. A producer cannot send that text itself: it would be
+dropped the same way, unseen.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from contextlib import closing, contextmanager
 
 import pytest
 
-from domain.erasure import REDACTION
+from domain.erasure import REDACTED_JSON, REDACTION
 from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.erasure import Eraser, ErasureRequest
@@ -22,7 +23,7 @@ from processors.schema import ConsolidationRequest
 from producers.contract import EventType, Source
 from store.write.freshness import Freshness, FreshnessProbe
 from tests.support.builders import key_of, make_event
-from tests.support.deployment import Deployment, dead_letters
+from tests.support.deployment import Deployment, dead_letters, headers_of
 from tests.support.fakes import FlakyBackend
 
 pytestmark = pytest.mark.integration
@@ -110,3 +111,29 @@ def test_a_parked_event_an_erasure_redacts_is_parked_no_more(deployment: Deploym
         "SELECT count(*) FROM consolidated_events WHERE event_id = %s", (again,)
     ) == [(0,)]
     assert measured(deployment) == (0, 0, False)
+
+
+def test_an_event_of_an_erasures_text_is_a_validate_dead_letter_not_a_silent_drop(
+    deployment: Deployment,
+) -> None:
+    # Made as a producer that skips the contract would send them.
+    marked = [
+        make_event("ada", "I work in engineering", minutes=0).model_copy(
+            update={"content": REDACTION}
+        ),
+        make_event(
+            "ada", '"x"', EventType.SCAFFOLD_UPDATE, minutes=1, scaffold_key="Role"
+        ).model_copy(update={"content": REDACTED_JSON}),
+    ]
+    fine = make_event("bo", "I live in Lisbon", minutes=0)
+    deployment.publish([*marked, fine])
+    deployment.run_both()
+    logged = {r[0] for r in deployment.query("SELECT event_id FROM context_events")}
+    assert logged == {fine.event_id}
+    k = deployment.settings.kafka
+    letters = dead_letters(k.bootstrap_servers, k.dead_letter_topic, expected=4)
+    assert sorted(headers_of(x)["dlq.consumer"] for x in letters) == 2 * ["log-writer"] + 2 * [
+        "processor"
+    ]
+    assert {headers_of(x)["dlq.stage"] for x in letters} == {"validate"}
+    assert all("reserved by memoryd" in headers_of(x)["dlq.reason"] for x in letters)

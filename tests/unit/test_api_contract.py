@@ -7,9 +7,10 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from domain.erasure import REDACTED_JSON, REDACTION
 from domain.ids import NO_CONNECTION
 from memoryd.api.auth import TokenTable, hash_token
-from memoryd.api.models import ContextRequest, EventsRequest
+from memoryd.api.models import ContextRequest, CorrectionRequest, EventsRequest
 from memoryd.api.openapi import COMMITTED, openapi_json
 from memoryd.api.pages import cursor_of, position
 from producers.contract import RESERVED_CONNECTION_IDS, Source, SourceMetadata
@@ -79,3 +80,15 @@ def test_the_no_connection_sentinel_is_no_connection_id() -> None:
         ContextRequest(user_id="ada", query="q", active_connection_ids=["gmail", NO_CONNECTION])
     assert SourceMetadata(source=Source.TOOL, connection_id="_none_").connection_id == "_none_"
     assert ContextRequest(user_id="ada", query="q", active_connection_ids=["none"])
+
+
+@pytest.mark.parametrize("content", [REDACTION, REDACTED_JSON])
+def test_an_erasures_marker_is_no_content_to_publish_or_correct_with(content: str) -> None:
+    # The pipeline drops an event of that text as erased: accepted, it would vanish unseen,
+    # and a correction of it would retract the fact and put nothing in its place.
+    event = make_event("ada", "I use Gmail").model_dump(mode="json")
+    with pytest.raises(ValidationError, match="reserved by memoryd"):
+        EventsRequest.model_validate({"events": [{**event, "content": content}]})
+    with pytest.raises(ValidationError, match="reserved by memoryd"):
+        CorrectionRequest(content=content)
+    assert CorrectionRequest(content=f"not {content}").content == f"not {content}"

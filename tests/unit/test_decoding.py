@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumers.decoding import Rejected, decode_record
+from domain.erasure import REDACTED_JSON, REDACTION
 from producers.contract import (
     ContextEvent,
     EventType,
@@ -59,6 +60,9 @@ def scaffold(content: str) -> bytes:
         (raw(content="Ada wrote C:\\u0000 in a path"), "C:\\u0000"),  # backslash, not NUL
         (raw(content="Ada likes café ☕"), "café ☕"),
         (json.dumps(event_json(), ensure_ascii=True).encode(), EVENT),
+        # Only the very text an erasure leaves is reserved.
+        (raw(content=f"Ada saw {REDACTION} in a letter"), REDACTION),
+        (scaffold(f"[{REDACTED_JSON}]"), REDACTED_JSON),
     ],
 )
 def test_valid_events_decode(value: bytes, expected: ContextEvent | str) -> None:
@@ -84,6 +88,10 @@ def test_valid_events_decode(value: bytes, expected: ContextEvent | str) -> None
         (raw(user_id="ada lovelace"), "validate", "user_id"),
         # What memoryd stores for "no connection": as a connection it would be none.
         (raw(source_metadata__connection_id="__none__"), "validate", "reserved by memoryd"),
+        # What a fact erasure writes over an event's text: the flush would drop it as erased.
+        (raw(content=REDACTION), "validate", "reserved by memoryd"),
+        (raw(content=REDACTED_JSON, event_type="correction"), "validate", "reserved by memoryd"),
+        (scaffold(REDACTED_JSON), "validate", "reserved by memoryd"),
         (raw(event_type="rumour"), "validate", "event_type"),
         (raw(extra_field=1), "validate", "extra_field"),
         (raw(occurred_at="2026-11-23T12:00:00"), "validate", "occurred_at"),

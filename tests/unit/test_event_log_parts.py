@@ -3,9 +3,11 @@ a logged row read back as its event."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from domain.erasure import REDACTED_JSON, REDACTION
 from store.write.event_log import _event_from_row, memory_bounded_parts
 from tests.support.builders import BASE_TIME, make_event
 
@@ -46,3 +48,26 @@ def test_a_row_logged_with_the_no_connection_sentinel_reads_back_as_no_connectio
     logged = _event_from_row(row)
     assert logged.event.source_metadata.connection_id is None
     assert logged.event.event_id == event.event_id
+
+
+@pytest.mark.parametrize(
+    ("event_type", "scaffold_key", "content"),
+    [
+        ("fact", None, REDACTION),
+        ("scaffold_update", "Role", REDACTED_JSON),
+        # Its content was JSON naming the fact; redacted, it no longer is.
+        ("fact_retraction", None, REDACTION),
+    ],
+)
+def test_a_row_an_erasure_redacted_reads_back_redacted(
+    event_type: str, scaffold_key: str | None, content: str
+) -> None:
+    # The contract refuses that content from a producer; in the log it is an erasure's, and
+    # the row must still load (replay, export, the flush that drops it).
+    event = make_event("ada", "Ada uses Gmail")
+    row = (
+        *(7, event.event_id, 1, "ada", "org-a", event_type, content, scaffold_key),
+        *("interactive", None, None, None, None, None, None, BASE_TIME, BASE_TIME),
+    )
+    logged = _event_from_row(row)
+    assert (logged.event.event_type, logged.event.content) == (event_type, content)

@@ -1,10 +1,18 @@
-"""The inbox and tool clients: what they publish, and ids stable exactly when asked for."""
+"""The inbox and tool clients: what they publish, and ids stable exactly when asked for; what
+no producer client publishes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import pytest
+
+from domain.erasure import REDACTION
+from producers.chat import ChatObservations, ChatScope
 from producers.contract import MAX_CONTENT_CHARS, ContextEvent, EventType, Source
+from producers.corrections import FactCorrections
 from producers.inbox import InboxContextUpdates
 from producers.tools import ToolContextPublisher
 
@@ -103,3 +111,38 @@ def test_two_connections_messages_of_one_id_are_two_outputs() -> None:
     )
     assert work.event_id != home.event_id
     assert again.event_id == work.event_id
+
+
+SENDS: dict[str, Callable[[Published, str], Any]] = {
+    "chat": lambda p, text: ChatObservations(p, ChatScope("ada", "org-a")).record_observation(
+        text, "fact"
+    ),
+    "inbox learned": lambda p, text: InboxContextUpdates(p, "ada", "org-a").update_user_context(
+        {}, [text]
+    ),
+    "inbox scaffold": lambda p, text: InboxContextUpdates(p, "ada", "org-a").update_user_context(
+        {"Role": text}, []
+    ),
+    "tool output": lambda p, text: ToolContextPublisher(p, "ada", "org-a").index_tool_output(
+        text, tool_id="imap"
+    ),
+    "connection": lambda p, text: ToolContextPublisher(p, "ada", "org-a").update_connection_context(
+        "crm", text
+    ),
+    "correction": lambda p, text: FactCorrections(p, "ada", "org-a").correct_fact(
+        uuid.uuid4(), text
+    ),
+}
+
+
+@pytest.mark.parametrize("send", SENDS.values(), ids=SENDS.keys())
+def test_no_client_publishes_what_an_erasure_writes_over_an_event(
+    send: Callable[[Published, str], Any],
+) -> None:
+    # The pipeline drops a logged event of that text as erased, with no dead letter.
+    sent = Published()
+    with pytest.raises(ValueError, match="reserved by memoryd"):
+        send(sent, REDACTION)
+    assert sent.batches == []
+    send(sent, f"Ada read {REDACTION} on a form")
+    assert len(sent.batches) == 1
