@@ -16,7 +16,8 @@ class FlushKind(StrEnum):
     NOTHING_NEW = "nothing_new"
     DEFERRED = "deferred"
     REJECTED = "rejected"  # the backend could answer none of the events usably
-    FORGOTTEN = "forgotten"  # every event was of an erased memory, before its tombstone
+    # Every event was of an erased memory before its tombstone, or redacted by a fact erasure.
+    FORGOTTEN = "forgotten"
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ class PipelineMetrics:
         )
         self.events_forgotten = counter(
             "memoryd_events_forgotten_total",
-            "Events of an erased memory recorded before its tombstone, dropped (not dead-lettered)",
+            "Events an erasure forgot, dropped (not dead-lettered): of an erased memory before"
+            " its tombstone, or redacted in the log by a fact erasure",
             ["consumer"],
         )
         self.flushes = counter(
