@@ -36,7 +36,7 @@ from consumers.forgetting import ForgottenEvents
 from consumers.indexer import IndexQueue
 from consumers.kept_answers import KeptAnswer, KeptAnswers
 from consumers.observers import FlushObserver
-from consumers.splitting import isolate
+from consumers.splitting import MAX_SPLIT_CALLS, PROBE_NOTE, consolidate_isolated
 from consumers.unapplied_runs import UnappliedRuns
 from domain.ids import MemoryKey, deferred_run_id_for, run_id_for
 from domain.model import FlushReads, MemoryState, MemoryUpdate, RunStatus
@@ -47,10 +47,6 @@ from processors.errors import UnusableAnswer
 from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 from producers.contract import ContextEvent
 from store.errors import DatabaseUnavailable, EventsAlreadyConsolidated, StaleMemoryVersion
-
-# Enough probes to isolate one failing event in a batch of up to 64.
-MAX_SPLIT_CALLS = 12
-_PROBE_NOTE = "usable answer to a probe while bisecting a batch; its events were consolidated later"
 
 
 class BudgetPolicy(StrEnum):
@@ -309,10 +305,23 @@ class UserFlusher:
         if len(fresh) == 1:
             alone = RejectedEvents((fresh[0].event_id,), f"backend error: {error}")
             return FlushResult(FlushKind.REJECTED, 0, rejected=(alone,))
-        found = isolate(
+        updates: list[MemoryUpdate] = []
+        tries = 0
+
+        def consolidate(group: Sequence[ContextEvent]) -> MemoryUpdate:
+            # Each on the memory as the runs (and recorded failures) before it left it.
+            nonlocal tries
+            current = self._store.load_state(state.key) if tries else state
+            tries += 1
+            update = self._attempt(current, group, now, attempt, exhausted, generation)
+            updates.append(update)
+            return update
+
+        found = consolidate_isolated(
             fresh,
             str(error),
             lambda group: self._probe(state, group, now, attempt),
+            consolidate,
             self._max_split_calls,
         )
         rejected = [
@@ -322,21 +331,10 @@ class UserFlusher:
             )
             for group, why in found.failing
         ]
-        updates: list[MemoryUpdate] = []
-        good = [e for group in found.clean for e in group]
-        if good:
-            try:
-                updates.append(self._attempt(state, good, now, attempt, exhausted, generation))
-            except UnusableAnswer:
-                # Each group was answered alone, not all together: one run per group.
-                for group in found.clean:
-                    current = self._store.load_state(state.key)
-                    try:
-                        update = self._attempt(current, group, now, attempt, exhausted, generation)
-                        updates.append(update)
-                    except UnusableAnswer as e:
-                        ids = tuple(x.event_id for x in group)
-                        rejected.append(RejectedEvents(ids, f"backend error: {e}"))
+        rejected.extend(
+            RejectedEvents(tuple(x.event_id for x in group), f"backend error: {why}")
+            for group, why in found.unanswered
+        )
         consolidated = sum(len(u.run.input_event_ids) for u in updates)
         return FlushResult(
             FlushKind.CONSOLIDATED if updates else FlushKind.REJECTED,
@@ -357,7 +355,7 @@ class UserFlusher:
             self._observer.probed(usable=False)
             return str(e)
         self._observer.probed(usable=True)
-        self._unapplied.discarded(request, attempt, now, response, duration_ms, _PROBE_NOTE)
+        self._unapplied.discarded(request, attempt, now, response, duration_ms, PROBE_NOTE)
         return None
 
     # -- runs that change nothing ---------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from consumers.flush import MAX_SPLIT_CALLS, BudgetPolicy
+from consumers.flush import BudgetPolicy
+from consumers.splitting import MAX_SPLIT_CALLS
 from domain.retry import Backoff
 from processors.candidates import CandidatePolicy
 

@@ -13,6 +13,10 @@ much. A single event is always probed: a dead letter states the event's own fail
 `max_calls` bounds the probes: a model that fails on everything would otherwise cost 2n-1
 calls per batch of n. What is still unresolved when they are spent fails as a group, with
 the last failure seen for it.
+
+`consolidate_isolated` is the whole strategy, shared by the live flush and the shadow replay
+so that a replay drops exactly the events a live flush would dead-letter: bisect, then
+consolidate the clean groups together, or one group a run if together they fail again.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from processors.errors import UnusableAnswer
+
 T = TypeVar("T")
+R = TypeVar("R")
+
+# Enough probes to isolate one failing event in a batch of up to 64.
+MAX_SPLIT_CALLS = 12
+# What a probe that answered usably is recorded with: paid for, and not applied.
+PROBE_NOTE = "usable answer to a probe while bisecting a batch; its events were consolidated later"
 
 
 @dataclass(frozen=True)
@@ -77,3 +89,41 @@ def isolate(
         failing=tuple((g, why) for _, g, why in sorted(failing, key=lambda x: x[0])),
         calls=calls,
     )
+
+
+@dataclass(frozen=True)
+class Consolidated(Generic[T, R]):
+    done: tuple[R, ...]  # what each consolidation that went through returned, in order
+    failing: tuple[tuple[tuple[T, ...], str], ...]  # failed alone when bisected, in batch order
+    # Answered alone as probes, then unusable in a run of their own: (group, its failure).
+    unanswered: tuple[tuple[tuple[T, ...], str], ...] = ()
+
+
+def consolidate_isolated(
+    items: Sequence[T],
+    failure: str,
+    probe: Callable[[Sequence[T]], str | None],
+    consolidate: Callable[[Sequence[T]], R],
+    max_calls: int,
+) -> Consolidated[T, R]:
+    """`isolate` the events at fault in `items`, then consolidate what answered usably.
+
+    `consolidate` runs one group of events and applies it, or raises `UnusableAnswer`; it is
+    called on the clean groups together first, and, should that fail (each group answered
+    alone, not all together), once per clean group in batch order, each on the memory the
+    runs before it left. Any other error of `probe` or `consolidate` is raised.
+    """
+    found = isolate(items, failure, probe, max_calls)
+    done: list[R] = []
+    unanswered: list[tuple[tuple[T, ...], str]] = []
+    good = [x for group in found.clean for x in group]
+    if good:
+        try:
+            done.append(consolidate(good))
+        except UnusableAnswer:
+            for group in found.clean:
+                try:
+                    done.append(consolidate(group))
+                except UnusableAnswer as e:
+                    unanswered.append((group, str(e)))
+    return Consolidated(tuple(done), found.failing, tuple(unanswered))
