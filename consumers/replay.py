@@ -15,16 +15,23 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from domain.ids import MemoryKey, run_id_for
-from domain.model import Fact, LoggedRun, RunRecord, RunStatus
+from consumers.splitting import MAX_SPLIT_CALLS, PROBE_NOTE, consolidate_isolated
+from domain.ids import MemoryKey, occurrence_run_id, run_id_for
+from domain.model import Fact, LoggedRun, RunRecord, RunStatus, TokenUsage
 from domain.ports import Embedder
 from domain.retry import Backoff
 from processors.candidates import CandidatePolicy, retraction_targets, select_candidates
-from processors.consolidate import Consolidator
-from processors.errors import BackendError, TransientBackendError
+from processors.consolidate import Consolidator, failed_run
+from processors.errors import BackendError, TransientBackendError, UnusableAnswer
 from processors.fold import FoldedMemory, fold_run
-from processors.schema import REQUEST_STATUSES, ConsolidationBackend, ConsolidationRequest
+from processors.schema import (
+    REQUEST_STATUSES,
+    BackendResponse,
+    ConsolidationBackend,
+    ConsolidationRequest,
+)
 from producers.contract import ContextEvent
 from store.inmemory import InMemoryFactSearch
 
@@ -53,18 +60,26 @@ class ShadowResult:
     memory: FoldedMemory
     runs: tuple[RunRecord, ...]
     failed: tuple[FailedBatch, ...]
+    # Every call that became no run (an unusable answer, an error, a probe that answered
+    # usably), as a failed or discarded run with the tokens the backend said it used: a
+    # model that answered was paid for, so the replay's cost counts them.
+    unapplied: tuple[RunRecord, ...] = ()
+
+    @property
+    def calls(self) -> tuple[RunRecord, ...]:
+        return (*self.runs, *self.unapplied)
 
     @property
     def prompt_tokens(self) -> int:
-        return sum(r.usage.prompt_tokens for r in self.runs)
+        return sum(r.usage.prompt_tokens for r in self.calls)
 
     @property
     def completion_tokens(self) -> int:
-        return sum(r.usage.completion_tokens for r in self.runs)
+        return sum(r.usage.completion_tokens for r in self.calls)
 
     @property
     def cost_micro_usd(self) -> int:
-        return sum(r.cost_micro_usd for r in self.runs)
+        return sum(r.cost_micro_usd for r in self.calls)
 
 
 def batches_by_size(events: Sequence[ContextEvent], max_batch: int) -> list[ShadowBatch]:
@@ -147,59 +162,181 @@ def shadow_consolidate(
     embedder: Embedder | None = None,
     policy: CandidatePolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    max_split_calls: int = MAX_SPLIT_CALLS,
 ) -> ShadowResult:
     """Consolidate the batches into an in-memory image; nothing is written anywhere.
 
     Each batch is shown the facts a live flush would show it (`shown_facts`; `embedder` for
-    the dense side of the search). A batch the backend cannot handle is recorded as failed
-    and skipped, as the processor would dead-letter it; a transient error is retried a few
-    times with backoff first.
+    the dense side of the search). A transient error is retried a few times with backoff. A
+    batch the model cannot answer is bisected as a live flush bisects it
+    (`consumers.splitting`, at most `max_split_calls` probes): its other events are
+    consolidated, and only those that fail alone are recorded as failed, as the processor
+    would dead-letter them. Any other backend error fails what of the batch no run took.
     """
-    memory = FoldedMemory(user_id=key.user_id, organization_id=key.organization_id)
-    runs: list[RunRecord] = []
-    failed: list[FailedBatch] = []
+    shadow = _Shadow(key, backend, consolidator, embedder, policy, sleep)
     for batch in batches:
-        facts, known = shown_facts(memory, batch, embedder, policy)
-        request = ConsolidationRequest.build(
-            memory.state(), facts, list(batch.events), batch.now, known, memory.connections
-        )
-        try:
-            run = _plan(request, backend, consolidator, sleep, memory.facts)
-        except BackendError as error:
-            failed.append(FailedBatch(tuple(x.event_id for x in batch.events), str(error)))
-            continue
-        runs.append(run)
-        memory = fold_run(memory, LoggedRun(memory.last_seq + 1, batch.now, run))
-    return ShadowResult(memory, tuple(runs), tuple(failed))
-
-
-def _plan(
-    request: ConsolidationRequest,
-    backend: ConsolidationBackend,
-    consolidator: Consolidator,
-    sleep: Callable[[float], None],
-    stored: Mapping[uuid.UUID, Fact],
-) -> RunRecord:
-    attempt = 0
-    while True:
-        started = time.monotonic()
-        try:
-            response = backend.consolidate(request)
-            break
-        except TransientBackendError:
-            attempt += 1
-            if attempt >= SHADOW_ATTEMPTS:
-                raise
-            sleep(SHADOW_BACKOFF.delay(attempt - 1))
-    update = consolidator.plan(
-        request,
-        response,
-        run_id=run_id_for(request.key, request.event_ids),
-        backend=backend.name,
-        prompt_version=backend.prompt_version,
-        started_at=request.now,
-        duration_ms=int((time.monotonic() - started) * 1000),
-        attempt=attempt,
-        unshown=[stored[i] for i in consolidator.unshown_ids(request, response) if i in stored],
+        shadow.consolidate(batch, max_split_calls)
+    return ShadowResult(
+        shadow.memory, tuple(shadow.runs), tuple(shadow.failed), tuple(shadow.unapplied)
     )
-    return update.run
+
+
+class _Shadow:
+    """One replay under way: the image so far, its runs, what failed, the calls no run took."""
+
+    def __init__(
+        self,
+        key: MemoryKey,
+        backend: ConsolidationBackend,
+        consolidator: Consolidator,
+        embedder: Embedder | None,
+        policy: CandidatePolicy | None,
+        sleep: Callable[[float], None],
+    ) -> None:
+        self.memory = FoldedMemory(user_id=key.user_id, organization_id=key.organization_id)
+        self.runs: list[RunRecord] = []
+        self.failed: list[FailedBatch] = []
+        self.unapplied: list[RunRecord] = []
+        self._taken: set[uuid.UUID] = set()
+        self._backend = backend
+        self._consolidator = consolidator
+        self._embedder = embedder
+        self._policy = policy
+        self._sleep = sleep
+
+    def consolidate(self, batch: ShadowBatch, max_split_calls: int) -> None:
+        try:
+            try:
+                self._run(batch)
+            except UnusableAnswer as error:
+                self._split(batch, error, max_split_calls)
+        except BackendError as error:
+            left = tuple(e.event_id for e in batch.events if e.event_id not in self._taken)
+            if left:
+                self.failed.append(FailedBatch(left, str(error)))
+
+    def _split(self, batch: ShadowBatch, error: UnusableAnswer, max_split_calls: int) -> None:
+        def run(group: Sequence[ContextEvent]) -> None:
+            # A part of a batch is shown what a search finds for it, as a live flush's is.
+            self._run(ShadowBatch(tuple(group), batch.now))
+
+        found = consolidate_isolated(
+            batch.events, str(error), self._probe(batch), run, max_split_calls
+        )
+        n = len(batch.events)
+        bisected = f" (bisected out of a batch of {n})" if n > 1 else ""
+        self.failed.extend(
+            FailedBatch(tuple(e.event_id for e in group), f"{why}{bisected}")
+            for group, why in found.failing
+        )
+        self.failed.extend(
+            FailedBatch(tuple(e.event_id for e in group), why) for group, why in found.unanswered
+        )
+
+    def _probe(self, batch: ShadowBatch) -> Callable[[Sequence[ContextEvent]], str | None]:
+        def probe(group: Sequence[ContextEvent]) -> str | None:
+            request = self._request(ShadowBatch(tuple(group), batch.now))
+            try:
+                response, duration_ms, attempt = self._call(request)
+            except UnusableAnswer as e:
+                return str(e)
+            # Paid for, not applied: the group is consolidated with the others that answer.
+            self._kept(
+                request,
+                RunStatus.DISCARDED,
+                response.usage,
+                response.model,
+                duration_ms,
+                attempt,
+                error=None,
+                raw_response=response.raw_response,
+                output={"discarded": PROBE_NOTE},
+            )
+            return None
+
+        return probe
+
+    def _request(self, batch: ShadowBatch) -> ConsolidationRequest:
+        m = self.memory
+        facts, known = shown_facts(m, batch, self._embedder, self._policy)
+        return ConsolidationRequest.build(
+            m.state(), facts, list(batch.events), batch.now, known, m.connections
+        )
+
+    def _run(self, batch: ShadowBatch) -> None:
+        request = self._request(batch)
+        response, duration_ms, attempt = self._call(request)
+        stored = self.memory.facts
+        unshown = self._consolidator.unshown_ids(request, response)
+        run = self._consolidator.plan(
+            request,
+            response,
+            run_id=run_id_for(request.key, request.event_ids),
+            backend=self._backend.name,
+            prompt_version=self._backend.prompt_version,
+            started_at=request.now,
+            duration_ms=duration_ms,
+            attempt=attempt,
+            unshown=[stored[i] for i in unshown if i in stored],
+        ).run
+        self.runs.append(run)
+        self._taken.update(run.input_event_ids)
+        self.memory = fold_run(self.memory, LoggedRun(self.memory.last_seq + 1, batch.now, run))
+
+    def _call(self, request: ConsolidationRequest) -> tuple[BackendResponse, int, int]:
+        """(the answer, its call's milliseconds, the transient failures before it). Every
+        call that raised is kept with the tokens the backend says it used: billed all the
+        same."""
+        attempt = 0
+        while True:
+            started = time.monotonic()
+            try:
+                return self._backend.consolidate(request), _ms_since(started), attempt
+            except BackendError as e:
+                self._kept(
+                    request,
+                    RunStatus.FAILED,
+                    e.usage,
+                    self._backend.model,
+                    _ms_since(started),
+                    attempt,
+                    error=str(e),
+                    raw_response=e.raw_response,
+                )
+                if not isinstance(e, TransientBackendError):
+                    raise
+                attempt += 1
+                if attempt >= SHADOW_ATTEMPTS:
+                    raise
+                self._sleep(SHADOW_BACKOFF.delay(attempt - 1))
+
+    def _kept(
+        self,
+        request: ConsolidationRequest,
+        status: RunStatus,
+        usage: TokenUsage,
+        model: str,
+        duration_ms: int,
+        attempt: int,
+        **record: Any,
+    ) -> None:
+        """A call that became no run, kept as the live path records one: with its cost."""
+        call = failed_run(
+            request,
+            run_id=occurrence_run_id(),
+            backend=self._backend.name,
+            model=model,
+            prompt_version=self._backend.prompt_version,
+            started_at=request.now,
+            duration_ms=duration_ms,
+            attempt=attempt,
+            status=status,
+            usage=usage,
+            prices=self._consolidator.prices,
+            **record,
+        )
+        self.unapplied.append(call)
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

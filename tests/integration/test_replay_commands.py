@@ -1,0 +1,149 @@
+"""`memoryd replay` and `memoryd replay verify` through the CLI's entry on a real database:
+a batch the model cannot answer is bisected as the live flush bisects it, and every call's
+tokens are counted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from domain.model import TokenUsage
+from memoryd import cli
+from processors.cost import PriceTable
+from producers.contract import ContextEvent
+from tests.support.builders import make_event
+from tests.support.deployment import Deployment
+from tests.support.fake_gemini import FakeGemini, FakeReply, RecordedRequest
+
+pytestmark = pytest.mark.integration
+
+ORG = "org-a"
+POISON = "POISON"
+PROMPT_TOKENS = 1_000
+CUT_TOKENS = 8_192
+# Unlike each other, so the gate keeps one fact for each.
+SAID = [
+    "I work in engineering at Initech",
+    "I prefer short answers with code examples",
+    "Project Falcon ships the billing API by December 15",
+    "I live in Lisbon",
+    f"{POISON} " + "~" * 300,
+    "I am training for the Berlin marathon in April",
+    "My manager is Grace Hopper",
+    "I need to send the launch checklist to Grace",
+]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGemini]:
+    with FakeGemini() as server:
+        yield server
+
+
+def note_taker(request: RecordedRequest) -> FakeReply:
+    """One fact per observation; an answer cut short (and billed) for a batch with the poison."""
+    observations = request.observations
+    if any(POISON in text for _, text in observations):
+        cut = '{"updated_working_memory": "The user'
+        return FakeReply.text(cut, "MAX_TOKENS", PROMPT_TOKENS, CUT_TOKENS)
+    facts = [
+        {
+            "op": "add",
+            "content": f"The user said: {text}",
+            "type": "profile",
+            "confidence": 0.95,
+            "salience": 0.6,
+            "surface": "speak",
+            "target_fact_id": None,
+            "evidence": [label],
+        }
+        for label, text in observations
+    ]
+    answer = {"updated_working_memory": "Notes.", "updated_scaffold": {}, "facts": facts}
+    return FakeReply.json(answer, PROMPT_TOKENS, completion_tokens=40 * len(observations))
+
+
+def completion_tokens(request: RecordedRequest) -> int:
+    observations = request.observations
+    return CUT_TOKENS if any(POISON in t for _, t in observations) else 40 * len(observations)
+
+
+def memoryd(
+    deployment: Deployment,
+    monkeypatch: pytest.MonkeyPatch,
+    *argv: str,
+    gemini: FakeGemini | None = None,
+) -> int:
+    """`memoryd ARGV` as a shell runs it, its settings from the environment."""
+    s = deployment.settings
+    env = {
+        "MEMORYD_POSTGRES__DSN": s.postgres.dsn,
+        "MEMORYD_CHROMA__MODE": "embedded",
+        "MEMORYD_CHROMA__PATH": str(s.chroma.path),
+        "MEMORYD_METRICS__ENABLED": "false",
+        "MEMORYD_ERASURE__SUBJECT_KEY": s.erasure.subject_key.get_secret_value(),
+    }
+    if gemini is not None:  # the backend production runs with, so a replay's default
+        env |= {
+            "MEMORYD_LLM__BACKEND": "gemini",
+            "MEMORYD_LLM__API_KEY": "test-key",
+            "MEMORYD_LLM__BASE_URL": gemini.url,
+        }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(cli, "configure_logging", lambda *_args: None)
+    return cli.main(list(argv))
+
+
+def replay_with_a_poison(
+    deployment: Deployment,
+    fake: FakeGemini,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    events: list[ContextEvent],
+    responder: Callable[[RecordedRequest], FakeReply] = note_taker,
+) -> tuple[int, dict[str, Any], str]:
+    """(exit code, JSON document, stderr) of a replay of `events` in one batch, by the model."""
+    deployment.with_core(lambda c: c.events.append([(e, None) for e in events]))
+    fake.responder = responder
+    code = memoryd(
+        deployment, monkeypatch, "replay", "--org", ORG, "ada", "--max-batch", "8", "--json",
+        gemini=fake,
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    return code, json.loads(out), err
+
+
+def test_a_replay_bisects_a_batch_the_model_cannot_answer_and_counts_every_call(
+    deployment: Deployment,
+    fake: FakeGemini,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    events = [make_event("ada", text, minutes=i) for i, text in enumerate(SAID)]
+    _, doc, _ = replay_with_a_poison(deployment, fake, monkeypatch, capsys, events)
+
+    # Only the poison is left out: the other seven were consolidated together, in one run.
+    [failed] = doc["failed_batches"]
+    assert failed["event_ids"] == [str(events[4].event_id)]
+    assert "MAX_TOKENS" in failed["error"]
+    assert "bisected out of a batch of 8" in failed["error"]
+    assert doc["shadow_runs"] == doc["shadow"]["version"] == 1
+    good = [text for text in SAID if POISON not in text]
+    assert sorted(t for _, t in fake.requests[-1].observations) == sorted(good)
+    assert doc["shadow"]["facts"] == len(good)
+    # Every call the model answered was billed: the cut answers and the probes too.
+    assert len(fake.requests) > 2
+    usages = [TokenUsage(PROMPT_TOKENS, completion_tokens(r)) for r in fake.requests]
+    assert doc["tokens"] == {
+        "prompt": PROMPT_TOKENS * len(fake.requests),
+        "completion": sum(u.completion_tokens for u in usages),
+    }
+    prices: PriceTable = deployment.with_core(lambda c: c.prices)
+    assert doc["cost_micro_usd"] == sum(
+        prices.llm_cost_micro_usd("gemini-2.5-flash", u) for u in usages
+    )
+    assert doc["cost_micro_usd"] > 0
