@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from memoryd.analyst.render import (
 from memoryd.settings import Settings
 from processors.diff import diff_memory
 from processors.fold import FoldedMemory, FoldError, fold_runs, live_image, runs_until
+from producers.contract import ID_PATTERN, MAX_ID_CHARS
 from store.postgres import snapshot
 from store.write.erasure_log import PostgresErasureLog
 from store.write.event_log import PostgresEventLog
@@ -69,11 +71,23 @@ def memory_key(args: argparse.Namespace) -> MemoryKey:
     return MemoryKey(args.org, args.user)
 
 
+def identifier(text: str) -> str:
+    """An organization or user id as events spell them: no other names a memory, and an empty
+    one would reach `MemoryKey` and fail there, after connecting."""
+    if len(text) > MAX_ID_CHARS or not re.fullmatch(ID_PATTERN, text):
+        raise argparse.ArgumentTypeError(
+            f"not an id (1 to {MAX_ID_CHARS} of A-Z a-z 0-9 _ . : @ -): {text!r}"
+        )
+    return text
+
+
 def add_memory_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     """--org ORG USER: a user id names a memory only within its organization. Not `required`:
     the command checks them itself (it has another way to say what it acts on)."""
-    p.add_argument("--org", required=required, help="the organization the user belongs to")
-    p.add_argument("user", nargs=None if required else "?")
+    p.add_argument(
+        "--org", type=identifier, required=required, help="the organization the user belongs to"
+    )
+    p.add_argument("user", type=identifier, nargs=None if required else "?")
 
 
 def positive_int(text: str) -> int:
@@ -164,6 +178,13 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
         else:
             batches = batches_by_size(events, args.max_batch)
         backend, consolidator = wiring.consolidation(c)
+        if c.settings.llm.backend == "gemini":
+            # Before the first call: a replay makes one or more calls a batch, each billed.
+            print(
+                f"memoryd replay: calls the paid model {backend.model} for {len(batches)}"
+                f" batch(es) of {len(events)} event(s); the cost is reported at the end",
+                file=sys.stderr,
+            )
         shadow = shadow_consolidate(
             key,
             batches,
@@ -171,6 +192,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
             consolidator,
             embedder=c.embedder,
             policy=c.settings.processor.candidates,
+            max_split_calls=c.settings.processor.max_split_calls,
         )
     diff = diff_memory(live, shadow.memory)
     identity = {
@@ -180,6 +202,16 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     }
     doc = replay_json(args, len(events), len(batches), shadow, live, diff, identity)
     print(json.dumps(doc, ensure_ascii=False, default=str) if args.json else render_diff(doc, diff))
+    if shadow.failed:
+        # The shadow lacks these events, so the diff is not the backend's alone: a script
+        # must not take it for a clean comparison.
+        left_out = sum(len(f.event_ids) for f in shadow.failed)
+        print(
+            f"memoryd replay: {len(shadow.failed)} batch(es) failed, {left_out} of"
+            f" {len(events)} event(s) left out of the shadow",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -16,7 +16,7 @@ from functools import partial
 
 from domain.ids import MemoryKey
 from memoryd import wiring
-from memoryd.analyst.commands import analyst_core, live_memory, memory_snapshot
+from memoryd.analyst.commands import analyst_core, identifier, live_memory, memory_snapshot
 from memoryd.analyst.explain import explain_fact, render_explanation
 from memoryd.analyst.verify import render_verification, verification_json, verify_memory
 from memoryd.ops.maintenance import JOBS, MaintenanceRunner
@@ -60,6 +60,13 @@ def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
     with analyst_core(settings) as (c, _):
         if args.all:
             keys = MaintenanceQueries(c.pool).memories(args.org)
+            if not keys and args.org:
+                # A mistyped organization: "0 of 0 memories fold" would pass a check that
+                # checked nothing.
+                print(
+                    f"memoryd replay verify: no memory of organization {args.org}", file=sys.stderr
+                )
+                return 1
         else:
             keys = [MemoryKey(args.org, args.user)]
         results = []
@@ -132,16 +139,18 @@ def cmd_maintenance(settings: Settings, args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("explain", help="why memory holds a fact: its runs, events, gate verdicts")
     p.add_argument("fact_id", type=uuid.UUID)
-    p.add_argument("--org", help="only a fact of this organization")
+    p.add_argument("--org", type=identifier, help="only a fact of this organization")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser(
         REPLAY_VERIFY,
         help="(memoryd replay verify) fold the run log and compare with live memory",
     )
-    p.add_argument("--user")
+    p.add_argument("--user", type=identifier)
     p.add_argument("--all", action="store_true")
-    p.add_argument("--org", help="the user's organization; with --all, only this one")
+    p.add_argument(
+        "--org", type=identifier, help="the user's organization; with --all, only this one"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_replay_verify)
     p = sub.add_parser("maintenance", help="run the maintenance jobs now, or show their state")

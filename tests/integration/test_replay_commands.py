@@ -1,6 +1,7 @@
 """`memoryd replay` and `memoryd replay verify` through the CLI's entry on a real database:
-a batch the model cannot answer is bisected as the live flush bisects it, and every call's
-tokens are counted."""
+a batch the model cannot answer is bisected as the live flush bisects it, every call's tokens
+are counted, a replay that calls a paid model says so first, and a replay or a check that
+left something out exits non-zero."""
 
 from __future__ import annotations
 
@@ -147,3 +148,53 @@ def test_a_replay_bisects_a_batch_the_model_cannot_answer_and_counts_every_call(
         prices.llm_cost_micro_usd("gemini-2.5-flash", u) for u in usages
     )
     assert doc["cost_micro_usd"] > 0
+
+
+def test_a_replay_by_a_paid_model_says_so_first_and_exits_1_if_it_left_events_out(
+    deployment: Deployment,
+    fake: FakeGemini,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    events = [make_event("ada", text, minutes=i) for i, text in enumerate(SAID)]
+    before_the_calls: list[str] = []
+
+    def responder(request: RecordedRequest) -> FakeReply:
+        if not before_the_calls:
+            before_the_calls.append(capsys.readouterr().err)
+        return note_taker(request)
+
+    code, _, err = replay_with_a_poison(deployment, fake, monkeypatch, capsys, events, responder)
+
+    # Said before the first call; then how the shadow falls short, so that a script does not
+    # take its diff for a clean comparison.
+    paid = "calls the paid model gemini-2.5-flash for 1 batch(es) of 8 event(s)"
+    assert before_the_calls == [f"memoryd replay: {paid}; the cost is reported at the end\n"]
+    assert err == "memoryd replay: 1 batch(es) failed, 1 of 8 event(s) left out of the shadow\n"
+    assert code == 1
+
+
+def test_a_replay_with_no_failed_batch_and_no_paid_model_exits_0_quietly(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events = [make_event("ada", text, minutes=i) for i, text in enumerate(SAID[:4])]
+    deployment.with_core(lambda c: c.events.append([(e, None) for e in events]))
+
+    assert memoryd(deployment, monkeypatch, "replay", "--org", ORG, "ada", "--json") == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["failed_batches"] == []
+    assert err == ""
+
+
+def test_verify_of_an_organization_with_no_memory_is_refused_not_passed(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deployment.with_core(lambda c: c.events.append([(make_event("ada", SAID[0]), None)]))
+
+    assert memoryd(deployment, monkeypatch, "replay", "verify", "--all", "--org", ORG) == 0
+    assert capsys.readouterr().out.endswith("1 of 1 memories fold to live memory\n")
+
+    code = memoryd(deployment, monkeypatch, "replay", "verify", "--all", "--org", "org-typo")
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "memoryd replay verify: no memory of organization org-typo\n")
+    assert code == 1

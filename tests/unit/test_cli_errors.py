@@ -156,3 +156,28 @@ def test_a_token_for_an_organization_that_is_no_identifier_is_refused(
     monkeypatch.setenv("MEMORYD_API__TOKENS", json.dumps({"0" * 64: organization}))
     assert cli.main(["migrate"]) == 2
     assert "api.tokens" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_connection")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay", "--org", "", "ada"],
+        ["replay", "--org", "acme", ""],
+        ["history", "--org", "", "ada"],
+        ["export", "--org", "acme", "", "--out", "ada.json"],
+        ["context", "--org", "", "ada", "--query", "where does she work?"],
+        ["replay", "verify", "--all", "--org", ""],
+        ["replay", "verify", "--org", "acme", "--user", ""],
+        ["explain", "3f2b8c1e-0d4a-4c55-9e2f-6a7b8c9d0e1f", "--org", ""],
+    ],
+)
+def test_an_empty_organization_or_user_is_a_usage_error_before_connecting(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It failed as a ValueError of `MemoryKey`, a traceback, or as a check of nothing.
+    with pytest.raises(SystemExit) as usage:
+        cli.main(argv)
+    assert usage.value.code == 2
+    *_usage_lines, why = capsys.readouterr().err.splitlines()
+    assert why.endswith("not an id (1 to 128 of A-Z a-z 0-9 _ . : @ -): ''"), why
