@@ -8,6 +8,11 @@ in the log, `memoryd_consumer_degraded{consumer}` at 1 and a count of retries by
 source (what failed: a poll, a flush, dead letters) recovers on its own success, which logs
 it; the gauge goes back to 0 once none is failing. Nothing needs a restart.
 
+A source may be one memory's (a flush of it, recording its failed run): a failure that hits
+one memory only (a lock or statement timeout on its rows) backs off on its own and keeps the
+consumer degraded for as long as it lasts, however many other memories flush meanwhile. A
+whole database away fails every memory, and each recovers on its own success once it is back.
+
 A flush of a memory being erased is waited out the same way and counted with cause
 `erasure`, but does not make the process degraded: no dependency is away, and an erasure
 that does not end is what `MemorydErasureStuck` watches.
@@ -17,11 +22,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from kafka.errors import KafkaError
 
 from consumers.errors import DeadLetterError
 from consumers.metrics import PipelineMetrics
+from domain.ids import MemoryKey
 from domain.retry import Backoff
 from store.errors import (
     DatabaseRefused,
@@ -61,10 +68,15 @@ def cause_of(error: BaseException) -> str:
     return "broker"
 
 
+# What failed, and the memory it failed for (None: the consumer's own, e.g. a poll).
+Source = tuple[str, MemoryKey | None]
+
+
 class Outage:
-    """One consumer's outages, kept per source: what failed (a poll, a flush, dead letters)
-    and why. A source that succeeds recovers itself only: the dead-letter topic away is not
-    over because a flush committed, and its retries do not start again at the base backoff.
+    """One consumer's outages, kept per source: what failed (a poll, a flush, dead letters),
+    for which memory if it is one memory's, and why. A source that succeeds recovers itself
+    only: the dead-letter topic away is not over because a flush committed, nor one memory's
+    flush because another's did, and their retries do not start again at the base backoff.
     The consumer stays degraded while any source is failing."""
 
     def __init__(
@@ -74,7 +86,7 @@ class Outage:
         self._metrics = metrics
         self._backoff = backoff
         self._lock = threading.Lock()  # a rebalance callback may recover from the IO thread
-        self._failing: dict[tuple[str, str], int] = {}  # (what, cause) -> retries
+        self._failing: dict[tuple[Source, str], int] = {}  # (source, cause) -> retries
         metrics.degraded.labels(consumer).set(0)
 
     @property
@@ -83,12 +95,14 @@ class Outage:
         with self._lock:
             return sum(self._failing.values())
 
-    def failed(self, error: BaseException, what: str) -> float:
-        """Count a failure of `what`; returns how long to wait before trying it again."""
+    def failed(self, error: BaseException, what: str, memory: MemoryKey | None = None) -> float:
+        """Count a failure of `what` (for `memory`); returns how long to wait before trying
+        it again."""
         cause = cause_of(error)
+        key = ((what, memory), cause)
         with self._lock:
-            retries = self._failing.get((what, cause), 0)
-            self._failing[(what, cause)] = retries + 1
+            retries = self._failing.get(key, 0)
+            self._failing[key] = retries + 1
             self._publish()
         wait = self._backoff.delay(retries)
         degrading = cause not in NOT_DEGRADING
@@ -102,14 +116,21 @@ class Outage:
             retries + 1,
             wait,
             error,
-            extra={"consumer": self._consumer, "cause": cause},
+            extra={**self._fields(memory), "cause": cause},
         )
         return wait
 
-    def recovered(self, what: str) -> None:
-        """`what` succeeded, or nothing waits on it any more."""
+    def recovered(self, what: str, memory: MemoryKey | None = None) -> None:
+        """`what` (for `memory`) succeeded, or nothing waits on it any more."""
+        self._end(lambda source: source == (what, memory), what, memory)
+
+    def recovered_everywhere(self, what: str) -> None:
+        """Nothing waits on `what` any more, for any memory (their work went elsewhere)."""
+        self._end(lambda source: source[0] == what, what, None)
+
+    def _end(self, ends: Callable[[Source], bool], what: str, memory: MemoryKey | None) -> None:
         with self._lock:
-            ended = {k: n for k, n in self._failing.items() if k[0] == what}
+            ended = {k: n for k, n in self._failing.items() if ends(k[0])}
             if not ended:
                 return
             for key in ended:
@@ -119,8 +140,14 @@ class Outage:
             "%s recovered after %d retries",
             what,
             sum(ended.values()),
-            extra={"consumer": self._consumer},
+            extra=self._fields(memory),
         )
+
+    def _fields(self, memory: MemoryKey | None) -> dict[str, object]:
+        if memory is None:
+            return {"consumer": self._consumer}
+        ids = {"organization_id": memory.organization_id, "user_id": memory.user_id}
+        return {"consumer": self._consumer, **ids}
 
     def _publish(self) -> None:
         degraded = any(cause not in NOT_DEGRADING for _, cause in self._failing)

@@ -224,6 +224,9 @@ class MemoryProcessor:
 
     def _forget(self, tombstone: MemoryTombstone, tp: TopicPartition, offset: int) -> None:
         dropped = drop_held(tombstone, self._buffers, self._batches)
+        key = MemoryKey(tombstone.organization_id, tombstone.user_id)
+        if key not in self._batches:  # one still running settles, and ends its outages, itself
+            self._settlement.left(key)
         for item in dropped:
             self._offsets.done(item.tp, item.offset)
         # Given up before the erasure, their letters still waiting for earlier records.
@@ -288,6 +291,7 @@ class MemoryProcessor:
             commit_async(self._consumer, positions)
         for batch in [b for b in self._batches.values() if b.items[0].tp in gone]:
             del self._batches[batch.key]
+            self._settlement.left(batch.key)
             if batch.future is not None:
                 # Still running: its memory waits for it before a new flush starts here.
                 self._orphans[batch.key] = batch.future

@@ -39,7 +39,9 @@ FLUSH_OUTCOMES = (
     "dead_lettered_consolidate",
     "dead_lettered_budget",
 )
-# The outage sources: a flush kept from the database, and the record of a failed run.
+# The outage sources, each one memory's: a flush kept from the database, and the record of
+# a failed run. Per memory, as the database may fail one memory only (a lock or statement
+# timeout on its rows): another's success says nothing of it.
 FLUSH, RECORDING = "a flush", "recording a failed run"
 
 
@@ -67,8 +69,14 @@ class Settlement:
     def forsaken(self) -> None:
         """No batch is left (their partitions went to another processor): nothing waits out
         an outage of the flushes any more."""
-        self._outage.recovered(FLUSH)
-        self._outage.recovered(RECORDING)
+        self._outage.recovered_everywhere(FLUSH)
+        self._outage.recovered_everywhere(RECORDING)
+
+    def left(self, key: MemoryKey) -> None:
+        """The memory's batch left the processor (done, revoked, dropped by its tombstone):
+        its outages end with it, so that they neither keep the consumer degraded nor pile up."""
+        self._outage.recovered(FLUSH, key)
+        self._outage.recovered(RECORDING, key)
 
     def settle(self, batch: Batch) -> None:
         assert batch.future is not None
@@ -77,16 +85,16 @@ class Settlement:
             result = future.result()
         except (EventsAlreadyConsolidated, StaleMemoryVersion) as e:
             # Another run got there first; planning again on fresh state drops what it did.
-            self._outage.recovered(FLUSH)
+            self._outage.recovered(FLUSH, batch.key)
             log.info("re-planning after a concurrent run: %s", e, extra=batch_fields(batch))
             self._metrics.flushes.labels("replanned").inc()
             return
         except TransientBackendError as e:
-            self._outage.recovered(FLUSH)  # the backend is asked after the memory is read
+            self._outage.recovered(FLUSH, batch.key)  # the backend is asked after the read
             self._retry_or_give_up(batch, e)
             return
         except BackendError as e:
-            self._outage.recovered(FLUSH)
+            self._outage.recovered(FLUSH, batch.key)
             self._reject(batch, Rejection.of_backend(f"backend error: {e}", e))
             return
         except DatabaseUnavailable as e:  # also MemoryBeingErased: asked again once it is done
@@ -98,7 +106,7 @@ class Settlement:
             log.exception("flush failed unexpectedly", extra=batch_fields(batch))
             self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
             return
-        self._outage.recovered(FLUSH)
+        self._outage.recovered(FLUSH, batch.key)
         self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(result.forgotten)
         if result.kind is FlushKind.DEFERRED:
             # The flusher recorded the deferred run itself, under the user's lock, for the
@@ -137,7 +145,7 @@ class Settlement:
 
     def _wait_out(self, batch: Batch, error: Exception, what: str) -> None:
         """An outage, not the batch's fault: retried without counting an attempt."""
-        batch.not_before = self._monotonic() + self._outage.failed(error, what)
+        batch.not_before = self._monotonic() + self._outage.failed(error, what, batch.key)
 
     def _reject(self, batch: Batch, rejection: Rejection) -> None:
         batch.rejection = batch.given_up(rejection)
@@ -157,7 +165,7 @@ class Settlement:
                 # Never a letter without its failed run: the run log is what explains it.
                 self._wait_out(batch, e, RECORDING)
                 return
-            self._outage.recovered(RECORDING)
+            self._outage.recovered(RECORDING, batch.key)
             rejection.recorded = True
             for item in batch.without(done):  # forgotten or consolidated: no letter
                 self._offsets.done(item.tp, item.offset)
@@ -176,4 +184,5 @@ class Settlement:
             for item in batch.items:
                 self._offsets.done(item.tp, item.offset)
         del self._batches[batch.key]
+        self.left(batch.key)  # given up after an unexpected error, its flush may have failed
         self._metrics.flushes.labels(outcome).inc()
