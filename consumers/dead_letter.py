@@ -3,14 +3,16 @@
 The original key and value are kept byte for byte, so `memoryd redrive` can put a record back
 exactly as it was once the cause is fixed. Two records cannot be kept: one with neither key
 nor value (Kafka takes none such from a producer; the letter's value is empty), and one within
-a letter's headers of the size limit (the letter leaves key and value out and says how large
-they were, `dlq.omitted`; the record stays where its source headers point, until retention).
-Either, refused, stalled its partition for good.
+a letter's headers of the producer's size limit or over the dead-letter topic's own (the letter
+leaves key and value out and says how large they were, `dlq.omitted`; the record stays where
+its source headers point, until retention). Either, refused, stalled its partition for good.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -100,14 +102,27 @@ class DeadLetterSink(Protocol):
 TRANSACTION_TIMEOUT_MS = 10_000
 
 
+class _Refused(Exception):
+    """The broker refused a letter as larger than the topic's limit (`index` in the letters
+    sent, None when sent together: then which one is not known); `bare` if that letter had
+    already been sent without its bytes."""
+
+    def __init__(self, error: BaseException, index: int | None, bare: bool) -> None:
+        super().__init__(repr(error))
+        self.error, self.index, self.bare = error, index, bare
+
+
 class KafkaDeadLetterSink:
     """Letters and the offsets that move past their records, committed together.
 
     Sent and then committed separately, a crash in between read the records again and
     lettered them twice; in one transaction, a crash leaves neither (readers of the topic
-    read committed records only). The transactional id is new for each process: the
-    consumer group's generation (KIP-447) fences a consumer that lost its partitions, and
-    a killed process's open transaction is aborted after `TRANSACTION_TIMEOUT_MS`.
+    read committed records only). The consumer group's generation (KIP-447) fences a consumer
+    that lost its partitions, and a killed process's open transaction is aborted after
+    `TRANSACTION_TIMEOUT_MS`.
+
+    A letter the broker refuses as too large for the topic is sent again without its bytes,
+    in a new transaction; if even that is refused, nothing commits (an outage).
     """
 
     def __init__(
@@ -117,6 +132,14 @@ class KafkaDeadLetterSink:
         self._topic = topic
         self._consumer_name = consumer_name
         self._timeout_s = timeout_s
+        # One transactional id for the sink's life, not one per producer: a producer dropped
+        # after a failure is fenced by the next one's init_transactions, which also ends at
+        # once whatever transaction it left open (else it held read_committed readers back
+        # until TRANSACTION_TIMEOUT_MS), and the coordinator keeps one id's state per sink
+        # instead of one per retry. Random per sink, not fixed per consumer name: two sinks of
+        # one name (a process restarted while the old one still runs, tests) would fence each
+        # other's live transactions; KIP-447 fencing does not need the id to be stable.
+        self._transactional_id = f"memoryd-{consumer_name}-dlq-{uuid.uuid4().hex}"
         self._producer: Any = self._new_producer()
         self._initialised = False
 
@@ -136,38 +159,104 @@ class KafkaDeadLetterSink:
                 f"{len(letters)} dead letter(s) not sent: the consumer is not in its group"
                 f" (generation {group.generation_id}, member {group.member_id!r})"
             )
-        try:
-            producer = self._ready()
-            producer.begin_transaction()
-            for letter in letters:
-                self._send_one(producer, letter)
-            if consumed:
-                offsets = {
-                    KafkaTopicPartition(tp.topic, tp.partition): OffsetAndMetadata(pos, "", -1)
-                    for tp, pos in consumed.items()
-                }
-                producer.send_offsets_to_transaction(offsets, group)
-            producer.commit_transaction()
-        except KafkaError as e:
-            self._abort()
-            raise DeadLetterError(f"{len(letters)} dead letter(s) not committed: {e!r}") from e
+        bare: set[int] = set()
+        one_by_one = len(letters) == 1
+        # Each round either learns which letter the broker refuses (sent one by one, it is the
+        # one that failed) and sends it bare next time, or ends: at most len(letters) + 2.
+        while True:
+            try:
+                self._transact(letters, bare, consumed, group, one_by_one)
+                return
+            except _Refused as refused:
+                # kafka-python puts the transaction in an abortable error: it cannot commit.
+                self._abort()
+                if refused.bare:
+                    raise DeadLetterError(
+                        f"{len(letters)} dead letter(s) not committed: the topic refuses even"
+                        f" a letter without its record's bytes: {refused.error!r}"
+                    ) from refused.error
+                if refused.index is None:
+                    one_by_one = True
+                else:
+                    log.warning(
+                        "dead letter for %s/%d@%d refused by the broker as too large: sent"
+                        " without its bytes",
+                        letters[refused.index].topic,
+                        letters[refused.index].partition,
+                        letters[refused.index].offset,
+                    )
+                    bare.add(refused.index)
+            except KafkaError as e:
+                self._abort()
+                raise DeadLetterError(f"{len(letters)} dead letter(s) not committed: {e!r}") from e
 
-    def _send_one(self, producer: Any, letter: DeadLetter) -> None:
+    def _transact(
+        self,
+        letters: Sequence[DeadLetter],
+        bare: set[int],
+        consumed: Mapping[TopicPartition, int],
+        group: Any,
+        one_by_one: bool,
+    ) -> None:
+        """One transaction: every letter (those in `bare` without their bytes), then the
+        offsets, then the commit; raises `_Refused` or the `KafkaError` that stopped it."""
+        producer = self._ready()
+        producer.begin_transaction()
+        futures = []
+        for i, letter in enumerate(letters):
+            future, sent_bare = self._send_one(producer, letter, bare=i in bare)
+            if one_by_one:
+                try:
+                    future.get(timeout=self._timeout_s)
+                except MessageSizeTooLargeError as e:
+                    raise _Refused(e, i, sent_bare) from e
+            futures.append(future)
+        # Every letter's own outcome, before anything commits: kafka-python 3.0.12 commits a
+        # transaction whose record expired unsent (a retriable error changes no state). Each
+        # future, not `flush()`: that raises UnknownError once the broker made it split a batch.
+        deadline = time.monotonic() + self._timeout_s
+        errors: list[KafkaError] = []
+        for future in futures:
+            try:
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
+            except KafkaError as e:
+                errors.append(e)
+        for error in errors:
+            # Sent together, a refused letter's error also fails the letters not yet sent
+            # (the transaction is aborted): which letter it was is not known.
+            if isinstance(error, MessageSizeTooLargeError):
+                raise _Refused(error, None, bare=False)
+        if errors:
+            raise errors[0]
+        if consumed:
+            offsets = {
+                KafkaTopicPartition(tp.topic, tp.partition): OffsetAndMetadata(pos, "", -1)
+                for tp, pos in consumed.items()
+            }
+            producer.send_offsets_to_transaction(offsets, group)
+        producer.commit_transaction()
+
+    def _send_one(self, producer: Any, letter: DeadLetter, bare: bool) -> tuple[Any, bool]:
+        """The letter's future, and whether it went without its bytes (`bare`, or over the
+        producer's own size limit)."""
         headers = letter.headers(self._consumer_name)
         value = b"" if letter.key is None and letter.value is None else letter.value
-        try:
-            producer.send(self._topic, key=letter.key, value=value, headers=headers)
-        except MessageSizeTooLargeError:
-            sizes = f"key={len(letter.key or b'')} value={len(letter.value or b'')} bytes"
-            omitted = [*headers, (HEADER_OMITTED, sizes.encode())]
-            producer.send(self._topic, key=None, value=b"", headers=omitted)
+        if not bare:
+            # Over the producer's own limit, `send` raises at once (the letter never reached
+            # the broker): then it goes without its bytes, below.
+            with contextlib.suppress(MessageSizeTooLargeError):
+                whole = producer.send(self._topic, key=letter.key, value=value, headers=headers)
+                return whole, False
+        sizes = f"key={len(letter.key or b'')} value={len(letter.value or b'')} bytes"
+        omitted = [*headers, (HEADER_OMITTED, sizes.encode())]
+        return producer.send(self._topic, key=None, value=b"", headers=omitted), True
 
     def _new_producer(self) -> Any:
         return open_client(
             KafkaProducer,
             bootstrap_servers=self._bootstrap_servers,
             client_id=f"{self._consumer_name}-dlq",
-            transactional_id=f"memoryd-{self._consumer_name}-dlq-{uuid.uuid4().hex}",
+            transactional_id=self._transactional_id,
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
             acks="all",
             max_block_ms=int(self._timeout_s * 1000),
@@ -198,11 +287,20 @@ class KafkaDeadLetterSink:
             return
         try:
             self._producer.abort_transaction()
-        except KafkaError as e:  # fenced, or its state unknown: the broker aborts it in time
+        except KafkaError as e:  # fenced, or its state unknown: the next producer ends it
             log.warning("dead-letter transaction not aborted: %r", e)
-        self._producer.close(timeout=0)
-        self._producer = None
-        self._initialised = False
+        self._drop()
+
+    def _drop(self) -> None:
+        producer, self._producer, self._initialised = self._producer, None, False
+        if producer is None:
+            return
+        try:
+            producer.close(timeout=0)
+        except KafkaError as e:
+            # close() flushes first and raises if a record is still unanswered (the broker
+            # away): the letters' outcome is decided already, and the producer is dropped.
+            log.warning("dead-letter producer not closed cleanly: %r", e)
 
     def close(self) -> None:
         if self._producer is not None:

@@ -33,11 +33,13 @@ from tests.support.deployment import (
     dead_letters,
     headers_of,
     letter_count,
-    wait_until,
+    limit_message_bytes,
 )
 from tests.support.fakes import FlakyBackend
 
 pytestmark = pytest.mark.integration
+# A record batch's header alone is 61 bytes, a letter's header names 95 more.
+BELOW_ANY_LETTER = 128
 
 
 def consumed(deployment: Deployment) -> set[object]:
@@ -110,12 +112,9 @@ def test_a_poison_batch_is_dead_lettered_and_its_offsets_pass(deployment: Deploy
 @contextmanager
 def letters_refused(admin: Any, topic: str, until: Callable[[], bool]) -> Iterator[None]:
     """The dead-letter topic refuses every letter until `until()` holds: its max.message.bytes
-    is below any letter's size (an operator's mistake, say) until a thread watching for that
-    gives the topic its default back."""
-    resource = ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": "128"})
-    assert admin.alter_configs([resource]) == {"topic": {topic: "OK"}}
-    # The controller took it; the broker applies it from the metadata log a moment later.
-    wait_until(lambda: max_message_bytes(admin, topic) == "128", 10, "the limit applied")
+    is below any letter's size, even one sent without its record's bytes (an operator's
+    mistake, say), until a thread watching for that gives the topic its default back."""
+    limit_message_bytes(admin, topic, BELOW_ANY_LETTER)
     done = threading.Event()
     failed: list[Exception] = []
 
@@ -139,13 +138,6 @@ def letters_refused(admin: Any, topic: str, until: Callable[[], bool]) -> Iterat
         watcher.join(timeout=30)
     if failed:
         raise failed[0]
-
-
-def max_message_bytes(admin: Any, topic: str) -> str:
-    described = admin.describe_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"
-    )
-    return str(described["topic"][topic]["max.message.bytes"]["value"])
 
 
 class AlwaysUnparseable:

@@ -7,10 +7,12 @@ the topic's readers (the invariant checker, `memoryd redrive`) read committed re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.structs import ConsumerGroupMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
@@ -18,7 +20,13 @@ from consumers.batching import TopicPartition
 from consumers.dead_letter import HEADER_OFFSET, HEADER_OMITTED, DeadLetter, KafkaDeadLetterSink
 from consumers.errors import DeadLetterError
 from memoryd.analyst.dead_letters import read_dead_letters
-from tests.support.deployment import Deployment, dead_letters
+from tests.support.deployment import (
+    Deployment,
+    dead_letters,
+    limit_message_bytes,
+    max_message_bytes,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +125,70 @@ def test_records_no_letter_can_copy_are_lettered_without_their_bytes(
         dict(records[1].headers)[HEADER_OMITTED] == f"key=3 value={len(near_limit)} bytes".encode()
     )
     assert committed(k.bootstrap_servers, group, KafkaTopicPartition(k.topic, 0)) == 2
+
+
+# A record batch's header alone is 61 bytes, a letter's header names 95 more.
+BELOW_ANY_LETTER = 128
+# Above a letter of a short record, or of none (about 250 bytes), below one of 4000 bytes.
+BELOW_A_LARGE_RECORD = 1024
+
+
+def test_a_letter_the_topic_refuses_as_too_large_goes_without_its_bytes(
+    kafka_bootstrap: str, kafka_admin: Any, kafka_topic_factory: Callable[..., str]
+) -> None:
+    # The dead-letter topic's own limit below the producer's: the broker refused the letter
+    # inside the transaction, and it was retried for as long as that lasted.
+    source, dlq = kafka_topic_factory(prefix="events"), kafka_topic_factory(prefix="dlq")
+    limit_message_bytes(kafka_admin, dlq, BELOW_A_LARGE_RECORD)
+    group = "letters-refused-by-the-broker"
+    large = b"x" * 4000
+    letters = [
+        letter(source, 0),
+        DeadLetter(b"ada", large, "decode", "not JSON", source, 0, 1),
+        letter(source, 2),
+    ]
+    sink = KafkaDeadLetterSink(kafka_bootstrap, dlq, "processor", timeout_s=10.0)
+    try:
+        sink.send(letters, {TopicPartition(source, 0): 3}, group)
+    finally:
+        sink.close()
+    records = sorted(
+        dead_letters(kafka_bootstrap, dlq, 3), key=lambda r: int(dict(r.headers)[HEADER_OFFSET])
+    )
+    assert [(r.key, r.value) for r in records] == [
+        (None, b"not json"),
+        (None, b""),
+        (None, b"not json"),
+    ]
+    omitted = [dict(r.headers).get(HEADER_OMITTED) for r in records]
+    assert omitted == [None, f"key=3 value={len(large)} bytes".encode(), None]
+    assert len(read_dead_letters(kafka_bootstrap, dlq)) == 3  # the aborted attempts left none
+    assert committed(kafka_bootstrap, group, KafkaTopicPartition(source, 0)) == 3
+
+
+def test_a_topic_that_refuses_even_a_letter_without_bytes_is_an_outage(
+    kafka_bootstrap: str, kafka_admin: Any, kafka_topic_factory: Callable[..., str]
+) -> None:
+    source, dlq = kafka_topic_factory(prefix="events"), kafka_topic_factory(prefix="dlq")
+    limit_message_bytes(kafka_admin, dlq, BELOW_ANY_LETTER)
+    group = "letters-refused-even-bare"
+    large = DeadLetter(b"ada", b"x" * 4000, "decode", "not JSON", source, 0, 0)
+    sink = KafkaDeadLetterSink(kafka_bootstrap, dlq, "processor", timeout_s=10.0)
+    try:
+        with pytest.raises(DeadLetterError, match="refuses even a letter without"):
+            sink.send([large], {TopicPartition(source, 0): 1}, group)
+        assert read_dead_letters(kafka_bootstrap, dlq) == []
+        assert committed(kafka_bootstrap, group, KafkaTopicPartition(source, 0)) is None
+
+        # The operator fixes the topic: the same sink's next attempt writes the letter whole.
+        reset = ConfigResource(ConfigResourceType.TOPIC, dlq, ["max.message.bytes"])
+        assert kafka_admin.reset_configs([reset]) == {"topic": {dlq: "OK"}}
+        wait_until(
+            lambda: max_message_bytes(kafka_admin, dlq) != str(BELOW_ANY_LETTER), 10, "reset"
+        )
+        sink.send([large], {TopicPartition(source, 0): 1}, group)
+    finally:
+        sink.close()
+    [record] = dead_letters(kafka_bootstrap, dlq, 1)
+    assert (record.key, len(record.value)) == (b"ada", 4000)
+    assert committed(kafka_bootstrap, group, KafkaTopicPartition(source, 0)) == 1

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.partitioner.default import murmur2
 from prometheus_client import CollectorRegistry
 
@@ -158,6 +159,21 @@ def letter_count(bootstrap: str, topic: str) -> int:
     """How many committed letters a dead-letter topic holds (its end offsets would count the
     markers of the transactions that wrote them too)."""
     return len(read_dead_letters(bootstrap, topic))
+
+
+def limit_message_bytes(admin: Any, topic: str, limit: int) -> None:
+    """Give a topic this max.message.bytes, and wait until its broker applies it."""
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": str(limit)})
+    assert admin.alter_configs([resource]) == {"topic": {topic: "OK"}}
+    # The controller took it; the broker applies it from the metadata log a moment later.
+    wait_until(lambda: max_message_bytes(admin, topic) == str(limit), 10, "the limit applied")
+
+
+def max_message_bytes(admin: Any, topic: str) -> str:
+    described = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"
+    )
+    return str(described["topic"][topic]["max.message.bytes"]["value"])
 
 
 def headers_of(record: Any) -> dict[str, str]:
