@@ -14,12 +14,12 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kafka import KafkaProducer
-from kafka.errors import KafkaError, MessageSizeTooLargeError
+from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
 from kafka.structs import ConsumerGroupMetadata, OffsetAndMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
@@ -122,7 +122,8 @@ class KafkaDeadLetterSink:
     `TRANSACTION_TIMEOUT_MS`.
 
     A letter the broker refuses as too large for the topic is sent again without its bytes,
-    in a new transaction; if even that is refused, nothing commits (an outage).
+    in a new transaction; if even that is refused, nothing commits (an outage). Every wait on
+    the broker is bounded by `timeout_s`.
     """
 
     def __init__(
@@ -233,8 +234,20 @@ class KafkaDeadLetterSink:
                 KafkaTopicPartition(tp.topic, tp.partition): OffsetAndMetadata(pos, "", -1)
                 for tp, pos in consumed.items()
             }
-            producer.send_offsets_to_transaction(offsets, group)
-        producer.commit_transaction()
+            bounded(
+                lambda t: t.send_offsets_to_transaction(offsets, group), producer, self._timeout_s
+            )
+        self._commit(producer)
+
+    def _commit(self, producer: Any) -> None:
+        try:
+            bounded(lambda t: t.begin_commit(), producer, self._timeout_s)
+        except KafkaTimeoutError:
+            # Committing, the transaction can no longer be aborted: the next producer's
+            # init_transactions (same id) waits for it to end either way. If it did commit,
+            # the letters go again, doubled (at least once).
+            self._drop()
+            raise
 
     def _send_one(self, producer: Any, letter: DeadLetter, bare: bool) -> tuple[Any, bool]:
         """The letter's future, and whether it went without its bytes (`bare`, or over the
@@ -286,8 +299,8 @@ class KafkaDeadLetterSink:
         if self._producer is None or not self._initialised:
             return
         try:
-            self._producer.abort_transaction()
-        except KafkaError as e:  # fenced, or its state unknown: the next producer ends it
+            bounded(lambda t: t.begin_abort(), self._producer, self._timeout_s)
+        except KafkaError as e:  # fenced, away, or its state unknown: the next producer ends it
             log.warning("dead-letter transaction not aborted: %r", e)
         self._drop()
 
@@ -296,12 +309,43 @@ class KafkaDeadLetterSink:
         if producer is None:
             return
         try:
-            producer.close(timeout=0)
-        except KafkaError as e:
-            # close() flushes first and raises if a record is still unanswered (the broker
-            # away): the letters' outcome is decided already, and the producer is dropped.
-            log.warning("dead-letter producer not closed cleanly: %r", e)
+            close_now(producer, self._timeout_s)
+        except KafkaError as e:  # the letters' outcome is decided already: a leak at worst
+            log.warning("dead-letter producer not closed: %r", e)
 
     def close(self) -> None:
         if self._producer is not None:
             self._producer.close()
+
+
+# kafka-python 3.0.12 offers no bounded way to end a transaction, nor to drop a producer whose
+# broker is away: the two functions below do it with the producer's private parts, here alone.
+# Check them on any upgrade of kafka-python.
+
+
+def bounded(begin: Callable[[Any], Any], producer: Any, timeout_s: float) -> None:
+    """A transactional step of `producer`, its broker's answer awaited at most `timeout_s`:
+    `begin` is given the producer's transaction manager and returns the step's result.
+
+    kafka-python 3.0.12's send_offsets_to_transaction, commit_transaction and
+    abort_transaction wait for the coordinator's answer with no limit (their
+    `TransactionalRequestResult.wait()` is given none) and offer no timeout: with the
+    coordinator unreachable, the I/O thread looks for it again and again and the caller, a
+    consumer's poll thread, blocks until its group evicts it. This is their body with the wait
+    bounded, on the producer's private `_transaction_manager` and `_sender`."""
+    result = begin(producer._transaction_manager)
+    producer._sender.wakeup()
+    if not result.wait(timeout_ms=timeout_s * 1000):
+        raise KafkaTimeoutError(f"no answer from the transaction coordinator in {timeout_s}s")
+
+
+def close_now(producer: Any, timeout_s: float) -> None:
+    """Close `producer` without waiting for its broker.
+
+    kafka-python 3.0.12's `close(timeout=0)` flushes first and raises KafkaTimeoutError while a
+    record is unanswered (the broker away), before it stops the I/O thread: thread and sockets
+    stayed, one set per failed attempt. Forced to close, the thread fails those records and
+    ends (within `timeout_s`), then `close` finds nothing to wait for."""
+    producer._sender.force_close()
+    producer._sender.join(timeout_s)
+    producer.close(timeout=0)

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from psycopg_pool import ConnectionPool
 
+from memoryd.dev import LocalKafka
 from store.migrate import migrate
 from store.postgres import make_pool
 from tests.support.chroma import DisposableChroma
 from tests.support.deployment import Deployment, deployment_settings
-from tests.support.services import start, started
+from tests.support.services import local_kafka, start, started
 
 
 @pytest.fixture
@@ -71,3 +72,10 @@ def stoppable_chroma(_shared_disposable_chroma: DisposableChroma) -> DisposableC
 def own_chroma(tmp_path: Path) -> Iterator[DisposableChroma]:
     with started(lambda: DisposableChroma(tmp_path), 60.0) as server:
         yield server
+
+
+@pytest.fixture
+def own_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
+    """A broker of the test's own, which it may stop and start again (on the same ports)."""
+    with started(lambda: local_kafka(tmp_path / "kafka"), 180.0) as broker:
+        yield broker

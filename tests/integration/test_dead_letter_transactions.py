@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.structs import ConsumerGroupMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
@@ -22,6 +22,7 @@ from consumers.errors import DeadLetterError
 from memoryd.analyst.dead_letters import read_dead_letters
 from tests.support.deployment import (
     Deployment,
+    committed,
     dead_letters,
     limit_message_bytes,
     max_message_bytes,
@@ -33,17 +34,6 @@ pytestmark = pytest.mark.integration
 
 def letter(topic: str, offset: int) -> DeadLetter:
     return DeadLetter(None, b"not json", "decode", "not JSON", topic, 0, offset)
-
-
-def committed(bootstrap: str, group: str, tp: KafkaTopicPartition) -> int | None:
-    consumer: Any = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
-    )
-    try:
-        offset = consumer.committed(tp)
-        return None if offset is None else int(offset)
-    finally:
-        consumer.close()
 
 
 def test_the_letters_and_their_offsets_commit_together(deployment: Deployment) -> None:

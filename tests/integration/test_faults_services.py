@@ -34,18 +34,12 @@ from tests.support.faults import (
     settled,
     wait_until,
 )
-from tests.support.services import local_kafka, started
+from tests.support.services import started
 
 # Minutes each on a loaded machine: above the suite's per-test timeout.
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(900)]
 # What the application role may no longer do while its privileges are revoked.
 WRITES = ("context_events", "consolidation_runs", "consolidated_events", "memory_facts")
-
-
-@pytest.fixture
-def own_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
-    with started(lambda: local_kafka(tmp_path / "kafka"), 180.0) as broker:
-        yield broker
 
 
 @pytest.fixture

@@ -176,6 +176,18 @@ def max_message_bytes(admin: Any, topic: str) -> str:
     return str(described["topic"][topic]["max.message.bytes"]["value"])
 
 
+def committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
+    """The group's committed offset of a partition (None: none committed)."""
+    consumer: Any = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
+    try:
+        offset = consumer.committed(tp)
+        return None if offset is None else int(offset)
+    finally:
+        consumer.close()
+
+
 def headers_of(record: Any) -> dict[str, str]:
     return {k: v.decode() for k, v in record.headers}
 
