@@ -25,6 +25,12 @@ class EmbeddingModelError(StoreError):
     """The embedding model or its tokenizer is missing, or the model file's hash is wrong."""
 
 
+class JobFenced(StoreError):
+    """A cluster job's run was superseded: its lock was lost and another process started the
+    job since. Its transaction was refused; the run must stop (not be retried: the other run
+    does the work)."""
+
+
 class DatabaseUnavailable(StoreError):
     """Postgres is unreachable or dropped the connection; the operation may be retried."""
 

@@ -16,6 +16,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import psycopg
@@ -37,6 +38,13 @@ _NO_PRIVILEGE = "42501"
 # tried would end on the refusal, with one line saying so, as on any other.)
 _READ_ONLY = "25006"
 LOCK_CONNECT_TIMEOUT_S = 10
+
+Fence = Callable[[psycopg.Connection[Any]], None]
+# The fence of the cluster-job run this thread executes (store.write.cluster_jobs), checked by
+# every `fenced_transaction`. A context value rather than a parameter: a job writes through
+# whatever stores it uses, each write in a `fenced_transaction`; a token passed down would
+# have to reach every one of their methods, and a method it missed would write unfenced.
+_fence: ContextVar[Fence | None] = ContextVar("memoryd_job_fence", default=None)
 
 
 def make_pool(
@@ -118,8 +126,30 @@ def transaction(
     pool: ConnectionPool, operation: str = "query"
 ) -> Iterator[psycopg.Connection[Any]]:
     """A connection inside one transaction, its driver errors translated."""
-    with translated(operation), pool.connection() as conn, conn.transaction():
+    with translated(operation), pool.connection() as conn, fenced_transaction(conn):
         yield conn
+
+
+@contextmanager
+def fenced_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """`conn.transaction()`, first checked (inside it) by the fence of the cluster-job run
+    this thread executes, if any: every transaction of a store opens with it."""
+    with conn.transaction():
+        check = _fence.get()
+        if check is not None:
+            check(conn)
+        yield
+
+
+@contextmanager
+def fenced(check: Fence) -> Iterator[None]:
+    """Every transaction this thread opens in the block (`fenced_transaction`) is first
+    checked by `check`, which raises to refuse it."""
+    token = _fence.set(check)
+    try:
+        yield
+    finally:
+        _fence.reset(token)
 
 
 # Rows a server-side cursor of `streamed` brings per round trip (the reader holds two pages

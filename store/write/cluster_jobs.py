@@ -9,6 +9,13 @@ ended (or after its interval, if shorter), not a whole interval after it started
 a crash left "running", `RETRY_AFTER_FAILURE` after its last heartbeat: the process running a
 job writes one every `HEARTBEAT_EVERY`. Its lock cannot tell: a lock connection dropped while
 the run goes on frees the lock too.
+
+Nor can the lock keep a second run from starting once it is freed so (a process cut off from
+Postgres for minutes, a forced run): every run takes the next `run_epoch` as it starts, and
+each transaction of the run (`store.postgres.fenced`) first holds the job's row FOR SHARE
+where the epoch is still its own. A later run's increment waits for the first run's open
+transactions, and every transaction of the first run after it is refused (`JobFenced`): the
+first run stops at its next transaction, having written nothing the second run did not see.
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Generic, TypeVar
+from functools import partial
+from typing import Any, Generic, TypeVar
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
-from store.errors import StoreError
-from store.postgres import held_lock, transaction
+from store.errors import JobFenced, StoreError
+from store.postgres import fenced, held_lock, transaction
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +104,17 @@ def _due(
     return now - started_at >= every
 
 
+def _check_epoch(job: str, epoch: int, conn: psycopg.Connection[Any]) -> None:
+    """Refuse the transaction unless run `epoch` is still the job's latest. FOR SHARE: a run
+    starting meanwhile waits to increment the epoch until this transaction ends, so nothing
+    the transaction writes lands after another run started."""
+    row = conn.execute(
+        "SELECT 1 FROM scheduled_jobs WHERE job = %s AND run_epoch = %s FOR SHARE", (job, epoch)
+    ).fetchone()
+    if row is None:
+        raise JobFenced(f"cluster job {job}: run {epoch} was superseded by a later run")
+
+
 class ClusterJobs:
     def __init__(self, pool: ConnectionPool, clock: Callable[[], datetime]) -> None:
         self._pool = pool
@@ -121,26 +141,27 @@ class ClusterJobs:
             ).fetchone()
             if row is not None and not force and not _due(now, every, *row):
                 return JobOutcome(ran=False, skipped="not due")
-            conn.execute(
-                "INSERT INTO scheduled_jobs"
-                " (job, last_started_at, first_started_at, last_outcome, last_heartbeat_at)"
-                " VALUES (%s, %s, %s, 'running', %s)"
+            started = conn.execute(
+                "INSERT INTO scheduled_jobs (job, last_started_at, first_started_at,"
+                " last_outcome, last_heartbeat_at, run_epoch) VALUES (%s, %s, %s, 'running', %s, 1)"
                 " ON CONFLICT (job) DO UPDATE SET last_started_at = EXCLUDED.last_started_at,"
                 " last_finished_at = NULL, last_outcome = 'running', last_error = NULL,"
-                " last_heartbeat_at = EXCLUDED.last_heartbeat_at",
+                " last_heartbeat_at = EXCLUDED.last_heartbeat_at,"
+                " run_epoch = scheduled_jobs.run_epoch + 1 RETURNING run_epoch",
                 (job, now, now, now),
-            )
+            ).fetchone()
+        epoch: int = started[0] if started else 0
         try:
-            with self._beating(job, now):
+            with self._beating(job, epoch), fenced(partial(_check_epoch, job, epoch)):
                 result = fn()
         except BaseException as e:
-            self._finish(job, "failed", f"{type(e).__name__}: {e}")
+            self._finish(job, epoch, "failed", f"{type(e).__name__}: {e}")
             raise
-        self._finish(job, "succeeded", None)
+        self._finish(job, epoch, "succeeded", None)
         return JobOutcome(ran=True, result=result)
 
     @contextmanager
-    def _beating(self, job: str, started_at: datetime) -> Iterator[None]:
+    def _beating(self, job: str, epoch: int) -> Iterator[None]:
         """The run's heartbeat, written every HEARTBEAT_EVERY while the block runs."""
         stop = threading.Event()
 
@@ -150,8 +171,8 @@ class ClusterJobs:
                     with transaction(self._pool) as conn:
                         conn.execute(
                             "UPDATE scheduled_jobs SET last_heartbeat_at = %s WHERE job = %s"
-                            " AND last_started_at = %s AND last_outcome = 'running'",
-                            (self._clock(), job, started_at),
+                            " AND run_epoch = %s AND last_outcome = 'running'",
+                            (self._clock(), job, epoch),
                         )
                 except StoreError as e:  # the next beat may get through; the run goes on
                     log.warning("cluster job %s: heartbeat not written: %s", job, e)
@@ -164,13 +185,21 @@ class ClusterJobs:
             stop.set()
             beater.join()
 
-    def _finish(self, job: str, outcome: str, error: str | None) -> None:
+    def _finish(self, job: str, epoch: int, outcome: str, error: str | None) -> None:
+        # Only its own run's: a superseded run's end says nothing of the run now going on.
         with transaction(self._pool) as conn:
             conn.execute(
                 "UPDATE scheduled_jobs SET last_finished_at = %(at)s, last_outcome = %(outcome)s,"
                 " last_error = %(error)s, last_succeeded_at = CASE WHEN %(outcome)s = 'succeeded'"
-                " THEN %(at)s ELSE last_succeeded_at END WHERE job = %(job)s",
-                {"at": self._clock(), "outcome": outcome, "error": error, "job": job},
+                " THEN %(at)s ELSE last_succeeded_at END WHERE job = %(job)s"
+                " AND run_epoch = %(epoch)s",
+                {
+                    "at": self._clock(),
+                    "outcome": outcome,
+                    "error": error,
+                    "job": job,
+                    "epoch": epoch,
+                },
             )
 
     def states(self) -> list[JobState]:

@@ -34,7 +34,7 @@ from domain.ports import Pricing
 from store import fact_rows
 from store.candidate_ranking import CONSOLIDATION_STATUS_VALUES, COUNT_CONSOLIDATION_FACTS
 from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersion, StoreError
-from store.postgres import memory_params, statement, transaction, translated
+from store.postgres import fenced_transaction, memory_params, statement, transaction, translated
 from store.write import flush_sql, index_marks
 from store.write.flush_sql import MEMORY as _MEMORY
 from store.write.locks import memory_lock_key, release_session_lock, take_session_lock
@@ -253,7 +253,7 @@ class PostgresMemoryStore:
             translated(f"applying run {run.run_id}"),
             self._pool.connection() as conn,
             conn.pipeline(),
-            conn.transaction(),
+            fenced_transaction(conn),
         ):
             conn.execute(
                 "INSERT INTO user_memory (organization_id, user_id) VALUES (%s, %s)"

@@ -101,6 +101,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "job_heartbeats",
             "fact_erasure_job_errors",
             "erasure_text_matching",
+            "job_run_epochs",
         ]
     finally:
         pool.close()
