@@ -37,6 +37,7 @@ from processors.maintenance import (
 from store.errors import (
     DatabaseUnavailable,
     EmbeddingModelError,
+    JobFenced,
     StoreError,
     VectorIndexUnavailable,
 )
@@ -45,9 +46,9 @@ from store.write.maintenance_queries import MaintenanceQueries, MaintenanceRunRo
 log = logging.getLogger(__name__)
 JOBS = ("lifecycle", "dedupe", "retention", "index")
 INDEX_RULES = ("vectors_absent", "vectors_differing", "vectors_orphaned")
-# A dependency away or unusable, not something about one memory: every memory after it would
-# fail alike, so the run stops.
-ABORTS_A_RUN = (DatabaseUnavailable, VectorIndexUnavailable, EmbeddingModelError)
+# A dependency away or unusable, or the run superseded by another (its lock lost), not
+# something about one memory: every memory after it would fail alike, so the run stops.
+ABORTS_A_RUN = (DatabaseUnavailable, VectorIndexUnavailable, EmbeddingModelError, JobFenced)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,10 @@ class MaintenanceRunner:
 
         try:
             getattr(self, f"_{job}")(now, done)
+        except JobFenced:
+            # Its record would be refused as well: the run that superseded it is the one that
+            # records (the memories this one changed have their own runs, backend maintenance).
+            raise
         except StoreError as e:
             self._record(row("failed", str(e)))
             raise

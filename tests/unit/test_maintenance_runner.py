@@ -1,6 +1,7 @@
 """A maintenance run over many memories: one memory the store refuses to change is left for
 the next run while the others are maintained; an outage stops the run, and its record still
-counts what the run had committed."""
+counts what the run had committed; a run another process superseded stops, and records
+nothing."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from domain.ids import MemoryKey
 from domain.model import FactStatus, MemoryUpdate
 from memoryd.ops.config import MaintenanceSettings
 from memoryd.ops.maintenance import MaintenanceRunner
-from store.errors import DatabaseUnavailable, StoreError
+from store.errors import DatabaseUnavailable, JobFenced, StoreError
 from store.inmemory import InMemoryDatabase, InMemoryMemoryStore
 from store.write.maintenance_queries import MaintenanceRunRow
 from tests.support.builders import BASE_TIME, key_of, make_fact, seed
@@ -103,3 +104,14 @@ def test_an_outage_stops_the_run_and_its_record_counts_what_it_committed() -> No
         {"never_recalled": 1},
         "connection lost",
     )
+
+
+def test_a_superseded_run_stops_at_its_first_refused_write_and_records_nothing() -> None:
+    # Its lock lost, another process runs the job now: that run maintains the rest and records.
+    runner, store, queries = runner_over(JobFenced("cluster job maintenance-lifecycle: run 1"))
+
+    with pytest.raises(JobFenced):
+        runner.run("lifecycle")
+
+    assert statuses(store) == {"ada": "stale", "bob": "active", "carol": "active"}
+    assert queries.runs == []
