@@ -7,15 +7,17 @@ delivery failure is raised to the caller instead of being logged away.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kafka import KafkaProducer
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, KafkaTimeoutError
 
 from producers.contract import SCHEMA_VERSION, ContextEvent, MemoryTombstone
-from producers.errors import PublishError
+from producers.errors import PublishError, Undelivered
 from producers.kafka_clients import open_client
 from producers.partitioner import RememberingPartitioner
 
@@ -67,22 +69,64 @@ class KafkaEventPublisher:
         )
 
     def publish(self, events: Sequence[ContextEvent]) -> None:
-        timeout_s = self._settings.delivery_timeout_ms / 1000
-        try:
-            futures = [
-                self._producer.send(
+        """Send every event, then wait once for all of them, up to the delivery timeout.
+
+        Not all or none: the producer is idempotent, not transactional, so the events that were
+        acknowledged are on the topic whatever became of the others. `PublishError.undelivered`
+        names the others. A memory's events share a key, hence a partition, and the idempotent
+        producer (acks=all, at most 5 requests in flight) writes them in the order sent, retries
+        included; an event refused leaves a gap in that order, not a reordering.
+        """
+        deadline = time.monotonic() + self._settings.delivery_timeout_ms / 1000
+        sent, undelivered = self._send_all(events)
+        # flush() sends what lingers at once instead of after linger_ms. It waits for every batch
+        # of this shared producer, other requests' too, and its errors are about those batches
+        # (a timeout, one aborted): which of these events were acknowledged, their own futures
+        # say, below.
+        with contextlib.suppress(KafkaError):
+            self._producer.flush(timeout=self._remaining(deadline))
+        for position, future in sent:
+            try:
+                future.get(timeout=self._remaining(deadline))
+            except KafkaError as e:
+                undelivered.append(Undelivered(position, repr(e), e.retriable))
+        if undelivered:
+            undelivered.sort(key=lambda u: u.position)
+            raise PublishError(
+                f"{len(undelivered)} of {len(events)} event(s) not acknowledged: "
+                f"{undelivered[0].reason}",
+                undelivered,
+            )
+
+    def _send_all(
+        self, events: Sequence[ContextEvent]
+    ) -> tuple[list[tuple[int, Any]], list[Undelivered]]:
+        sent: list[tuple[int, Any]] = []
+        undelivered: list[Undelivered] = []
+        for position, event in enumerate(events):
+            try:
+                future = self._producer.send(
                     self._settings.topic,
                     key=event.kafka_key,
                     value=event.to_bytes(),
                     headers=event_headers(event),
                 )
-                for event in events
-            ]
-            self._producer.flush(timeout=timeout_s)
-            for future in futures:
-                future.get(timeout=timeout_s)
-        except KafkaError as e:
-            raise PublishError(f"{len(events)} event(s) not acknowledged: {e!r}") from e
+            except KafkaTimeoutError as e:
+                # No metadata or no buffer space within max_block_ms: each of the events left
+                # would wait as long again, for the same reason.
+                undelivered.extend(
+                    Undelivered(p, repr(e), retriable=True) for p in range(position, len(events))
+                )
+                break
+            except KafkaError as e:
+                undelivered.append(Undelivered(position, repr(e), e.retriable))
+            else:
+                sent.append((position, future))
+        return sent, undelivered
+
+    @staticmethod
+    def _remaining(deadline: float) -> float:
+        return max(0.0, deadline - time.monotonic())
 
     def publish_tombstone(self, tombstone: MemoryTombstone) -> TombstonePosition:
         """Publish a memory's tombstone under the memory's key; returns where it landed.
