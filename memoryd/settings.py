@@ -58,6 +58,11 @@ class KafkaSettings(BaseModel):
     # An erased memory's events stay on the topics this long, unreachable to every consumer
     # (the erasure's cut-offs) but not deleted: see the README's erasure section.
     retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=3_600_000)
+    # The largest record the producer sends (its max_request_size), at most the event topic's
+    # `max.message.bytes` (1 MiB and a little by default). The producer refuses a larger event
+    # itself, and that one alone: kafka-python's idempotent producer takes the broker's refusal
+    # of a record as fatal, and fails every send after it.
+    max_record_bytes: int = Field(default=1_048_576, ge=4096)
 
 
 class PostgresSettings(BaseModel):

@@ -149,9 +149,8 @@ def price_table(
 
 def publisher(settings: Settings) -> KafkaEventPublisher:
     k = settings.kafka
-    return KafkaEventPublisher(
-        ProducerSettings(k.bootstrap_servers, k.topic, delivery_timeout_ms=k.delivery_timeout_ms)
-    )
+    producer = ProducerSettings(k.bootstrap_servers, k.topic, k.delivery_timeout_ms)
+    return KafkaEventPublisher(replace(producer, max_record_bytes=k.max_record_bytes))
 
 
 def _consumer(settings: Settings, group: str, client_id: str, max_poll_records: int = 500) -> Any:
