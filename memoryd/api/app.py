@@ -46,6 +46,7 @@ from memoryd.api.dependencies import (
     UserId,
 )
 from memoryd.api.errors import validation_problems
+from memoryd.api.event_batches import NOT_ALL_ACCEPTED, not_accepted_answer
 from memoryd.api.health import add_health_routes
 from memoryd.api.metrics import HttpMetrics, RequestLatencyMiddleware
 from memoryd.api.models import (
@@ -275,12 +276,18 @@ def create_app(
         "/v1/events",
         status_code=status.HTTP_202_ACCEPTED,
         tags=["write"],
-        responses={**_UNAUTHORIZED, **_WITH_BODY, 403: {"model": Problem}},
+        response_model=Accepted,
+        responses={**_UNAUTHORIZED, **_WITH_BODY, **NOT_ALL_ACCEPTED, 403: {"model": Problem}},
     )
-    def publish_events(body: EventsRequest, deps: Deps, org: Organization) -> Accepted:
-        """Publish observations (the `ContextEvent` contract) into the pipeline, all or none."""
+    def publish_events(body: EventsRequest, deps: Deps, org: Organization) -> Any:
+        """Publish observations (the `ContextEvent` contract) into the pipeline: 202 once Kafka
+        acknowledged every event. Not all or none: otherwise the answer names the events
+        acknowledged and those not (see `EventsNotAccepted`)."""
         _publishable(org, body.events)
-        deps.publisher.publish(body.events)
+        try:
+            deps.publisher.publish(body.events)
+        except PublishError as e:
+            return not_accepted_answer(body.events, e)
         return Accepted(event_ids=[e.event_id for e in body.events])
 
     # Added last, so it is the outermost of the application's middleware: it times the turns

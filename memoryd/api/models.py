@@ -236,6 +236,39 @@ class Accepted(BaseModel):
     event_ids: list[uuid.UUID]
 
 
+class NotAccepted(BaseModel):
+    """An event Kafka did not acknowledge. `retriable` false: the broker refused the event as it
+    is (too large for the topic, say), and refuses it again. True: it was not acknowledged in
+    time, or the broker was away; it may even be on the topic, and sending it again is safe."""
+
+    event_id: uuid.UUID
+    reason: str
+    retriable: bool
+
+
+class EventsNotAccepted(BaseModel):
+    """Not every event was acknowledged. Those of `event_ids` were, and go through the pipeline
+    as if alone: the request is not all or none. Send those of `not_accepted` again, or the
+    whole request (an `event_id` is taken once). A user's accepted events keep their order; one
+    sent again lands after those accepted."""
+
+    detail: str
+    event_ids: list[uuid.UUID]
+    not_accepted: list[NotAccepted]
+
+
+class ValidationProblem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationProblems(BaseModel):
+    """The request is invalid: where and why (see `memoryd.api.errors`)."""
+
+    detail: list[ValidationProblem]
+
+
 class TombstoneOut(BaseModel):
     topic: str
     partition: int
