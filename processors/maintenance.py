@@ -98,7 +98,7 @@ def lifecycle_rule(fact: Fact, now: datetime, policy: LifecyclePolicy) -> Rule |
     return None
 
 
-_OUTCOME = {
+RULE_OUTCOMES = {
     Rule.NEVER_RECALLED: (FactStatus.STALE, FactChangeKind.EXPIRE),
     Rule.EPHEMERAL: (FactStatus.STALE, FactChangeKind.EXPIRE),
     Rule.STALE_EXPIRED: (FactStatus.ARCHIVED, FactChangeKind.ARCHIVE),
@@ -116,13 +116,13 @@ def lifecycle_changes(
         rule = lifecycle_rule(fact, now, policy)
         if rule is None:
             continue
-        status, kind = _OUTCOME[rule]
-        after = _changed(fact, now, status=status)
+        status, kind = RULE_OUTCOMES[rule]
+        after = new_version(fact, now, status=status)
         out.append(RuledChange(FactChange(kind=kind, after=after, before=fact), rule))
     return out
 
 
-def _changed(fact: Fact, now: datetime, **fields: Any) -> Fact:
+def new_version(fact: Fact, now: datetime, **fields: Any) -> Fact:
     # A new version with a new status needs a new vector-index entry (the status is metadata).
     return replace(fact, **fields, updated_at=now, version=fact.version + 1, indexed_at=None)
 
@@ -259,24 +259,24 @@ def _merge_scope(
         if not weaker:
             continue
         for w in weaker:
-            after = _changed(w, now, status=FactStatus.ARCHIVED, superseded_by=fact.fact_id)
+            after = new_version(w, now, status=FactStatus.ARCHIVED, superseded_by=fact.fact_id)
             out.append(RuledChange(FactChange(FactChangeKind.MERGE, after, w), Rule.DUPLICATE))
         if not fact.pinned:  # a pinned row is never changed by a run, not even its evidence
             out.append(
                 RuledChange(
-                    FactChange(FactChangeKind.MERGE, _absorb(fact, weaker, now), fact),
+                    FactChange(FactChangeKind.MERGE, absorbed_into(fact, weaker, now), fact),
                     Rule.ABSORBED,
                 )
             )
     return out
 
 
-def _absorb(stronger: Fact, weaker: Sequence[Fact], now: datetime) -> Fact:
+def absorbed_into(stronger: Fact, weaker: Sequence[Fact], now: datetime) -> Fact:
     """Provenance kept: the evidence of every duplicate, and each counts as a reinforcement."""
     group = [stronger, *weaker]
     evidence = tuple(dict.fromkeys(e for f in group for e in f.provenance.source_event_ids))
     reinforced = [f.last_reinforced_at for f in group if f.last_reinforced_at is not None]
-    return _changed(
+    return new_version(
         stronger,
         now,
         provenance=replace(stronger.provenance, source_event_ids=evidence),
