@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from domain.erasure import REDACTION
 from domain.model import Fact
 from processors.fold import FoldedMemory
 
@@ -165,3 +166,47 @@ def diff_memory(
         version=(left.version, right.version) if exact and left.version != right.version else None,
         reordered=tuple(reordered),
     )
+
+
+NO_DIFFERENCE = MemoryDiff((), (), (), None, {}, ((), ()), {})
+
+
+def split_erased(
+    diff: MemoryDiff, live: FoldedMemory, erased: Collection[uuid.UUID]
+) -> tuple[MemoryDiff, MemoryDiff]:
+    """(what the shadow differs by, what a fact erasure explains) of a shadow replay's `diff`
+    with live memory, the replay having left out `erased`, the events an erasure redacted.
+
+    Live memory was written from those events' text, then redacted where the erased fact's
+    text occurred; the shadow never read them. So once one is left out, a difference in W, S,
+    learned or connection info is the erasure's, and so is a fact only live, or changed,
+    whose evidence holds such an event or whose text holds the erasure's marker. A fact only
+    in the shadow is not: nothing of live memory stands for it.
+    """
+    if not erased:
+        return diff, NO_DIFFERENCE
+    gone = {str(i) for i in erased}
+
+    def explained(fact: Fact) -> bool:
+        sources = {str(i) for i in fact.provenance.source_event_ids}
+        return REDACTION in fact.content or not gone.isdisjoint(sources)
+
+    changed = [d for d in diff.changed if explained(live.facts[d.fact_id])]
+    erasure = MemoryDiff(
+        only_left=tuple(f for f in diff.only_left if explained(f)),
+        only_right=(),
+        changed=tuple(changed),
+        working_memory=diff.working_memory,
+        scaffold=diff.scaffold,
+        learned_info=diff.learned_info,
+        connections=diff.connections,
+    )
+    rest = replace(
+        NO_DIFFERENCE,
+        only_left=tuple(f for f in diff.only_left if not explained(f)),
+        only_right=diff.only_right,
+        changed=tuple(d for d in diff.changed if d not in changed),
+        version=diff.version,
+        reordered=diff.reordered,
+    )
+    return rest, erasure
