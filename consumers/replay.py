@@ -6,6 +6,11 @@ gives what a shadow schema would hold, without a second copy of the migrations, 
 cleanup, and without any connection that could write to live memory. The batches are cut as
 the processor cuts them, or as the live runs did (`batches_like_live`), so that a diff against
 live memory shows what the backend changes and not what batching changes.
+
+Cut as the live runs were, the shadow also makes each recorded maintenance run's decisions
+again at its place in the run order (`processors.recorded_maintenance`). An event a fact
+erasure redacted is left out, as a flush leaves it out (`unredacted`); what the erasure did to
+memory (text redacted in W, S, learned info) cannot be made again (`diff.split_erased`).
 """
 
 from __future__ import annotations
@@ -26,13 +31,14 @@ from processors.candidates import CandidatePolicy, retraction_targets, select_ca
 from processors.consolidate import Consolidator, failed_run
 from processors.errors import BackendError, TransientBackendError, UnusableAnswer
 from processors.fold import FoldedMemory, fold_run
+from processors.recorded_maintenance import is_maintenance, recorded_update
 from processors.schema import (
     REQUEST_STATUSES,
     BackendResponse,
     ConsolidationBackend,
     ConsolidationRequest,
 )
-from producers.contract import ContextEvent
+from producers.contract import RESERVED_CONTENTS, ContextEvent
 from store.inmemory import InMemoryFactSearch
 
 SHADOW_ATTEMPTS = 3
@@ -50,6 +56,16 @@ class ShadowBatch:
 
 
 @dataclass(frozen=True)
+class MaintenanceStep:
+    """A recorded maintenance run, made again at its place in the run order."""
+
+    run: RunRecord
+
+
+Step = ShadowBatch | MaintenanceStep
+
+
+@dataclass(frozen=True)
 class FailedBatch:
     event_ids: tuple[uuid.UUID, ...]
     error: str
@@ -64,6 +80,8 @@ class ShadowResult:
     # usably), as a failed or discarded run with the tokens the backend said it used: a
     # model that answered was paid for, so the replay's cost counts them.
     unapplied: tuple[RunRecord, ...] = ()
+    # The recorded maintenance runs made again (those that changed the shadow).
+    maintenance: tuple[RunRecord, ...] = ()
 
     @property
     def calls(self) -> tuple[RunRecord, ...]:
@@ -80,6 +98,16 @@ class ShadowResult:
     @property
     def cost_micro_usd(self) -> int:
         return sum(r.cost_micro_usd for r in self.calls)
+
+
+def unredacted(
+    events: Sequence[ContextEvent],
+) -> tuple[list[ContextEvent], tuple[uuid.UUID, ...]]:
+    """(the events a flush consolidates, the ids of those a fact erasure redacted in the log):
+    a flush drops an event of the erasure's marker (`store.write.flush_sql.redacted`)."""
+    kept = [e for e in events if e.content not in RESERVED_CONTENTS]
+    left_out = tuple(e.event_id for e in events if e.content in RESERVED_CONTENTS)
+    return kept, left_out
 
 
 def batches_by_size(events: Sequence[ContextEvent], max_batch: int) -> list[ShadowBatch]:
@@ -101,17 +129,22 @@ def batches_by_size(events: Sequence[ContextEvent], max_batch: int) -> list[Shad
 
 def batches_like_live(
     events: Sequence[ContextEvent], runs: Iterable[LoggedRun], max_batch: int
-) -> list[ShadowBatch]:
-    """The batches the live runs consolidated, at their clocks; then what no run took yet.
+) -> list[Step]:
+    """The batches the live runs consolidated, at their clocks, and the maintenance runs
+    between them; then what no run took yet.
 
-    With the live backend this reproduces live memory, so a diff shows only what the other
-    backend, model or prompt changes, not what batching changes.
+    With the live backend this reproduces live memory but for what a fact erasure did to it
+    (see above), so a diff shows only what the other backend, model or prompt changes. Events
+    not in `events` (`unredacted`) are left out of their batches; a batch of none is none.
     """
     by_id = {e.event_id: e for e in events}
     taken: set[uuid.UUID] = set()
-    out: list[ShadowBatch] = []
+    out: list[Step] = []
     for logged in runs:
         run = logged.run
+        if is_maintenance(run):
+            out.append(MaintenanceStep(run))
+            continue
         if run.status is not RunStatus.SUCCEEDED:
             continue
         chunk = tuple(by_id[i] for i in run.input_event_ids if i in by_id)
@@ -119,7 +152,7 @@ def batches_like_live(
         if chunk:
             out.append(ShadowBatch(chunk, run.started_at, _shown(run)))
     rest = [e for e in events if e.event_id not in taken]
-    return out + batches_by_size(rest, max_batch)
+    return [*out, *batches_by_size(rest, max_batch)]
 
 
 def _shown(run: RunRecord) -> tuple[uuid.UUID, ...] | None:
@@ -155,7 +188,7 @@ def shown_facts(
 
 def shadow_consolidate(
     key: MemoryKey,
-    batches: Sequence[ShadowBatch],
+    batches: Sequence[Step],
     backend: ConsolidationBackend,
     consolidator: Consolidator,
     *,
@@ -172,12 +205,20 @@ def shadow_consolidate(
     (`consumers.splitting`, at most `max_split_calls` probes): its other events are
     consolidated, and only those that fail alone are recorded as failed, as the processor
     would dead-letter them. Any other backend error fails what of the batch no run took.
+    A maintenance step makes its recorded decisions again to the facts the shadow holds.
     """
     shadow = _Shadow(key, backend, consolidator, embedder, policy, sleep)
-    for batch in batches:
-        shadow.consolidate(batch, max_split_calls)
+    for step in batches:
+        if isinstance(step, MaintenanceStep):
+            shadow.maintain(step.run)
+        else:
+            shadow.consolidate(step, max_split_calls)
     return ShadowResult(
-        shadow.memory, tuple(shadow.runs), tuple(shadow.failed), tuple(shadow.unapplied)
+        shadow.memory,
+        tuple(shadow.runs),
+        tuple(shadow.failed),
+        tuple(shadow.unapplied),
+        tuple(shadow.maintenance),
     )
 
 
@@ -197,6 +238,7 @@ class _Shadow:
         self.runs: list[RunRecord] = []
         self.failed: list[FailedBatch] = []
         self.unapplied: list[RunRecord] = []
+        self.maintenance: list[RunRecord] = []
         self._taken: set[uuid.UUID] = set()
         self._backend = backend
         self._consolidator = consolidator
@@ -214,6 +256,14 @@ class _Shadow:
             left = tuple(e.event_id for e in batch.events if e.event_id not in self._taken)
             if left:
                 self.failed.append(FailedBatch(left, str(error)))
+
+    def maintain(self, recorded: RunRecord) -> None:
+        update = recorded_update(recorded, self.memory.state(), self.memory.facts)
+        if update is None:  # none of the facts it changed is in the shadow as it found them
+            return
+        self.maintenance.append(update.run)
+        at = update.run.started_at
+        self.memory = fold_run(self.memory, LoggedRun(self.memory.last_seq + 1, at, update.run))
 
     def _split(self, batch: ShadowBatch, error: UnusableAnswer, max_split_calls: int) -> None:
         def run(group: Sequence[ContextEvent]) -> None:

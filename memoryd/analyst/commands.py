@@ -13,12 +13,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from consumers.replay import batches_by_size, batches_like_live, shadow_consolidate
+from consumers.replay import (
+    ShadowBatch,
+    Step,
+    batches_by_size,
+    batches_like_live,
+    shadow_consolidate,
+    unredacted,
+)
 from domain.ids import MemoryKey
 from domain.model import FactStatus, LoggedRun
 from memoryd import wiring
 from memoryd.analyst.export import STREAMED, export_sections, write_json
 from memoryd.analyst.render import (
+    erasure_json,
     render_diff,
     render_memory,
     render_runs,
@@ -26,7 +34,7 @@ from memoryd.analyst.render import (
     run_json,
 )
 from memoryd.settings import Settings
-from processors.diff import diff_memory
+from processors.diff import diff_memory, split_erased
 from processors.fold import FoldedMemory, FoldError, fold_runs, live_image, runs_until
 from producers.contract import ID_PATTERN, MAX_ID_CHARS
 from store.postgres import snapshot
@@ -170,18 +178,21 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
         # The log, the runs and live memory as of one moment, read before the shadow's calls:
         # read after them (minutes with a model), runs committed meanwhile were differences.
         with memory_snapshot(c) as (at, run_log):
-            events = [e.event for e in at.events.user_events(key)]
+            logged = [e.event for e in at.events.user_events(key)]
             runs = list(run_log.iter_runs(key)) if args.batching == "live" else []
             live = live_memory(at, run_log, key)
+        events, erased = unredacted(logged)
+        batches: list[Step] = []
         if args.batching == "live":
             batches = batches_like_live(events, runs, args.max_batch)
         else:
-            batches = batches_by_size(events, args.max_batch)
+            batches.extend(batches_by_size(events, args.max_batch))
+        n_batches = sum(isinstance(b, ShadowBatch) for b in batches)
         backend, consolidator = wiring.consolidation(c)
         if c.settings.llm.backend == "gemini":
             # Before the first call: a replay makes one or more calls a batch, each billed.
             print(
-                f"memoryd replay: calls the paid model {backend.model} for {len(batches)}"
+                f"memoryd replay: calls the paid model {backend.model} for {n_batches}"
                 f" batch(es) of {len(events)} event(s); the cost is reported at the end",
                 file=sys.stderr,
             )
@@ -194,14 +205,17 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
             policy=c.settings.processor.candidates,
             max_split_calls=c.settings.processor.max_split_calls,
         )
-    diff = diff_memory(live, shadow.memory)
+    # What a fact erasure did to live memory no replay makes again: set apart, not the backend's.
+    diff, by_erasure = split_erased(diff_memory(live, shadow.memory), live, erased)
     identity = {
         "backend": backend.name,
         "model": backend.model,
         "prompt_version": backend.prompt_version,
     }
-    doc = replay_json(args, len(events), len(batches), shadow, live, diff, identity)
-    print(json.dumps(doc, ensure_ascii=False, default=str) if args.json else render_diff(doc, diff))
+    doc = replay_json(args, len(events), n_batches, shadow, live, diff, identity)
+    doc["erasure"] = erasure_json(erased, by_erasure)
+    text = render_diff(doc, diff, by_erasure)
+    print(json.dumps(doc, ensure_ascii=False, default=str) if args.json else text)
     if shadow.failed:
         # The shadow lacks these events, so the diff is not the backend's alone: a script
         # must not take it for a clean comparison.

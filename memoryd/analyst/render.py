@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import date, datetime
@@ -164,6 +165,7 @@ def replay_json(
         "events": events,
         "batches": batches,
         "shadow_runs": len(shadow.runs),
+        "maintenance_runs": len(shadow.maintenance),
         "failed_batches": [
             {"event_ids": [str(e) for e in f.event_ids], "error": f.error} for f in shadow.failed
         ],
@@ -176,7 +178,13 @@ def replay_json(
     }
 
 
-def render_diff(doc: dict[str, Any], diff: MemoryDiff) -> str:
+def erasure_json(erased: Sequence[uuid.UUID], diff: MemoryDiff) -> dict[str, Any]:
+    """The events a fact erasure redacted, left out of the replay, and the differences that
+    explains: live memory was written from their text, then redacted."""
+    return {"events_left_out": [str(i) for i in erased], "diff": diff_json(diff)}
+
+
+def render_diff(doc: dict[str, Any], diff: MemoryDiff, by_erasure: MemoryDiff) -> str:
     lines = [
         (
             f"shadow replay of {doc['organization_id']}/{doc['user_id']}: {doc['events']}"
@@ -194,9 +202,28 @@ def render_diff(doc: dict[str, Any], diff: MemoryDiff) -> str:
         ),
     ]
     lines.extend(f"  failed: {f['error']}" for f in doc["failed_batches"])
+    left_out = len(doc["erasure"]["events_left_out"])
+    if doc["maintenance_runs"]:
+        lines.append(f"maintenance runs made again: {doc['maintenance_runs']}")
+    if left_out:
+        lines.append(
+            f"{left_out} event(s) a fact erasure redacted left out, as a flush leaves them out"
+        )
     if diff.identical:
-        lines.append("no differences")
-        return "\n".join(lines)
+        lines.append("no differences" + ("" if by_erasure.identical else " but an erasure's"))
+    else:
+        lines.extend(_diff_lines(diff))
+    if not by_erasure.identical:
+        lines.append(
+            "differences a fact erasure explains, not the backend (live memory was written"
+            " from the redacted events, then redacted; no replay can make that again):"
+        )
+        lines.extend(f"  {x}" for x in _diff_lines(by_erasure))
+    return "\n".join(lines)
+
+
+def _diff_lines(diff: MemoryDiff) -> list[str]:
+    lines: list[str] = []
     lines.append(f"facts only in live ({len(diff.only_left)}):")
     lines.extend(fact_line(f, "- ") for f in diff.only_left)
     lines.append(f"facts only in shadow ({len(diff.only_right)}):")
@@ -226,4 +253,4 @@ def render_diff(doc: dict[str, Any], diff: MemoryDiff) -> str:
         lines.append(f"connection {connection_id}:")
         lines.extend(f"  - {x}" for x in a_only)
         lines.extend(f"  + {x}" for x in b_only)
-    return "\n".join(lines)
+    return lines
