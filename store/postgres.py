@@ -44,7 +44,7 @@ Fence = Callable[[psycopg.Connection[Any]], None]
 # every `fenced_transaction`. A context value rather than a parameter: a job writes through
 # whatever stores it uses, each write in a `fenced_transaction`; a token passed down would
 # have to reach every one of their methods, and a method it missed would write unfenced.
-_fence: ContextVar[Fence | None] = ContextVar("memoryd_job_fence", default=None)
+_fence: ContextVar[Fence | None] = ContextVar("job_fence", default=None)
 
 
 def make_pool(
