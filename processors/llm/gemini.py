@@ -6,7 +6,9 @@ errors are translated here, once, into `TransientBackendError` (retry) or `Backe
 (dead letter). `response.parsed` is not trusted: the SDK leaves it `None`, without an error,
 for truncated, fenced, wrongly typed or blocked output, so the text is parsed here and a
 failure always raises `UnusableAnswer` (the consumer bisects the batch), never yields an empty
-result. The response's usage goes with the error: an unusable answer is still billed.
+result. The response's usage goes with the error: an unusable answer is still billed. The SDK
+is not even given the schema to parse with (see `_schema_body`): its own decoding raises on
+some answers before their usage can be read.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def make_gemini_client(api_key: str, base_url: str | None, timeout_ms: int) -> g
 
 
 class GeminiBackend:
-    """`ConsolidationBackend` on Gemini structured output (`response_json_schema`)."""
+    """`ConsolidationBackend` on Gemini structured output (`responseJsonSchema`)."""
 
     name = "gemini"
 
@@ -102,7 +104,7 @@ class GeminiBackend:
         # price of more calls. None: the model's own default (for models that take none).
         budget = thinking_budget
         self._thinking = None if budget is None else types.ThinkingConfig(thinking_budget=budget)
-        self._schema = output_json_schema()
+        self._schema_body = _schema_body(output_json_schema())
 
     def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
         prompt = build_prompt(request)
@@ -110,9 +112,7 @@ class GeminiBackend:
             system_instruction=prompt.system_instruction,
             temperature=0,
             response_mime_type="application/json",
-            # Not `response_schema`: the SDK rejects `additionalProperties` there outside
-            # Vertex AI, and the scaffold is a free-form object.
-            response_json_schema=self._schema,
+            http_options=self._schema_body,
             max_output_tokens=self._max_output_tokens,
             # The SDK would otherwise send the request again while the model stops with
             # CONTINUATION, each hop billed and timed on its own: `max_output_tokens` would
@@ -158,15 +158,29 @@ class GeminiBackend:
             # which says nothing about the batch.
             raise TransientBackendError(f"gemini answered something that is not JSON: {e}") from e
         except (ValueError, RecursionError) as e:
-            # With a dict schema the SDK json.loads the answer for `.parsed` and catches only
-            # JSONDecodeError: a too-long integer (ValueError) or absurd nesting escapes it.
-            # Permanent for this input; the SDK raised before its usage could be read.
+            # The SDK's own refusal of the request, or an HTTP body it cannot decode otherwise
+            # (a too-long integer, absurd nesting). The model's answer itself is never decoded
+            # by the SDK (`_schema_body`), so an answer like that reaches `parse_output` with
+            # its usage. Permanent for this input.
             reason = f"gemini answer not decodable: {type(e).__name__}: {e}"
             raise UnusableAnswer(reason) from e
         except _TRANSIENT_TRANSPORT_ERRORS as e:
             raise TransientBackendError(f"gemini transport: {type(e).__name__}: {e}") from e
         except _TRANSPORT_ERRORS as e:
             raise BackendError(f"gemini transport: {type(e).__name__}: {e}") from e
+
+
+def _schema_body(schema: dict[str, Any]) -> types.HttpOptions:
+    """The output schema as part of the request body, outside the config the SDK reads.
+
+    Given `response_json_schema`, the SDK json.loads the answer's text for `.parsed` and catches
+    only JSONDecodeError: an integer over 4,300 digits (ValueError) or absurd nesting
+    (RecursionError) escapes from `generate_content`, and the usage of a call that was paid
+    with it. Not `response_schema` either: the SDK rejects `additionalProperties` there outside
+    Vertex AI, and the scaffold is a free-form object. A request's options replace only those
+    of the client's they set: the timeout stays the client's.
+    """
+    return types.HttpOptions(extra_body={"generationConfig": {"responseJsonSchema": schema}})
 
 
 def _api_error(e: genai_errors.APIError) -> str:

@@ -329,14 +329,18 @@ def test_the_fake_counts_the_prompt_it_answers(
         pytest.param("9" * 10_000, id="integer-too-long"),
     ],
 )
-def test_answers_the_sdk_cannot_decode_fail_permanently(
+def test_answers_python_cannot_decode_fail_permanently_with_their_usage(
     fake_gemini: FakeGemini,  # noqa: F811
     backend: GeminiBackend,
     text: str,
 ) -> None:
-    fake_gemini.reply(FakeReply.text(text))
-    with pytest.raises(UnusableAnswer, match="not decodable"):
+    # json.loads raises ValueError or RecursionError here, not JSONDecodeError: were the SDK
+    # to decode the answer for `.parsed`, the paid call would be booked as zero tokens.
+    fake_gemini.reply(FakeReply.text(text, prompt_tokens=120, completion_tokens=8000))
+    with pytest.raises(UnusableAnswer, match="output is not JSON") as raised:
         backend.consolidate(consolidation_request())
+    assert raised.value.usage == TokenUsage(prompt_tokens=120, completion_tokens=8000)
+    assert raised.value.raw_response == text
 
 
 def test_fenced_json_is_accepted(
