@@ -31,6 +31,11 @@ from pydantic_settings import (
 from consumers.settings import ProcessorSettings
 from memoryd.ops.config import MaintenanceSettings, OpsSettings
 from processors.cost import ModelPrice
+from processors.llm.thinking import (
+    DEFAULT_THINKING_BUDGET,
+    check_thinking_budget,
+    default_thinking_budget,
+)
 from producers.contract import Identifier
 from store.embedding_models import FLOAT_PRODUCTS_MODEL, INTEGER_PRODUCTS_MODEL, ModelName
 from store.read.background import WriterSettings
@@ -91,8 +96,17 @@ class LlmSettings(BaseModel):
     timeout_ms: int = Field(default=60_000, ge=100)
     max_output_tokens: int = 8_192
     # Of max_output_tokens, at most this many for the model's thinking (Gemini 2.5); None
-    # leaves it to the model (one that takes no thinking budget).
-    thinking_budget: int | None = Field(default=2_048, ge=0)
+    # leaves it to the model (one that takes no thinking budget). Unset: by the model's family
+    # (processors.llm.thinking), 0 for one that does not think unless asked (flash-lite).
+    thinking_budget: int | None = Field(default=DEFAULT_THINKING_BUDGET, ge=0)
+
+    @model_validator(mode="after")
+    def _a_budget_the_model_takes(self) -> Self:
+        if "thinking_budget" not in self.model_fields_set:
+            self.thinking_budget = default_thinking_budget(self.model)
+        # Found at start: the API refuses it with a 400, and every batch would be dead-lettered.
+        check_thinking_budget(self.model, self.thinking_budget)
+        return self
 
 
 class MetricsSettings(BaseModel):

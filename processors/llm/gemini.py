@@ -26,6 +26,7 @@ from google.genai import types
 
 from domain.model import FactType, TokenUsage
 from processors.errors import BackendError, TransientBackendError, UnusableAnswer
+from processors.llm.thinking import DEFAULT_THINKING_BUDGET
 from processors.normalize import (
     normalize_json,
     storable_json,
@@ -50,7 +51,6 @@ _FACT_TYPES = frozenset(t.value for t in FactType)
 
 DEFAULT_MODEL = "gemini-2.5-flash"
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
-DEFAULT_THINKING_BUDGET = 2_048
 API_VERSION = "v1beta"
 
 # HTTP statuses that say "try again later" even though they are 4xx.
