@@ -94,7 +94,7 @@ def build_prompt(request: ConsolidationRequest) -> Prompt:
     return Prompt(system_instruction=SYSTEM_INSTRUCTION, user_content="\n\n".join(sections))
 
 
-def _text(value: str) -> str:
+def element_text(value: str) -> str:
     # Only the angle brackets: they are what could close an element or open one. Escaping
     # `&` too showed "R&D" as "R&amp;D", which the model copies back into W and facts, and
     # every run would add a layer ("R&amp;amp;D"); `&lt;` copied back is stable.
@@ -108,7 +108,8 @@ def _attr(value: str) -> str:
 def _working_memory_section(working_memory: str) -> str:
     shown = truncate_text(working_memory, max_chars=MAX_PROMPT_WORKING_MEMORY_CHARS)
     note = " (truncated)" if shown != working_memory else ""
-    return f"## Current working memory (W){note}\n<working_memory>{_text(shown)}</working_memory>"
+    body = element_text(shown)
+    return f"## Current working memory (W){note}\n<working_memory>{body}</working_memory>"
 
 
 def _scaffold_section(scaffold: dict[str, Any]) -> str:
@@ -126,9 +127,9 @@ def _scaffold_section(scaffold: dict[str, Any]) -> str:
     note = ""
     if omitted:
         names = ", ".join(json.dumps(k, ensure_ascii=False) for k in omitted)
-        note = f"\nKeys omitted here for length: {_text(names)}"
+        note = f"\nKeys omitted here for length: {element_text(names)}"
     body = json.dumps(shown, ensure_ascii=False, indent=1, sort_keys=True, default=str)
-    return f"## Current scaffold (S){note}\n<scaffold>{_text(body)}</scaffold>"
+    return f"## Current scaffold (S){note}\n<scaffold>{element_text(body)}</scaffold>"
 
 
 def _facts_section(facts: tuple[Fact, ...], known: int) -> str:
@@ -155,7 +156,7 @@ def _fact(fact: Fact) -> str:
         "pinned": "true" if fact.pinned else None,
     }
     rendered = " ".join(f'{name}="{_attr(value)}"' for name, value in attrs.items() if value)
-    return f"<fact {rendered}>{_text(fact.content)}</fact>"
+    return f"<fact {rendered}>{element_text(fact.content)}</fact>"
 
 
 def _observation(observation: Observation) -> str:
@@ -172,7 +173,7 @@ def _observation(observation: Observation) -> str:
         "filename": meta.filename,
     }
     rendered = " ".join(f'{name}="{_attr(value)}"' for name, value in attrs.items() if value)
-    return f"<observation {rendered}>{_text(event.content)}</observation>"
+    return f"<observation {rendered}>{element_text(event.content)}</observation>"
 
 
 def _observations_section(observations: tuple[Observation, ...]) -> str:

@@ -17,6 +17,7 @@ from google.genai import types
 from domain.errors import QueryRewriteFailed
 from domain.model import TokenUsage
 from processors.llm.gemini import make_gemini_client, token_usage
+from processors.prompt import element_text
 
 INSTRUCTION = (
     "Rewrite the user's chat message as a short standalone search query for facts about the "
@@ -39,9 +40,12 @@ class GeminiQueryRewriter:
             max_output_tokens=MAX_OUTPUT_TOKENS,
             automatic_continuation=False,  # one request, as the consolidation's (see there)
         )
+        # Escaped as the consolidation's observations are: the user's text cannot close the
+        # element and pass itself off as instructions.
+        contents = f"<message>\n{element_text(query)}\n</message>"
         try:
             response = self._client.models.generate_content(
-                model=self._model, contents=f"<message>\n{query}\n</message>", config=config
+                model=self._model, contents=contents, config=config
             )
         except (
             genai_errors.APIError,
