@@ -17,6 +17,7 @@ from google.genai import types
 from domain.errors import QueryRewriteFailed
 from domain.model import TokenUsage
 from processors.llm.gemini import make_gemini_client, token_usage
+from processors.llm.thinking import least_thinking
 from processors.prompt import element_text
 
 INSTRUCTION = (
@@ -31,14 +32,21 @@ class GeminiQueryRewriter:
     def __init__(self, client: genai.Client, model: str) -> None:
         self._client = client
         self._model = model
+        # A 2.5 model's thinking counts against max_output_tokens: left to itself, flash
+        # thinks the 64 tokens away and answers nothing, billed. So the least thinking the
+        # model takes (none where it can stop), and room for it on top of the answer's.
+        budget = least_thinking(model)
+        self._thinking = None if budget is None else types.ThinkingConfig(thinking_budget=budget)
+        self._max_output_tokens = MAX_OUTPUT_TOKENS + (budget or 0)
 
     def __call__(self, query: str) -> tuple[str, TokenUsage]:
         """The rewritten query and the tokens the call used (the read path books them)."""
         config = types.GenerateContentConfig(
             system_instruction=INSTRUCTION,
             temperature=0,
-            max_output_tokens=MAX_OUTPUT_TOKENS,
+            max_output_tokens=self._max_output_tokens,
             automatic_continuation=False,  # one request, as the consolidation's (see there)
+            thinking_config=self._thinking,
         )
         # Escaped as the consolidation's observations are: the user's text cannot close the
         # element and pass itself off as instructions.

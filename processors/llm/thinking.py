@@ -64,3 +64,12 @@ def default_thinking_budget(model: str) -> int:
     (a model that takes no budget at all is configured with null)."""
     budgets = thinking_range(model)
     return 0 if budgets is not None and not budgets.thinks_unasked else DEFAULT_THINKING_BUDGET
+
+
+def least_thinking(model: str) -> int | None:
+    """The smallest budget the model takes: 0 where thinking can be turned off, else its
+    minimum; None for a family not listed (no budget sent)."""
+    budgets = thinking_range(model)
+    if budgets is None:
+        return None
+    return 0 if budgets.can_stop else budgets.least
