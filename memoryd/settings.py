@@ -140,7 +140,22 @@ class ReadPathSettings(BaseModel):
     writer: WriterSettings = WriterSettings()
     rewrite: Literal["off", "gemini"] = "off"
     rewrite_model: str = "gemini-2.5-flash-lite"
+    # How long a turn waits for its rewrite; past it the raw query is used.
     rewrite_timeout_ms: int = Field(default=300, ge=10)
+    # How long the rewrite's HTTP call itself may take. A call the turn stopped waiting for
+    # goes on, and is booked when it ends: cut at the turn's limit, it would have been paid
+    # and never booked (an abandoned request has no usage to read).
+    rewrite_call_timeout_ms: int = Field(default=5_000, ge=100)
+
+    @model_validator(mode="after")
+    def _a_rewrite_may_outlast_the_turn(self) -> Self:
+        if self.rewrite_call_timeout_ms <= self.rewrite_timeout_ms:
+            raise ValueError(
+                f"read_path.rewrite_call_timeout_ms ({self.rewrite_call_timeout_ms}) must be"
+                f" over rewrite_timeout_ms ({self.rewrite_timeout_ms}): a call cut at the"
+                " turn's limit is paid but has no usage to book"
+            )
+        return self
 
 
 # 500 events of 8,000-character fields fit with room to spare.

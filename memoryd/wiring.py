@@ -284,8 +284,9 @@ def query_rewriter(c: Core) -> TimeBoundRewriter | None:
     llm = c.settings.llm
     if llm.api_key is None:
         raise ValueError("read_path.rewrite=gemini needs MEMORYD_LLM__API_KEY")
+    # The call outlasts the turn's wait, so that one answered late is booked all the same.
     rewrite = gemini_rewriter(
-        llm.api_key.get_secret_value(), llm.base_url, r.rewrite_model, r.rewrite_timeout_ms
+        llm.api_key.get_secret_value(), llm.base_url, r.rewrite_model, r.rewrite_call_timeout_ms
     )
     return TimeBoundRewriter(rewrite, r.rewrite_timeout_ms / 1000)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import uuid
 
 import pytest
+from pydantic import SecretStr
 
 from domain.errors import QueryRewriteFailed
 from domain.ids import MemoryKey
@@ -19,6 +21,7 @@ from store.read.query_rewrite import RewriteAnswer, TimeBoundRewriter
 from store.read.read_ledger import ReadLedger
 from tests.support.builders import make_fact
 from tests.support.deployment import Deployment, seed_core
+from tests.support.fake_gemini import FakeGemini, FakeReply, fake_gemini  # noqa: F401
 from tests.support.ops import wait_for
 
 pytestmark = pytest.mark.integration
@@ -140,6 +143,47 @@ def test_a_rewrite_call_not_used_is_booked_all_the_same(deployment: Deployment) 
         " WHERE user_id = 'ada' AND run_id IS NULL AND operation = 'llm' ORDER BY units"
     )
     assert rows == [(35,), (84,)]
+
+
+def test_a_rewrite_answered_after_the_turn_stopped_waiting_is_booked(
+    deployment: Deployment,
+    fake_gemini: FakeGemini,  # noqa: F811
+) -> None:
+    # The production wiring: the turn waits its 300 ms, the call to Gemini goes on (it is
+    # paid) and is booked when it ends, half a second in.
+    slow = FakeReply.text("coffee preferences of Ada", prompt_tokens=40, completion_tokens=8)
+    fake_gemini.reply(FakeReply.delay(0.5, slow))
+    settings = deployment.settings
+    llm = {"api_key": SecretStr("test-key"), "base_url": fake_gemini.url}
+    deployment.settings = settings.model_copy(
+        update={
+            "llm": settings.llm.model_copy(update=llm),
+            "read_path": settings.read_path.model_copy(update={"rewrite": "gemini"}),
+        }
+    )
+    read_path = deployment.settings.read_path
+    assert read_path.rewrite_timeout_ms < 500  # the default turn limit, shorter than the call
+
+    def check(c: wiring.Core) -> None:
+        seed_core(c, "ada", [make_fact("ada", "Ada takes her coffee black")], org="org-a")
+        service = wiring.context_service(c)
+        try:
+            bundle = service.assemble(ADA, "how does she take it?")
+            assert bundle.rewritten_query is None  # the turn went on without the answer
+            wait_for("the late call booked", lambda: booked(c) == [(48,)], 20)
+        finally:
+            service.close()
+
+    deployment.with_core(check)
+    rows = deployment.query(
+        "SELECT model, units, organization_id FROM credit_ledger"
+        " WHERE user_id = 'ada' AND run_id IS NULL AND operation = 'llm'"
+    )
+    assert rows == [("gemini-2.5-flash-lite", 48, "org-a")]
+    # The server is not told to give up at the turn's limit either.
+    (sent,) = fake_gemini.requests
+    headers = {k.lower(): v for k, v in sent.headers.items()}
+    assert headers["x-server-timeout"] == str(math.ceil(read_path.rewrite_call_timeout_ms / 1000))
 
 
 def booked(c: wiring.Core) -> list[tuple[int]]:

@@ -71,3 +71,12 @@ def test_unset_the_budget_leaves_a_model_that_does_not_think_unasked_not_thinkin
     monkeypatch.delenv("MEMORYD_LLM__THINKING_BUDGET", raising=False)
     monkeypatch.setenv("MEMORYD_LLM__MODEL", model)
     assert Settings().llm.thinking_budget == budget
+
+
+def test_the_rewrite_call_may_outlast_the_turn_s_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cut at the turn's limit, a call is paid and has no usage to book.
+    monkeypatch.setenv("MEMORYD_READ_PATH__REWRITE_TIMEOUT_MS", "300")
+    assert Settings().read_path.rewrite_call_timeout_ms > 300
+    monkeypatch.setenv("MEMORYD_READ_PATH__REWRITE_CALL_TIMEOUT_MS", "300")
+    with pytest.raises(pydantic.ValidationError, match="rewrite_call_timeout_ms"):
+        Settings()
