@@ -1,7 +1,8 @@
 """A consumer riding out an outage: bounded backoff, and saying so while it lasts.
 
 An outage is a dependency that is away for a while (Postgres, the broker, the dead-letter
-topic, a database that refuses writes until an operator acts): the work is not at fault, so
+topic, a database that refuses writes until an operator acts, the LLM provider failing every
+memory's flush: `consumers.backend_outage`): the work is not at fault, so
 it is retried, without a cap on the number of attempts, each wait bounded by the one retry
 policy (`domain.retry.Backoff`). While it lasts the process is degraded: a warning per retry
 in the log, `memoryd_consumer_degraded{consumer}` at 1 and a count of retries by cause. Each
@@ -30,6 +31,7 @@ from consumers.errors import DeadLetterError
 from consumers.metrics import PipelineMetrics
 from domain.ids import MemoryKey
 from domain.retry import Backoff
+from processors.errors import TransientBackendError
 from store.errors import (
     DatabaseRefused,
     DatabaseUnavailable,
@@ -65,6 +67,8 @@ def cause_of(error: BaseException) -> str:
         return "database"
     if isinstance(error, DeadLetterError):
         return "dead_letter_topic"
+    if isinstance(error, TransientBackendError):
+        return "backend"
     return "broker"
 
 
@@ -95,16 +99,22 @@ class Outage:
         with self._lock:
             return sum(self._failing.values())
 
-    def failed(self, error: BaseException, what: str, memory: MemoryKey | None = None) -> float:
+    def failed(
+        self,
+        error: BaseException,
+        what: str,
+        memory: MemoryKey | None = None,
+        at_least: float = 0.0,
+    ) -> float:
         """Count a failure of `what` (for `memory`); returns how long to wait before trying
-        it again."""
+        it again: the backoff's, or `at_least` if longer (what the dependency asked for)."""
         cause = cause_of(error)
         key = ((what, memory), cause)
         with self._lock:
             retries = self._failing.get(key, 0)
             self._failing[key] = retries + 1
             self._publish()
-        wait = self._backoff.delay(retries)
+        wait = max(self._backoff.delay(retries), at_least)
         degrading = cause not in NOT_DEGRADING
         self._metrics.outage_retries.labels(self._consumer, cause).inc()
         log.log(
@@ -116,7 +126,7 @@ class Outage:
             retries + 1,
             wait,
             error,
-            extra={**self._fields(memory), "cause": cause},
+            extra={**self._fields(memory), "cause": cause, "retry_in_s": wait},
         )
         return wait
 

@@ -20,6 +20,12 @@ class ProcessorSettings(BaseModel):
     max_attempts: int = Field(default=4, ge=1)
     backoff_base_s: float = Field(default=0.5, gt=0)
     backoff_max_s: float = Field(default=30.0, gt=0)
+    # The longest wait a provider's own retry delay (RetryInfo, Retry-After) is honoured for:
+    # a quota's is tens of seconds, and an absurd one must not park a batch for hours.
+    backend_retry_max_s: float = Field(default=120.0, gt=0)
+    # The backend is out (an outage, attempts not charged) once this many flushes in a row,
+    # of more than one memory, failed transiently (consumers.backend_outage).
+    backend_outage_after: int = Field(default=4, ge=2)
     max_buffered: int = Field(default=5_000, ge=1)
     budget_policy: BudgetPolicy = BudgetPolicy.DEFER
     # Existing facts shown to the backend: per observation (its most related), and prompt-

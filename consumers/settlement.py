@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from consumers.backend_outage import BackendOutage
 from consumers.batching import Batch, OffsetTracker, Rejection, TopicPartition
 from consumers.dead_letter import event_letters
 from consumers.flush import UserFlusher
@@ -43,6 +44,9 @@ FLUSH_OUTCOMES = (
 # a failed run. Per memory, as the database may fail one memory only (a lock or statement
 # timeout on its rows): another's success says nothing of it.
 FLUSH, RECORDING = "a flush", "recording a failed run"
+# A flush failing transiently while the backend is out (`consumers.backend_outage`): per memory
+# too, so each backs off on its own, and all end on the first answer the backend gives.
+BACKEND = "a backend call"
 
 
 class Settlement:
@@ -65,18 +69,21 @@ class Settlement:
         self._outage = outage
         self._settings = settings
         self._monotonic = monotonic
+        self._backend = BackendOutage(settings.backend_outage_after)
 
     def forsaken(self) -> None:
         """No batch is left (their partitions went to another processor): nothing waits out
         an outage of the flushes any more."""
         self._outage.recovered_everywhere(FLUSH)
         self._outage.recovered_everywhere(RECORDING)
+        self._outage.recovered_everywhere(BACKEND)
 
     def left(self, key: MemoryKey) -> None:
         """The memory's batch left the processor (done, revoked, dropped by its tombstone):
         its outages end with it, so that they neither keep the consumer degraded nor pile up."""
         self._outage.recovered(FLUSH, key)
         self._outage.recovered(RECORDING, key)
+        self._outage.recovered(BACKEND, key)
 
     def settle(self, batch: Batch) -> None:
         assert batch.future is not None
@@ -91,10 +98,14 @@ class Settlement:
             return
         except TransientBackendError as e:
             self._outage.recovered(FLUSH, batch.key)  # the backend is asked after the read
-            self._retry_or_give_up(batch, e)
+            if self._backend.failed(batch.key):
+                self._wait_out_backend(batch, e)
+            else:
+                self._retry_or_give_up(batch, e)
             return
         except BackendError as e:
             self._outage.recovered(FLUSH, batch.key)
+            self._backend_answered()
             self._reject(batch, Rejection.of_backend(f"backend error: {e}", e))
             return
         except DatabaseUnavailable as e:  # also MemoryBeingErased: asked again once it is done
@@ -107,6 +118,8 @@ class Settlement:
             self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
             return
         self._outage.recovered(FLUSH, batch.key)
+        if result.kind in (FlushKind.CONSOLIDATED, FlushKind.REJECTED):
+            self._backend_answered()  # the other kinds never asked it
         self._metrics.events_forgotten.labels(CONSUMER_NAME).inc(result.forgotten)
         if result.kind is FlushKind.DEFERRED:
             # The flusher recorded the deferred run itself, under the user's lock, for the
@@ -135,13 +148,25 @@ class Settlement:
             self._reject(batch, Rejection.of_backend(reason, error))
         else:
             self._metrics.backend_retries.labels(self._flusher.backend_name).inc()
-            self._retry_later(batch, str(error))
+            delay = max(self._settings.backoff.delay(batch.attempt), self._asked(error))
+            batch.not_before = self._monotonic() + delay
+            batch.attempt += 1
+            fields = {**batch_fields(batch), "retry_in_s": delay}
+            log.warning("flush failed (%s); retry in %.2fs", error, delay, extra=fields)
 
-    def _retry_later(self, batch: Batch, reason: str) -> None:
-        delay = self._settings.backoff.delay(batch.attempt)
-        batch.not_before = self._monotonic() + delay
-        batch.attempt += 1
-        log.warning("flush failed (%s); retry in %.2fs", reason, delay, extra=batch_fields(batch))
+    def _wait_out_backend(self, batch: Batch, error: TransientBackendError) -> None:
+        """The backend is out: the batch waits without being charged an attempt, as through
+        a database outage, and at least as long as the provider asked."""
+        wait = self._outage.failed(error, BACKEND, batch.key, at_least=self._asked(error))
+        batch.not_before = self._monotonic() + wait
+
+    def _asked(self, error: TransientBackendError) -> float:
+        """The provider's own retry delay, up to the configured cap (0: it named none)."""
+        return min(error.retry_after_s or 0.0, self._settings.backend_retry_max_s)
+
+    def _backend_answered(self) -> None:
+        if self._backend.answered():
+            self._outage.recovered_everywhere(BACKEND)
 
     def _wait_out(self, batch: Batch, error: Exception, what: str) -> None:
         """An outage, not the batch's fault: retried without counting an attempt."""

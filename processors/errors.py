@@ -33,4 +33,18 @@ class UnusableAnswer(BackendError):
 
 
 class TransientBackendError(BackendError):
-    """Rate limit, server error or timeout: worth another attempt after a backoff."""
+    """Rate limit, server error or timeout: worth another attempt after a backoff.
+
+    `retry_after_s`: how long the provider asked to be left alone (a quota's RetryInfo, a
+    Retry-After header), if it said; the consumer waits at least that long, up to its cap.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        raw_response: str | None = None,
+        usage: TokenUsage | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message, raw_response, usage)
+        self.retry_after_s = retry_after_s

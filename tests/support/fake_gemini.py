@@ -16,6 +16,7 @@ import base64
 import json
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -60,6 +61,7 @@ class FakeReply:
     body: dict[str, Any]
     delay_seconds: float = 0.0
     raw_body: bytes | None = None  # sent instead of `body` (an answer that is not JSON)
+    headers: tuple[tuple[str, str], ...] = ()  # sent besides Content-Type and -Length
 
     @classmethod
     def text(
@@ -121,11 +123,27 @@ class FakeReply:
         return cls(200, {}, raw_body=raw)
 
     @classmethod
-    def status(cls, code: int, message: str | None = None) -> FakeReply:
-        """An error answer with the real API's `{"error": {code, message, status}}` body."""
+    def status(
+        cls,
+        code: int,
+        message: str | None = None,
+        retry_delay: str | None = None,
+        retry_after: str | None = None,
+    ) -> FakeReply:
+        """An error answer with the real API's `{"error": {code, message, status}}` body;
+        `retry_delay` adds the google.rpc.RetryInfo a quota's 429 carries ("37s"),
+        `retry_after` a Retry-After header."""
         text = message or HTTPStatus(code).phrase
-        error = {"code": code, "message": text, "status": _RPC_STATUS.get(code, "UNKNOWN")}
-        return cls(code, {"error": error})
+        error: dict[str, Any] = {
+            "code": code,
+            "message": text,
+            "status": _RPC_STATUS.get(code, "UNKNOWN"),
+        }
+        if retry_delay is not None:
+            info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
+            error["details"] = [info]
+        headers = () if retry_after is None else (("Retry-After", retry_after),)
+        return cls(code, {"error": error}, headers=headers)
 
     @classmethod
     def blocked(cls, reason: str = "SAFETY", prompt_tokens: int = 100) -> FakeReply:
@@ -189,6 +207,7 @@ class RecordedRequest:
     model: str
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)  # when it arrived
 
     @property
     def generation_config(self) -> dict[str, Any]:
@@ -317,6 +336,8 @@ def _handler_for(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
                 self.send_response(reply.http_status)
                 self.send_header("Content-Type", "application/json; charset=UTF-8")
                 self.send_header("Content-Length", str(len(payload)))
+                for name, value in reply.headers:
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(payload)
             except (BrokenPipeError, ConnectionResetError):

@@ -182,6 +182,31 @@ def test_http_errors_are_mapped_without_sdk_retries(
     assert len(fake_gemini.requests) == 1
 
 
+@pytest.mark.parametrize(
+    ("reply", "asked"),
+    [
+        pytest.param(FakeReply.status(429, retry_delay="37s"), 37.0, id="quota RetryInfo"),
+        pytest.param(FakeReply.status(429, retry_delay="1.250s"), 1.25, id="fractional"),
+        pytest.param(FakeReply.status(503, retry_after="20"), 20.0, id="Retry-After"),
+        pytest.param(
+            FakeReply.status(429, retry_delay="5s", retry_after="60"), 5.0, id="RetryInfo first"
+        ),
+        pytest.param(FakeReply.status(429, retry_delay="soon"), None, id="unreadable"),
+        pytest.param(FakeReply.status(500), None, id="none named"),
+    ],
+)
+def test_the_retry_delay_the_api_asks_for_goes_with_the_error(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+    reply: FakeReply,
+    asked: float | None,
+) -> None:
+    fake_gemini.reply(reply)
+    with pytest.raises(TransientBackendError) as raised:
+        backend.consolidate(consolidation_request())
+    assert raised.value.retry_after_s == asked
+
+
 def test_an_answer_cut_short_on_its_way_is_transient(
     fake_gemini: FakeGemini,  # noqa: F811
     backend: GeminiBackend,

@@ -1,0 +1,51 @@
+"""Whether the backend is out, rather than a batch at fault: the rule that tells a provider
+outage from a poison batch, as a pure state machine of the flushes' outcomes.
+
+A transient failure (429, 5xx, a timeout) says nothing by itself of whose fault it is. A batch
+the provider cannot serve fails on its own while other memories' flushes get answers; a provider
+away (a quota spent, an overloaded region) fails every memory. So the backend is *out* once the
+last `after` flushes that asked it all failed transiently and were not all one memory's, and it
+is back on the first flush that gets an answer (usable or not: the provider answered). While it
+is out, a failing batch waits like through a database outage and is charged no attempt; else it
+is charged one, and after its last one it is dead-lettered, so a poison batch never holds its
+partition.
+
+One memory failing alone is never an outage, however often: a lone poison batch, with nothing
+else to flush, would otherwise wait forever. The price: with a single memory to consolidate, a
+provider away dead-letters it after its attempts (each waiting as long as the provider asked).
+
+Kept on the processor's polling thread, where batches are settled: no lock.
+"""
+
+from __future__ import annotations
+
+from domain.ids import MemoryKey
+
+
+class BackendOutage:
+    def __init__(self, after: int) -> None:
+        if after < 2:
+            raise ValueError(f"an outage needs at least 2 failures in a row, got {after}")
+        self._after = after
+        self._streak = 0  # flushes in a row that failed transiently
+        self._first: MemoryKey | None = None  # the streak's first memory
+        self._several = False  # the streak holds another memory's failure too
+
+    @property
+    def out(self) -> bool:
+        return self._streak >= self._after and self._several
+
+    def failed(self, key: MemoryKey) -> bool:
+        """A flush of `key` failed transiently; returns whether the backend is out now."""
+        self._streak += 1
+        if self._first is None:
+            self._first = key
+        elif key != self._first:
+            self._several = True
+        return self.out
+
+    def answered(self) -> bool:
+        """A flush got the backend's answer; returns whether that ended an outage."""
+        was_out = self.out
+        self._streak, self._first, self._several = 0, None, False
+        return was_out
