@@ -2,12 +2,15 @@
 
 Kafka in, Postgres and Chroma out: what a good answer, rate limits, server errors, truncated
 JSON, JSON-in-a-string and an oversized working memory each do to runs, memory, the dead-letter
-topic and offsets. Retries are kept fast with a 50 ms backoff base and three attempts.
+topic and offsets. Retries are kept fast with a 50 ms backoff base and three attempts; the
+provider's own retry delays are 1 s, so that honouring them shows against the backoff.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +28,7 @@ from tests.support.deployment import (
     letter_count,
     tuned,
 )
-from tests.support.fake_gemini import FakeGemini, FakeReply
+from tests.support.fake_gemini import FakeGemini, FakeReply, RecordedRequest
 
 pytestmark = pytest.mark.integration
 
@@ -157,6 +160,8 @@ def test_rate_limited_twice_then_consolidated_once(fast: Deployment, fake: FakeG
 def test_server_errors_dead_letter_then_redrive_consolidates_once(
     fast: Deployment, fake: FakeGemini
 ) -> None:
+    # One memory failing alone is never a backend outage (consumers.backend_outage): it
+    # cannot be told from a batch the provider cannot serve, so it runs out of attempts.
     ids = publish_ada(fast)
     fake.default = FakeReply.status(500, "internal error")
     run_gemini(fast, fake)
@@ -179,6 +184,99 @@ def test_server_errors_dead_letter_then_redrive_consolidates_once(
     assert redrive(fast.settings, idle_s=1.0) == 0
     run_gemini(fast, fake)
     assert len(runs(fast)) == 2
+
+
+def publish_users(deployment: Deployment, *users: str) -> dict[str, str]:
+    """Two events per user; returns each user's first text, which names its requests."""
+    firsts = {user: f"{user} works in engineering at Initech" for user in users}
+    deployment.publish([
+        event
+        for user in users
+        for event in (
+            make_event(user, firsts[user], minutes=0),
+            make_event(user, "I prefer short answers with code examples", EventType.PREFERENCE,
+                       minutes=1),
+        )
+    ])  # fmt: skip
+    return firsts
+
+
+def times_of(fake: FakeGemini, text: str) -> list[float]:
+    """When each request that carries `text` arrived."""
+    return [r.at for r in fake.requests if text in r.user_text]
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+def run_counting_backend_outages(deployment: Deployment, fake: FakeGemini) -> float:
+    """Run the processor on the fake; returns its outage retries of cause `backend`."""
+
+    def run(c: wiring.Core) -> float:
+        with gemini_backend(fake.url) as backend:
+            deployment.processor(c, backend).run_until_idle(idle_s=2.0)
+        labels = {"consumer": "processor", "cause": "backend"}
+        return c.registry.get_sample_value("memoryd_outage_retries_total", labels) or 0.0
+
+    result: float = deployment.with_core(run)
+    return result
+
+
+def retry_delays(caplog: pytest.LogCaptureFixture) -> list[float]:
+    """The waits the processor computed for the flushes it retried, from its log."""
+    return [r.retry_in_s for r in caplog.records if hasattr(r, "retry_in_s")]
+
+
+def test_a_provider_rate_limiting_everyone_is_waited_out_as_it_asks(
+    fast: Deployment, fake: FakeGemini, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    deployment = tuned(fast, backend_outage_after=2)
+    firsts = publish_users(deployment, "ada", "bob")
+    # A quota spent for a while: more 429s than the two memories' attempts together.
+    quota = FakeReply.status(429, "Resource has been exhausted", retry_delay="1s")
+    fake.reply(*[quota] * 8)
+    fake.default = FakeReply.json(GOOD)
+
+    backend_outage_retries = run_counting_backend_outages(deployment, fake)
+
+    assert len(fake.requests) == 10
+    assert [r[0] for r in runs(deployment)] == ["succeeded", "succeeded"]
+    assert len(consumed(deployment)) == 4
+    assert dlq_size(deployment) == 0
+    assert backend_outage_retries >= 1
+    # Every retry waited at least the second the API asked for, not the 50 ms backoff.
+    delays = retry_delays(caplog)
+    assert len(delays) == 8
+    assert all(d >= 1.0 for d in delays), delays
+    for text in firsts.values():
+        assert all(gap >= 0.9 for gap in gaps(times_of(fake, text)))
+
+
+def test_a_batch_failing_alone_while_others_are_answered_is_dead_lettered(
+    fast: Deployment, fake: FakeGemini, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    deployment = tuned(fast, backend_outage_after=2)
+    firsts = publish_users(deployment, "ada", "bob", "cy")
+    overloaded = FakeReply.status(503, "The model is overloaded", retry_after="1")
+
+    def answer(request: RecordedRequest) -> FakeReply:
+        return overloaded if firsts["ada"] in request.user_text else FakeReply.json(GOOD)
+
+    fake.responder = answer
+
+    backend_outage_retries = run_counting_backend_outages(deployment, fake)
+
+    assert_both_dead_lettered(deployment, "gave up after 3 attempts", "503")
+    assert sorted(r[0] for r in runs(deployment)) == ["failed", "succeeded", "succeeded"]
+    assert len(consumed(deployment)) == 4
+    assert backend_outage_retries == 0
+    ada = times_of(fake, firsts["ada"])
+    assert len(ada) == 3
+    assert all(gap >= 0.9 for gap in gaps(ada)), gaps(ada)
+    assert retry_delays(caplog) == [1.0, 1.0]
 
 
 def test_truncated_answers_are_bisected_and_every_call_is_booked(
