@@ -2,13 +2,13 @@
 
 The SDK is told never to retry: the consumer retries per user with backoff, and retries hidden
 in here would multiply its attempts and stall the other users' flushes. SDK and transport
-errors are translated here, once, into `TransientBackendError` (retry) or `BackendError`
-(dead letter). `response.parsed` is not trusted: the SDK leaves it `None`, without an error,
-for truncated, fenced, wrongly typed or blocked output, so the text is parsed here and a
-failure always raises `UnusableAnswer` (the consumer bisects the batch), never yields an empty
-result. The response's usage goes with the error: an unusable answer is still billed. The SDK
-is not even given the schema to parse with (see `_schema_body`): its own decoding raises on
-some answers before their usage can be read.
+errors are translated here, once, into `TransientBackendError` (retry, with the delay the API
+asked for) or `BackendError` (dead letter). `response.parsed` is not trusted: the SDK leaves
+it `None`, without an error, for truncated, fenced, wrongly typed or blocked output, so the
+text is parsed here and a failure always raises `UnusableAnswer` (the consumer bisects the
+batch), never yields an empty result. The response's usage goes with the error: an unusable
+answer is still billed. The SDK is not even given the schema to parse with (see
+`_schema_body`): its own decoding raises on some answers before their usage can be read.
 """
 
 from __future__ import annotations
