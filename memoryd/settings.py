@@ -94,10 +94,13 @@ class LlmSettings(BaseModel):
     api_key: SecretStr | None = None
     base_url: str | None = None
     timeout_ms: int = Field(default=60_000, ge=100)
-    max_output_tokens: int = 8_192
-    # Of max_output_tokens, at most this many for the model's thinking (Gemini 2.5); None
-    # leaves it to the model (one that takes no thinking budget). Unset: by the model's family
-    # (processors.llm.thinking), 0 for one that does not think unless asked (flash-lite).
+    # The room for the answer's text (see processors.llm.gemini.DEFAULT_MAX_OUTPUT_TOKENS).
+    max_output_tokens: int = Field(default=16_384, ge=1)
+    # On top of max_output_tokens, at most this many for the model's thinking (Gemini 2.5),
+    # so thinking never takes the answer's room; the two together may not exceed the model's
+    # 65,536 (the backend refuses to start). None leaves it to the model (one that takes no
+    # thinking budget). Unset: by the model's family (processors.llm.thinking), 0 for one that
+    # does not think unless asked (flash-lite).
     thinking_budget: int | None = Field(default=DEFAULT_THINKING_BUDGET, ge=0)
 
     @model_validator(mode="after")

@@ -53,7 +53,14 @@ log = logging.getLogger(__name__)
 _FACT_TYPES = frozenset(t.value for t in FactType)
 
 DEFAULT_MODEL = "gemini-2.5-flash"
-DEFAULT_MAX_OUTPUT_TOKENS = 8192
+# The room for the answer's text, thinking not included. S is answered as a patch, so its
+# size is not in it: a W at its cap is some 1,500 tokens in English and 6,000 in CJK (about a
+# token a character), forty facts a few thousand more. Only the tokens produced are billed,
+# so room an answer does not use costs nothing; but a model caught repeating itself runs on
+# until it is cut here or by the call's timeout, so the room is not made larger than it needs.
+DEFAULT_MAX_OUTPUT_TOKENS = 16_384
+# What Gemini 2.5 models produce at most in one answer, thinking included.
+MODEL_OUTPUT_LIMIT = 65_536
 API_VERSION = "v1beta"
 
 # HTTP statuses that say "try again later" even though they are 4xx.
@@ -101,11 +108,12 @@ class GeminiBackend:
         self._client = client
         self.model = model
         self.prompt_version = PROMPT_VERSION
-        self._max_output_tokens = max_output_tokens
-        # A 2.5 model's thinking counts against max_output_tokens, and left to itself it may
-        # think the answer's room away: no text, MAX_TOKENS, and the batch bisected at the
-        # price of more calls. None: the model's own default (for models that take none).
+        # A 2.5 model's thinking counts against the request's max_output_tokens, and left
+        # to itself it may think the answer's room away: no text, MAX_TOKENS, and the batch
+        # bisected at the price of more calls. So thinking gets its own budget, asked on top
+        # of the answer's room. None: the model's own default (for models that take none).
         budget = thinking_budget
+        self._max_output_tokens = output_tokens(max_output_tokens, budget)
         self._thinking = None if budget is None else types.ThinkingConfig(thinking_budget=budget)
         self._schema_body = _schema_body(output_json_schema())
 
@@ -224,6 +232,17 @@ def _retry_after_s(value: str) -> float | None:
     if when.tzinfo is None:  # an obsolete date form without a zone is GMT (RFC 9110)
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def output_tokens(answer_tokens: int, thinking_budget: int | None) -> int:
+    """The request's max_output_tokens: the answer's room plus thinking's budget."""
+    total = answer_tokens + (thinking_budget or 0)
+    if total > MODEL_OUTPUT_LIMIT:
+        raise ValueError(
+            f"{answer_tokens} answer tokens and a thinking budget of {thinking_budget} exceed"
+            f" the {MODEL_OUTPUT_LIMIT} output tokens a model answers with"
+        )
+    return total
 
 
 def _api_error(e: genai_errors.APIError) -> str:

@@ -8,6 +8,10 @@ tests can assert what the SDK sent.
 Like the real API it reports usage with every answer the model gave, usable or not (the SDK
 hands it over even when `parsed` is None). A reply made with `prompt_tokens=None` counts the
 prompt it answers (`count_tokens`), so benches see the prompt's real size.
+
+Like the real API it holds an answer to the request's `maxOutputTokens`, thinking included:
+a text longer than the room left by the reply's thinking is cut there, with finish reason
+MAX_TOKENS (`output_tokens` estimates a text's tokens).
 """
 
 from __future__ import annotations
@@ -37,6 +41,42 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 def count_tokens(text: str) -> int:
     """An approximate token count of `text` (see `_TOKEN`)."""
     return len(_TOKEN.findall(text))
+
+
+def output_tokens(text: str) -> int:
+    """An estimate of the tokens a model spends writing `text`: about four characters a token
+    for ASCII, one a character for the rest (a CJK character is a token or more)."""
+    wide = sum(1 for c in text if not c.isascii())
+    return wide + -(-(len(text) - wide) // 4)
+
+
+def _cut_to_tokens(text: str, tokens: int) -> str:
+    """The longest start of `text` whose `output_tokens` is at most `tokens`."""
+    spent, chars = 0.0, 0
+    for c in text:
+        spent += 0.25 if c.isascii() else 1.0
+        if spent > tokens:
+            break
+        chars += 1
+    return text[:chars]
+
+
+def _within_output_cap(body: dict[str, Any], request: RecordedRequest) -> dict[str, Any]:
+    cap = request.generation_config.get("maxOutputTokens")
+    candidates = body.get("candidates") or []
+    if cap is None or len(candidates) != 1:
+        return body
+    parts = candidates[0].get("content", {}).get("parts", [])
+    text = "".join(p.get("text", "") for p in parts)
+    usage = body.get("usageMetadata", {})
+    room = max(cap - usage.get("thoughtsTokenCount", 0), 0)
+    if output_tokens(text) <= room:
+        return body
+    cut = {"parts": [{"text": _cut_to_tokens(text, room)}], "role": "model"}
+    candidate = {**candidates[0], "content": cut, "finishReason": "MAX_TOKENS"}
+    spent = usage.get("totalTokenCount", 0) - usage.get("candidatesTokenCount", 0) + room
+    capped = {**usage, "candidatesTokenCount": room, "totalTokenCount": spent}
+    return {**body, "candidates": [candidate], "usageMetadata": capped}
 
 
 # google.rpc status names the real API puts in its error bodies.
@@ -309,7 +349,8 @@ class FakeGemini:
                 reply = self.responder(request)
             else:
                 reply = self.default
-        return replace(reply, body=_with_prompt_counted(reply.body, request))
+        body = _within_output_cap(_with_prompt_counted(reply.body, request), request)
+        return replace(reply, body=body)
 
 
 def _handler_for(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:

@@ -22,7 +22,14 @@ with warnings.catch_warnings():
 
 from domain.model import FactType, MemoryState, SurfacePolicy, TokenUsage
 from processors.errors import BackendError, TransientBackendError, UnusableAnswer
-from processors.llm.gemini import GeminiBackend, make_gemini_client, parse_output
+from processors.llm.gemini import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    DEFAULT_THINKING_BUDGET,
+    MODEL_OUTPUT_LIMIT,
+    GeminiBackend,
+    make_gemini_client,
+    parse_output,
+)
 from processors.prompt import PROMPT_VERSION, output_json_schema
 from processors.schema import (
     MAX_FACT_CHARS,
@@ -109,7 +116,7 @@ def test_good_response_is_validated_with_usage(
     assert (backend.name, backend.prompt_version) == ("gemini", PROMPT_VERSION)
 
 
-def test_the_model_s_thinking_is_given_a_budget_inside_the_output_cap(
+def test_the_model_s_thinking_is_given_a_budget_on_top_of_the_answer_s_room(
     fake_gemini: FakeGemini,  # noqa: F811
     client: genai.Client,
 ) -> None:
@@ -119,8 +126,33 @@ def test_the_model_s_thinking_is_given_a_budget_inside_the_output_cap(
     budgeted, unset = (r.generation_config for r in fake_gemini.requests)
     # The SDK passes the config's field through as named (proto JSON reads either casing).
     assert budgeted["thinkingConfig"] in ({"thinkingBudget": 2048}, {"thinking_budget": 2048})
-    assert budgeted["maxOutputTokens"] == 8192
+    # Thinking cannot eat the answer's room: the request's cap is the room plus the budget.
+    assert budgeted["maxOutputTokens"] == DEFAULT_MAX_OUTPUT_TOKENS + 2048
+    assert unset["maxOutputTokens"] == DEFAULT_MAX_OUTPUT_TOKENS
     assert "thinkingConfig" not in unset
+
+
+def test_an_output_cap_beyond_what_a_model_answers_is_refused(client: genai.Client) -> None:
+    GeminiBackend(client, max_output_tokens=MODEL_OUTPUT_LIMIT, thinking_budget=None)
+    with pytest.raises(ValueError, match="65536"):
+        GeminiBackend(client, max_output_tokens=MODEL_OUTPUT_LIMIT, thinking_budget=1)
+
+
+def test_an_answer_beyond_its_room_is_cut_at_max_tokens_and_unusable(
+    fake_gemini: FakeGemini,  # noqa: F811
+    client: genai.Client,
+) -> None:
+    long = {**GOOD, "updated_working_memory": "日本語のメモ。" * 60}
+    fake_gemini.reply(FakeReply.json(long, thoughts_tokens=40), FakeReply.json(long))
+    with pytest.raises(UnusableAnswer, match="MAX_TOKENS") as raised:
+        GeminiBackend(client, max_output_tokens=300, thinking_budget=40).consolidate(
+            consolidation_request()
+        )
+    # The answer had its 300 tokens, the thinking its 40, and both were billed.
+    assert raised.value.usage.completion_tokens == 340
+    # With room for it, the same answer is whole.
+    output = GeminiBackend(client, max_output_tokens=600).consolidate(consolidation_request())
+    assert output.output.updated_working_memory == long["updated_working_memory"]
 
 
 def test_what_the_context_cache_served_is_counted_apart(
@@ -149,7 +181,7 @@ def test_request_is_deterministic_json_with_schema(
     assert config["responseMimeType"] == "application/json"
     assert config["responseJsonSchema"] == output_json_schema()
     assert "responseSchema" not in config
-    assert config["maxOutputTokens"] == 2048
+    assert config["maxOutputTokens"] == 2048 + DEFAULT_THINKING_BUDGET
     assert "updated_working_memory" in sent.system_text
     assert '<observation label="E1" type="preference"' in sent.user_text
     assert sent.headers.get("x-goog-api-key") == "test-key"
