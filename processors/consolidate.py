@@ -31,7 +31,13 @@ from domain.model import (
 from processors.cost import PriceTable, llm_entry
 from processors.gate import WriteGate
 from processors.lifecycle import FactLedger
-from processors.normalize import merge_json, normalize_json, storable_json, truncate_at_sentence
+from processors.normalize import (
+    apply_merge_patch,
+    merge_json,
+    normalize_json,
+    storable_json,
+    truncate_at_sentence,
+)
 from processors.schema import (
     MAX_SCAFFOLD_CHARS,
     MAX_WORKING_MEMORY_WORDS,
@@ -61,6 +67,18 @@ def bounded_scaffold(
             kept.add(key)
             size += sizes[key]
     return {str(k): v for k, v in scaffold.items() if k in kept}
+
+
+def patched_scaffold(scaffold: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """S after the answer's `updated_scaffold`, a merge patch of it (`apply_merge_patch`).
+
+    A patch, not the whole object: S may hold up to MAX_SCAFFOLD_CHARS, some 20,000 tokens
+    of CJK text, and an answer that had to copy it out would end at its output limit
+    (MAX_TOKENS, the batch bisected and dead-lettered, every run of that user alike) or
+    its timeout. A patch grows with what changed, not with S; an answer without S (the
+    seed's shape) changes nothing in it."""
+    patched = apply_merge_patch(dict(scaffold), normalize_json(dict(patch)))
+    return patched if isinstance(patched, dict) else {}
 
 
 class Consolidator:
@@ -95,10 +113,7 @@ class Consolidator:
         for proposal in proposals:
             ledger.apply(proposal)
 
-        # An answer without S (the seed's shape, a model off its schema) leaves S as it was:
-        # read as an empty S, it would have wiped the user's profile.
-        answered = "updated_scaffold" in output.model_fields_set
-        proposed = output.updated_scaffold if answered else request.state.scaffold
+        proposed = patched_scaffold(request.state.scaffold, output.updated_scaffold)
         scaffold, left_out = self._scaffold(request, proposed)
         state = MemoryState(
             user_id=request.user_id,
@@ -199,7 +214,7 @@ class Consolidator:
             event = obs.event
             if event.event_type is EventType.SCAFFOLD_UPDATE and event.scaffold_key is not None:
                 # Whatever the model made of the key, the event's value is in it, merged as
-                # the offline backend merges it; a key the model dropped starts from S before.
+                # the offline backend merges it; a key the answer removed starts from S before.
                 key = event.scaffold_key
                 base = scaffold[key] if key in scaffold else normalize_json(before.get(key))
                 scaffold[key] = merge_json(base, normalize_json(event.scaffold_value()))

@@ -56,6 +56,37 @@ def merge_json(old: Any, new: Any) -> Any:
     return new
 
 
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """`patch` applied to `target` as a JSON Merge Patch (RFC 7386): objects key by key,
+    recursively, a null removing its key, any other value replacing what was there. So an
+    answer names only what changes, and a key it leaves out is kept."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = apply_merge_patch(result.get(key), value)
+    return result
+
+
+def merge_patch_between(before: Any, after: Any) -> Any:
+    """The smallest merge patch that turns `before` into `after` (`apply_merge_patch`).
+
+    A null inside `after` cannot be told from a removal: such a key is removed, which for a
+    profile value that holds nothing loses nothing."""
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return after
+    patch: dict[str, Any] = {key: None for key in before if key not in after}
+    for key, value in after.items():
+        if key not in before:
+            patch[key] = value
+        elif before[key] != value:
+            patch[key] = merge_patch_between(before[key], value)
+    return patch
+
+
 def _decode_container(text: str) -> dict[str, Any] | list[Any] | None:
     """The object or array `text` encodes, through any number of string encodings; else None."""
     current: Any = text

@@ -34,6 +34,7 @@ from processors.heuristics import (
     to_third_person,
 )
 from processors.merge import merge_details, thread_of
+from processors.normalize import merge_patch_between
 from processors.offline_memory import build_scaffold, build_working_memory
 from processors.plan import Draft, Plan, Step, believed
 from processors.schema import (
@@ -84,7 +85,7 @@ class OfflineBackend:
 
     name = "offline"
     model = "offline-deterministic-v2"
-    prompt_version = "offline-v2"
+    prompt_version = "offline-v3"
 
     def __init__(self, embedder: Embedder | None = None) -> None:
         self._embedder = embedder
@@ -94,7 +95,8 @@ class OfflineBackend:
         scaffold = build_scaffold(request.state.scaffold, plan.steps)
         output = ConsolidationOutput(
             updated_working_memory=build_working_memory(scaffold, plan, request),
-            updated_scaffold=scaffold,
+            # A merge patch of S, as a model is asked for (processors.consolidate).
+            updated_scaffold=merge_patch_between(request.state.scaffold, scaffold),
             facts=plan.proposals(),
         )
         raw = json.dumps(output.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)

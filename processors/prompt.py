@@ -26,7 +26,7 @@ from processors.schema import (
     Observation,
 )
 
-PROMPT_VERSION = "consolidate-v5"
+PROMPT_VERSION = "consolidate-v6"
 
 # A safety net only: a live request carries the candidates the batch is about, a few dozen.
 MAX_PROMPT_FACTS = 200
@@ -43,9 +43,12 @@ updated_working_memory (W): a narrative of at most {MAX_WORKING_MEMORY_WORDS} wo
 user's current context: who they are, what they are working on, their projects, priorities and
 open threads. Rewrite the current W so it reflects the new observations; drop what is stale.
 
-updated_scaffold (S): a JSON object profiling the user. You choose the keys (for example Role,
-Goals, Projects, Preferences, Tools, Team). Start from the current S, keep what is still true,
-update what changed, add what is new. Return the complete object, not only the changes.
+updated_scaffold (S): S is a JSON object profiling the user. You choose the keys (for example
+Role, Goals, Projects, Preferences, Tools, Team). Return only the changes to the current S, as
+a JSON merge patch (RFC 7386): add what is new, update what changed, and leave out what stays
+as it is; a key set to null is removed. An object value is merged key by key into the current
+one; any other value (text, number, list) replaces the current value whole, so give a changed
+list complete. Return {{}} when S does not change.
 S is shown in every chat, whatever tool connections are active: anything learned from an
 observation that carries a connection attribute goes under S["Connections"][<connection>] and
 nowhere else in S, and working memory leaves it out.
@@ -200,7 +203,7 @@ _OUTPUT_REQUIRED = ["updated_working_memory", "updated_scaffold", "facts"]
 _FACT_REQUIRED = ["op", "content", "type", "confidence", "salience", "surface", "evidence"]
 _DESCRIPTIONS = {
     "updated_working_memory": f"Narrative of at most {MAX_WORKING_MEMORY_WORDS} words.",
-    "updated_scaffold": "Complete updated profile object; keys chosen by you.",
+    "updated_scaffold": "JSON merge patch of the profile object: only what changes.",
     "target_fact_id": "Id of an existing fact from the input; null for op add.",
     "evidence": 'Observation labels, e.g. "E3".',
 }

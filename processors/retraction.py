@@ -127,10 +127,8 @@ class RetractionAwareBackend:
         visible = without_retractions(request)
         if visible.observations:
             return self._inner.consolidate(visible)
-        unchanged = ConsolidationOutput(
-            updated_working_memory=request.state.working_memory,
-            updated_scaffold=dict(request.state.scaffold),
-        )
+        # No patch of S: S unchanged.
+        unchanged = ConsolidationOutput(updated_working_memory=request.state.working_memory)
         return BackendResponse(
             output=unchanged, raw_response="", usage=TokenUsage(), model=self._inner.model
         )

@@ -66,6 +66,7 @@ class ConsolidationOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     updated_working_memory: Annotated[str, StringConstraints(max_length=MAX_WORKING_MEMORY_CHARS)]
+    # A JSON merge patch of S, not S: see processors.consolidate.patched_scaffold.
     updated_scaffold: dict[str, Any] = Field(default_factory=dict)
     facts: list[FactProposal] = Field(default_factory=list, max_length=MAX_FACTS_PER_RUN)
     facts_to_embed: list[Annotated[str, StringConstraints(max_length=MAX_FACT_CHARS)]] = Field(

@@ -243,7 +243,7 @@ def test_memory_at_a_time_is_the_fold_of_the_runs_committed_by_then(
     for row in listing:
         assert row["backend"] == "offline"
         assert row["model"] == "offline-deterministic-v2"
-        assert row["prompt_version"] == "offline-v2"
+        assert row["prompt_version"] == "offline-v3"
         assert row["status"] == "succeeded"
         assert set(row["gate"]) == {"allowed", "held", "discarded", "reinforced"}
         assert row["tokens"]["prompt"] > 0

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from processors.consolidate import cap_words
 from processors.llm.gemini import parse_output
 from processors.normalize import (
+    apply_merge_patch,
+    merge_patch_between,
     normalize_json,
     storable_json,
     strip_fences,
@@ -202,3 +204,44 @@ def test_storable_json_replaces_what_postgres_refuses(value: Any, expected: Any)
 def test_storable_json_returns_a_storable_value_itself() -> None:
     value = {"a": [1, "x", {"b": 2.5}]}
     assert storable_json(value) is value
+
+
+@pytest.mark.parametrize(
+    ("target", "patch", "result"),
+    [
+        # RFC 7386's own examples.
+        ({"a": "b"}, {"a": "c"}, {"a": "c"}),
+        ({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}),
+        ({"a": "b"}, {"a": None}, {}),
+        ({"a": "b", "b": "c"}, {"a": None}, {"b": "c"}),
+        ({"a": ["b"]}, {"a": "c"}, {"a": "c"}),
+        ({"a": "c"}, {"a": ["b"]}, {"a": ["b"]}),
+        ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
+        ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
+        ({"e": None}, {"a": 1}, {"e": None, "a": 1}),
+        ("foo", {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
+    ],
+)
+def test_a_merge_patch_applies_as_rfc_7386_says(target: Any, patch: Any, result: Any) -> None:
+    assert apply_merge_patch(target, patch) == result
+
+
+_NO_NULLS = st.recursive(
+    st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    before=st.dictionaries(st.text(max_size=3), _NO_NULLS, max_size=4),
+    after=st.dictionaries(st.text(max_size=3), _NO_NULLS, max_size=4),
+)
+def test_the_patch_between_two_objects_turns_one_into_the_other(
+    before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    patch = merge_patch_between(before, after)
+    assert apply_merge_patch(before, patch) == after
+    assert merge_patch_between(after, after) == {}

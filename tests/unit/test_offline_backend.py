@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, MemoryState, Provenance, SurfacePolicy
+from processors.consolidate import patched_scaffold
 from processors.heuristics import Slot, classify_slot, first_sentences, to_third_person
 from processors.offline import OfflineBackend
 from processors.schema import (
@@ -91,6 +92,11 @@ def consolidate(
     state = MemoryState(USER, ORG, working_memory=working_memory, scaffold=scaffold or {})
     request = ConsolidationRequest.build(state, facts, events, BASE + timedelta(days=1))
     return OfflineBackend(embedder).consolidate(request)
+
+
+def scaffold_after(response: BackendResponse, before: dict[str, Any]) -> dict[str, Any]:
+    """S as a run makes it of `before` and the answer's patch of it."""
+    return patched_scaffold(before, response.output.updated_scaffold)
 
 
 EMBEDDERS = [pytest.param(None, id="jaccard"), pytest.param(BagOfWordsEmbedder(), id="embedder")]
@@ -253,7 +259,7 @@ def test_a_correction_about_someone_elses_name_leaves_the_users_alone(
     )
     [proposal] = response.output.facts
     assert (proposal.op, proposal.content) == (FactOp.ADD, "The user's sister's name is Ana")
-    assert response.output.updated_scaffold["Name"] == name.content
+    assert scaffold_after(response, {"Name": name.content})["Name"] == name.content
 
 
 def test_a_correction_about_someone_else_corrects_what_was_said_about_them() -> None:
@@ -463,6 +469,7 @@ def test_first_sentences_keeps_whole_sentences_within_the_limit() -> None:
 
 
 def test_scaffold_update_merges_dicts_and_replaces_other_values() -> None:
+    before = {"Team": {"manager": {"since": "2025"}, "size": 6}, "Goals": "old goal"}
     response = consolidate(
         [
             event(
@@ -480,9 +487,9 @@ def test_scaffold_update_merges_dicts_and_replaces_other_values() -> None:
                 source=Source.AUTONOMOUS,
             ),
         ],
-        scaffold={"Team": {"manager": {"since": "2025"}, "size": 6}, "Goals": "old goal"},
+        scaffold=before,
     )
-    scaffold = response.output.updated_scaffold
+    scaffold = scaffold_after(response, before)
     assert scaffold["Team"] == {
         "manager": {"name": "Priya", "since": "2025"},
         "pod": "Growth",
@@ -497,11 +504,11 @@ def test_scaffold_starts_from_the_current_one_without_mutating_it() -> None:
         [event(1, EventType.PREFERENCE, "I prefer async updates")], scaffold=current
     )
     assert current == {"Preferences": ["The user prefers tea"], "Custom": {"x": [1]}}
-    assert response.output.updated_scaffold["Preferences"] == [
-        "The user prefers tea",
-        "The user prefers async updates",
-    ]
-    assert response.output.updated_scaffold["Custom"] == {"x": [1]}
+    scaffold = scaffold_after(response, current)
+    assert scaffold["Preferences"] == ["The user prefers tea", "The user prefers async updates"]
+    assert scaffold["Custom"] == {"x": [1]}
+    # Only what changed is answered.
+    assert "Custom" not in response.output.updated_scaffold
 
 
 @pytest.mark.parametrize(
@@ -632,7 +639,8 @@ def test_huge_scaffold_updates_are_bounded() -> None:
         )
         for i in range(5)
     ]
-    scaffold = consolidate(events, scaffold={"Profile": ["y" * 500] * 20}).output.updated_scaffold
+    before = {"Profile": ["y" * 500] * 20}
+    scaffold = scaffold_after(consolidate(events, scaffold=before), before)
     assert scaffold_size(scaffold) <= MAX_SCAFFOLD_CHARS
     assert scaffold  # trimmed, not wiped
 

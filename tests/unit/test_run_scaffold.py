@@ -57,9 +57,14 @@ def test_an_answer_without_a_scaffold_leaves_s_as_it_was() -> None:
     silent = ConsolidationOutput.model_validate({"updated_working_memory": "W"})
     kept = planned(state, note, silent).state
     assert dict(kept.scaffold) == {"Role": "designer", "City": "Lisbon"}
-    # An S the model did write is S, even an empty one.
-    emptied = ConsolidationOutput(updated_working_memory="W", updated_scaffold={})
-    assert dict(planned(state, note, emptied).state.scaffold) == {}
+    # S is answered as a merge patch of it: {} changes nothing, a null removes its key.
+    unchanged = ConsolidationOutput(updated_working_memory="W", updated_scaffold={})
+    assert dict(planned(state, note, unchanged).state.scaffold) == dict(state.scaffold)
+    moved = ConsolidationOutput(
+        updated_working_memory="W", updated_scaffold={"City": None, "Home": {"city": "Porto"}}
+    )
+    after = {"Role": "designer", "Home": {"city": "Porto"}}
+    assert dict(planned(state, note, moved).state.scaffold) == after
 
 
 def test_a_scaffold_update_merges_into_the_key_whatever_the_model_made_of_it() -> None:
@@ -72,9 +77,9 @@ def test_a_scaffold_update_merges_into_the_key_whatever_the_model_made_of_it() -
     # The model kept S as it was: the event's keys are written into the object.
     kept = ConsolidationOutput(updated_working_memory="", updated_scaffold=dict(state.scaffold))
     assert dict(planned(state, pod, kept).state.scaffold)["Team"] == merged
-    # The model dropped the key: it starts again from S before the run.
-    dropped = ConsolidationOutput(updated_working_memory="", updated_scaffold={"Role": "PM"})
-    assert dict(planned(state, pod, dropped).state.scaffold) == {"Role": "PM", "Team": merged}
+    # The model left the key out of its patch: S's value is kept, and merged into.
+    left = ConsolidationOutput(updated_working_memory="", updated_scaffold={"Role": "PM"})
+    assert dict(planned(state, pod, left).state.scaffold) == {"Role": "PM", "Team": merged}
     # A value that is not an object replaces the key's.
     goals = make_event(
         "ada", '["ship onboarding"]', EventType.SCAFFOLD_UPDATE, source=Source.AUTONOMOUS,
