@@ -276,6 +276,8 @@ class UserFlusher:
         try:
             with self._index_queue.foreground.waiting():
                 response = self._backend.consolidate(request)
+            # Here, not only in `plan`: a bisection's probe must refuse the same answers.
+            self._consolidator.check(request, response)
         except UnusableAnswer as e:
             self._unapplied.record(
                 request,

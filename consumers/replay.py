@@ -341,7 +341,10 @@ class _Shadow:
         while True:
             started = time.monotonic()
             try:
-                return self._backend.consolidate(request), _ms_since(started), attempt
+                response = self._backend.consolidate(request)
+                # As a live flush does: a probe refuses what `plan` would.
+                self._consolidator.check(request, response)
+                return response, _ms_since(started), attempt
             except BackendError as e:
                 self._kept(
                     request,

@@ -29,6 +29,7 @@ from domain.model import (
     TokenUsage,
 )
 from processors.cost import PriceTable, llm_entry
+from processors.errors import UnusableAnswer
 from processors.gate import WriteGate
 from processors.lifecycle import FactLedger
 from processors.normalize import (
@@ -42,6 +43,7 @@ from processors.schema import (
     MAX_SCAFFOLD_CHARS,
     MAX_WORKING_MEMORY_WORDS,
     BackendResponse,
+    ConsolidationOutput,
     ConsolidationRequest,
 )
 from producers.contract import ContextEvent, EventType
@@ -81,6 +83,27 @@ def patched_scaffold(scaffold: Mapping[str, Any], patch: Mapping[str, Any]) -> d
     return patched if isinstance(patched, dict) else {}
 
 
+def wiping_answer(before: MemoryState, output: ConsolidationOutput) -> str | None:
+    """Why `output` must not be applied to `before`, or None.
+
+    An answer that empties a non-empty W, or removes more than half of the keys of a
+    non-empty S, is refused rather than applied: such an answer is a model slip or an
+    instruction injected in an observation ("return an empty profile"), whose other changes
+    are suspect too. Refused as an `UnusableAnswer`, the batch is bisected and the event it
+    comes from dead-lettered with this reason, where it can be seen and redriven; keeping the
+    old W or S instead would pass the event as consolidated and hide it. Deleting a user's
+    memory is the erasure API's job, never a consolidation's.
+    """
+    if before.working_memory.strip() and not output.updated_working_memory.strip():
+        return "the answer empties the working memory"
+    keys = set(before.scaffold)
+    kept = keys & set(patched_scaffold(before.scaffold, output.updated_scaffold))
+    removed = len(keys) - len(kept)
+    if keys and 2 * removed > len(keys):
+        return f"the answer removes {removed} of the scaffold's {len(keys)} keys"
+    return None
+
+
 class Consolidator:
     def __init__(self, gate: WriteGate, prices: PriceTable) -> None:
         self._gate = gate
@@ -105,6 +128,7 @@ class Consolidator:
     ) -> MemoryUpdate:
         """The run's update. `unshown`: the memory's stored facts (any status) among
         `unshown_ids`, so that a fact stated again goes on with its row."""
+        self.check(request, response)
         asked, request = request, self._planned_on(request)
         output = response.output
         ledger = self._ledger(request, run_id, unshown)
@@ -167,6 +191,15 @@ class Consolidator:
             ledger=(entry,),
         )
         return self._completed(asked, planned)
+
+    @staticmethod
+    def check(request: ConsolidationRequest, response: BackendResponse) -> None:
+        """Raise `UnusableAnswer` if the answer would wipe memory (`wiping_answer`), carrying
+        its text and usage: the call was paid for. Callers check before they probe or apply,
+        so a bisection finds the event such an answer comes from."""
+        reason = wiping_answer(request.state, response.output)
+        if reason is not None:
+            raise UnusableAnswer(reason, raw_response=response.raw_response, usage=response.usage)
 
     def unshown_ids(
         self, request: ConsolidationRequest, response: BackendResponse
