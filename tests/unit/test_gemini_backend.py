@@ -382,7 +382,8 @@ def test_the_fake_counts_the_prompt_it_answers(
 @pytest.mark.parametrize(
     "text",
     [
-        pytest.param("[" * 100_000, id="absurd-nesting"),
+        # Within the answer's room (the fake cuts what is not), far past the decoder's depth.
+        pytest.param("[" * 20_000, id="absurd-nesting"),
         pytest.param("9" * 10_000, id="integer-too-long"),
     ],
 )
