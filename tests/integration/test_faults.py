@@ -122,7 +122,11 @@ def test_chroma_killed_and_restarted(
 
 
 def test_llm_failing_then_redrive(deployment: Deployment, tmp_path: Path) -> None:
-    with FakeGemini(default=FakeReply.status(503, "overloaded")) as fake:
+    # A refusal the provider gives every request alike and that waiting does not cure (a
+    # region it does not serve): dead-lettered, then redriven once fixed. An overloaded
+    # provider (503 for every memory) is waited out instead (test_consolidation_gemini).
+    refusal = FakeReply.status(400, "User location is not supported for the API use.")
+    with FakeGemini(default=refusal) as fake:
         llm = LlmSettings(
             backend="gemini", base_url=fake.url, api_key=SecretStr("k"), timeout_ms=5000
         )
