@@ -1,8 +1,9 @@
 """Errors of the consolidation logic and its backends.
 
-The split matters to the consumer: a `TransientBackendError` is retried with backoff, an
-`UnusableAnswer` makes it split the batch to find the event at fault, any other
-`BackendError` goes straight to the dead-letter path with its reason.
+The split matters to the consumer: a `TransientBackendError` is retried with backoff (a
+`CredentialsRefused` waited out, as the backend being out), an `UnusableAnswer` makes it split
+the batch to find the event at fault, any other `BackendError` goes straight to the
+dead-letter path with its reason.
 
 An error carries the tokens the failed call used: a model that answered, even with nothing
 usable, was paid for, and the run record and the credit ledger book it.
@@ -48,3 +49,10 @@ class TransientBackendError(BackendError):
     ) -> None:
         super().__init__(message, raw_response, usage)
         self.retry_after_s = retry_after_s
+
+
+class CredentialsRefused(TransientBackendError):
+    """The provider refuses memoryd's credentials, not the request: a key revoked, expired or
+    restricted, the API disabled for its project, the project's billing lapsed. Every request
+    fails alike until an operator fixes the key, whatever the batch, so the consumer waits it
+    out as the backend being out and dead-letters nothing for it."""

@@ -3,7 +3,8 @@
 The SDK is told never to retry: the consumer retries per user with backoff, and retries hidden
 in here would multiply its attempts and stall the other users' flushes. SDK and transport
 errors are translated here, once, into `TransientBackendError` (retry, with the delay the API
-asked for) or `BackendError` (dead letter). `response.parsed` is not trusted: the SDK leaves
+asked for), `CredentialsRefused` (the key or its project refused: waited out until an operator
+fixes it) or `BackendError` (dead letter). `response.parsed` is not trusted: the SDK leaves
 it `None`, without an error, for truncated, fenced, wrongly typed or blocked output, so the
 text is parsed here and a failure always raises `UnusableAnswer` (the consumer bisects the
 batch), never yields an empty result. The response's usage goes with the error: an unusable
@@ -13,11 +14,8 @@ answer is still billed. The SDK is not even given the schema to parse with (see
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
-import re
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -28,7 +26,13 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from domain.model import FactType, TokenUsage
-from processors.errors import BackendError, TransientBackendError, UnusableAnswer
+from processors.errors import (
+    BackendError,
+    CredentialsRefused,
+    TransientBackendError,
+    UnusableAnswer,
+)
+from processors.llm.gemini_errors import refuses_credentials, retry_delay
 from processors.llm.thinking import DEFAULT_THINKING_BUDGET
 from processors.normalize import (
     normalize_json,
@@ -150,6 +154,8 @@ class GeminiBackend:
                 model=self.model, contents=contents, config=config
             )
         except genai_errors.ClientError as e:
+            if refuses_credentials(e):
+                raise CredentialsRefused(_api_error(e)) from e
             if e.code in _TRANSIENT_CLIENT_CODES:
                 raise TransientBackendError(_api_error(e), retry_after_s=retry_delay(e)) from e
             raise BackendError(_api_error(e)) from e
@@ -192,46 +198,6 @@ def _schema_body(schema: dict[str, Any]) -> types.HttpOptions:
     of the client's they set: the timeout stays the client's.
     """
     return types.HttpOptions(extra_body={"generationConfig": {"responseJsonSchema": schema}})
-
-
-def retry_delay(e: genai_errors.APIError) -> float | None:
-    """The wait the API asked for, in seconds: google.rpc.RetryInfo's `retryDelay` in the
-    error's details (what a quota's 429 carries), else a Retry-After header (an overloaded
-    503's); None if it named none. A quota resets in tens of seconds, so retrying sooner only
-    spends attempts on more 429s."""
-    body = e.details.get("error", e.details) if isinstance(e.details, dict) else None
-    details = body.get("details") if isinstance(body, dict) else None
-    for detail in details if isinstance(details, list) else []:
-        if isinstance(detail, dict) and detail.get("@type") == _RETRY_INFO:
-            seconds = _duration_s(detail.get("retryDelay"))
-            if seconds is not None:
-                return seconds
-    headers = getattr(e.response, "headers", None)
-    value = headers.get("retry-after") if headers is not None else None
-    return _retry_after_s(value) if isinstance(value, str) else None
-
-
-_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
-# A protobuf Duration in JSON: decimal seconds with an "s" ("37s", "1.5s", "0.250s").
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)s\s*$")
-
-
-def _duration_s(value: Any) -> float | None:
-    match = _DURATION.match(value) if isinstance(value, str) else None
-    return float(match[1]) if match else None
-
-
-def _retry_after_s(value: str) -> float | None:
-    """RFC 9110 Retry-After: delay-seconds, or an HTTP date (the wait until then)."""
-    if value.strip().isdigit():
-        return float(value.strip())
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None  # neither form: as if the header were absent
-    if when.tzinfo is None:  # an obsolete date form without a zone is GMT (RFC 9110)
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def output_tokens(answer_tokens: int, thinking_budget: int | None) -> int:

@@ -169,19 +169,27 @@ class FakeReply:
         message: str | None = None,
         retry_delay: str | None = None,
         retry_after: str | None = None,
+        reason: str | None = None,
     ) -> FakeReply:
         """An error answer with the real API's `{"error": {code, message, status}}` body;
         `retry_delay` adds the google.rpc.RetryInfo a quota's 429 carries ("37s"),
-        `retry_after` a Retry-After header."""
+        `retry_after` a Retry-After header, `reason` a google.rpc.ErrorInfo (the API's
+        "API_KEY_INVALID" on a 400 for a revoked or expired key)."""
         text = message or HTTPStatus(code).phrase
         error: dict[str, Any] = {
             "code": code,
             "message": text,
             "status": _RPC_STATUS.get(code, "UNKNOWN"),
         }
+        details: list[dict[str, Any]] = []
+        if reason is not None:
+            info = {"reason": reason, "domain": "googleapis.com"}
+            details.append({"@type": "type.googleapis.com/google.rpc.ErrorInfo", **info})
         if retry_delay is not None:
             info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
-            error["details"] = [info]
+            details.append(info)
+        if details:
+            error["details"] = details
         headers = () if retry_after is None else (("Retry-After", retry_after),)
         return cls(code, {"error": error}, headers=headers)
 

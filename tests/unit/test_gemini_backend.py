@@ -21,7 +21,12 @@ with warnings.catch_warnings():
     from google import genai
 
 from domain.model import FactType, MemoryState, SurfacePolicy, TokenUsage
-from processors.errors import BackendError, TransientBackendError, UnusableAnswer
+from processors.errors import (
+    BackendError,
+    CredentialsRefused,
+    TransientBackendError,
+    UnusableAnswer,
+)
 from processors.llm.gemini import (
     DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_THINKING_BUDGET,
@@ -195,7 +200,6 @@ def test_request_is_deterministic_json_with_schema(
         pytest.param(FakeReply.status(503, "The model is overloaded"), True, id="503"),
         pytest.param(FakeReply.status(501, "Method not implemented"), False, id="501"),
         pytest.param(FakeReply.status(400, "Invalid JSON payload"), False, id="400"),
-        pytest.param(FakeReply.status(403, "API key not valid"), False, id="403"),
         pytest.param(FakeReply.status(404, "models/x is not found"), False, id="404"),
     ],
 )
@@ -212,6 +216,50 @@ def test_http_errors_are_mapped_without_sdk_retries(
     assert str(reply.http_status) in str(raised.value)
     # One request: retrying is the consumer's job, per user, with backoff.
     assert len(fake_gemini.requests) == 1
+
+
+KEY_INVALID = "API key expired. Please renew the API key."
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(FakeReply.status(401, "Request had invalid credentials"), id="401"),
+        pytest.param(FakeReply.status(403, "Method doesn't allow unregistered callers"), id="403"),
+        pytest.param(
+            FakeReply.status(
+                403,
+                "Generative Language API has not been used in project 1",
+                reason="SERVICE_DISABLED",
+            ),
+            id="API disabled",
+        ),
+        pytest.param(FakeReply.status(400, KEY_INVALID, reason="API_KEY_INVALID"), id="key"),
+    ],
+)
+def test_a_refused_key_or_project_is_credentials_refused(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+    reply: FakeReply,
+) -> None:
+    # Every request fails alike until the key is fixed: not a batch to dead-letter.
+    fake_gemini.reply(reply)
+    with pytest.raises(CredentialsRefused) as raised:
+        backend.consolidate(consolidation_request())
+    assert str(reply.http_status) in str(raised.value)
+    assert raised.value.usage == TokenUsage()
+    assert len(fake_gemini.requests) == 1
+
+
+def test_a_request_refused_for_another_reason_stays_permanent(
+    fake_gemini: FakeGemini,  # noqa: F811
+    backend: GeminiBackend,
+) -> None:
+    # A 400 whose ErrorInfo names something else is about the request, not the key.
+    fake_gemini.reply(FakeReply.status(400, "Invalid value", reason="BAD_REQUEST"))
+    with pytest.raises(BackendError) as raised:
+        backend.consolidate(consolidation_request())
+    assert not isinstance(raised.value, TransientBackendError)
 
 
 @pytest.mark.parametrize(
@@ -347,7 +395,7 @@ def test_an_answer_cut_into_parts_is_one_request_and_unusable(
     assert fake_gemini.requests[0].generation_config.get("automaticContinuation") is None
 
 
-@pytest.mark.parametrize("code", [400, 403, 404])
+@pytest.mark.parametrize("code", [400, 404])
 def test_api_errors_are_not_unusable_answers(
     fake_gemini: FakeGemini,  # noqa: F811
     backend: GeminiBackend,
