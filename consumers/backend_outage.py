@@ -10,9 +10,14 @@ is out, a failing batch waits like through a database outage and is charged no a
 is charged one, and after its last one it is dead-lettered, so a poison batch never holds its
 partition.
 
-One memory failing alone is never an outage, however often: a lone poison batch, with nothing
-else to flush, would otherwise wait forever. The price: with a single memory to consolidate, a
-provider away dead-letters it after its attempts (each waiting as long as the provider asked).
+A refusal of memoryd's credentials (`CredentialsRefused`: a key revoked or expired, the API
+disabled for its project) is an outage at once, even for one memory: it is about the key, never
+the batch, so no poison batch can look like it, and it ends like the others on the first answer.
+
+One memory failing transiently alone is never an outage, however often: a lone poison batch,
+with nothing else to flush, would otherwise wait forever. The price: with a single memory to
+consolidate, a provider away dead-letters it after its attempts (each waiting as long as the
+provider asked).
 
 Kept on the processor's polling thread, where batches are settled: no lock.
 """
@@ -30,10 +35,15 @@ class BackendOutage:
         self._streak = 0  # flushes in a row that failed transiently
         self._first: MemoryKey | None = None  # the streak's first memory
         self._several = False  # the streak holds another memory's failure too
+        self._refused = False  # the credentials were refused since the last answer
 
     @property
     def out(self) -> bool:
-        return self._streak >= self._after and self._several
+        return self._refused or (self._streak >= self._after and self._several)
+
+    def refused(self) -> None:
+        """A flush was refused for memoryd's credentials: the backend is out until it answers."""
+        self._refused = True
 
     def failed(self, key: MemoryKey) -> bool:
         """A flush of `key` failed transiently; returns whether the backend is out now."""
@@ -48,4 +58,5 @@ class BackendOutage:
         """A flush got the backend's answer; returns whether that ended an outage."""
         was_out = self.out
         self._streak, self._first, self._several = 0, None, False
+        self._refused = False
         return was_out

@@ -2,9 +2,9 @@
 
 An outage is a dependency that is away for a while (Postgres, the broker, the dead-letter
 topic, a database that refuses writes until an operator acts, the LLM provider failing every
-memory's flush: `consumers.backend_outage`): the work is not at fault, so
-it is retried, without a cap on the number of attempts, each wait bounded by the one retry
-policy (`domain.retry.Backoff`). While it lasts the process is degraded: a warning per retry
+memory's flush or refusing memoryd's key: `consumers.backend_outage`): the work is not at
+fault, so it is retried, without a cap on the number of attempts, each wait bounded by the one
+retry policy (`domain.retry.Backoff`). While it lasts the process is degraded: a warning per retry
 in the log, `memoryd_consumer_degraded{consumer}` at 1 and a count of retries by cause. Each
 source (what failed: a poll, a flush, dead letters) recovers on its own success, which logs
 it; the gauge goes back to 0 once none is failing. Nothing needs a restart.
@@ -31,7 +31,7 @@ from consumers.errors import DeadLetterError
 from consumers.metrics import PipelineMetrics
 from domain.ids import MemoryKey
 from domain.retry import Backoff
-from processors.errors import TransientBackendError
+from processors.errors import CredentialsRefused, TransientBackendError
 from store.errors import (
     DatabaseRefused,
     DatabaseUnavailable,
@@ -67,6 +67,8 @@ def cause_of(error: BaseException) -> str:
         return "database"
     if isinstance(error, DeadLetterError):
         return "dead_letter_topic"
+    if isinstance(error, CredentialsRefused):  # before its base: "fix the key", not "wait"
+        return "backend_auth"
     if isinstance(error, TransientBackendError):
         return "backend"
     return "broker"

@@ -21,7 +21,7 @@ from consumers.outage import Outage
 from consumers.record_letters import HeldLetters
 from consumers.settings import ProcessorSettings
 from domain.ids import MemoryKey
-from processors.errors import BackendError, TransientBackendError
+from processors.errors import BackendError, CredentialsRefused, TransientBackendError
 from store.errors import (
     DatabaseUnavailable,
     EventsAlreadyConsolidated,
@@ -44,8 +44,9 @@ FLUSH_OUTCOMES = (
 # a failed run. Per memory, as the database may fail one memory only (a lock or statement
 # timeout on its rows): another's success says nothing of it.
 FLUSH, RECORDING = "a flush", "recording a failed run"
-# A flush failing transiently while the backend is out (`consumers.backend_outage`): per memory
-# too, so each backs off on its own, and all end on the first answer the backend gives.
+# A flush failing transiently while the backend is out, or refused for the credentials
+# (`consumers.backend_outage`): per memory too, so each backs off on its own, and all end on
+# the first answer the backend gives.
 BACKEND = "a backend call"
 
 
@@ -95,6 +96,12 @@ class Settlement:
             self._outage.recovered(FLUSH, batch.key)
             log.info("re-planning after a concurrent run: %s", e, extra=batch_fields(batch))
             self._metrics.flushes.labels("replanned").inc()
+            return
+        except CredentialsRefused as e:
+            # Never the batch's fault: waited out, whatever the other memories' flushes did.
+            self._outage.recovered(FLUSH, batch.key)
+            self._backend.refused()
+            self._wait_out(batch, e, BACKEND)
             return
         except TransientBackendError as e:
             self._outage.recovered(FLUSH, batch.key)  # the backend is asked after the read

@@ -60,3 +60,14 @@ def test_an_answer_says_whether_it_ended_an_outage() -> None:
 def test_one_failure_is_no_streak() -> None:
     with pytest.raises(ValueError, match="at least 2"):
         BackendOutage(1)
+
+
+def test_refused_credentials_are_an_outage_at_once_until_an_answer() -> None:
+    # One memory alone is enough: a refused key is never a batch's fault.
+    rule = BackendOutage(3)
+    rule.refused()
+    assert rule.out
+    assert rule.failed(key_of("ada")) is True  # a transient failure meanwhile waits too
+    assert rule.answered() is True
+    assert not rule.out
+    assert rule.failed(key_of("ada")) is False

@@ -1,6 +1,7 @@
 """The processor when the backend fails transiently: the retry delay the provider asks for is
 honoured (up to a cap); the backend failing every memory is an outage, waited out without
-charging attempts; one batch failing while others are answered is still dead-lettered."""
+charging attempts; one batch failing while others are answered is still dead-lettered; a
+refused key is an outage at once, even for one memory."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from consumers.processor import MemoryProcessor
-from processors.errors import TransientBackendError
+from processors.errors import CredentialsRefused, TransientBackendError
 from processors.schema import ConsolidationRequest
 from producers.contract import ContextEvent
 from tests.support.builders import key_of, make_event
@@ -110,3 +111,26 @@ def test_a_batch_failing_alone_while_others_are_answered_is_dead_lettered(
         assert m.memory.already_consolidated(key_of(e.user_id), [e.event_id])
     assert metric(processor, "outage_retries", "processor", "backend") == 0
     assert retry_delays(caplog) == [0.1, 0.1]
+
+
+def test_a_refused_key_is_waited_out_for_one_memory_without_charging_attempts() -> None:
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    # More refusals than the attempts a batch has, and one memory only: still an outage.
+    backend = FlakyBackend([CredentialsRefused("401 UNAUTHENTICATED")] * 5)
+    event = make_event("ada", "I live in Lisbon")
+    publish(consumer, event)
+    settings = FAST.model_copy(update={"max_attempts": 2})
+    processor = m.processor(consumer, backend, letters, settings)
+    processor.start()
+
+    step_until(processor, lambda: metric(processor, "degraded", "processor") == 1)
+    step_until(processor, lambda: consumer.committed.get(0) == 1)
+    processor.shutdown()
+
+    assert letters.letters == []
+    assert m.memory.already_consolidated(key_of("ada"), [event.event_id])
+    assert backend.calls == 6
+    assert metric(processor, "outage_retries", "processor", "backend_auth") == 5
+    assert metric(processor, "outage_retries", "processor", "backend") == 0
+    assert metric(processor, "backend_retries", backend.name) == 0
+    assert metric(processor, "degraded", "processor") == 0
