@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from consumers.replay_result import FailedBatch, ShadowResult
 from consumers.splitting import MAX_SPLIT_CALLS, PROBE_NOTE, consolidate_isolated
 from domain.ids import MemoryKey, occurrence_run_id, run_id_for
 from domain.model import Fact, LoggedRun, RunRecord, RunStatus, TokenUsage
@@ -63,41 +64,6 @@ class MaintenanceStep:
 
 
 Step = ShadowBatch | MaintenanceStep
-
-
-@dataclass(frozen=True)
-class FailedBatch:
-    event_ids: tuple[uuid.UUID, ...]
-    error: str
-
-
-@dataclass(frozen=True)
-class ShadowResult:
-    memory: FoldedMemory
-    runs: tuple[RunRecord, ...]
-    failed: tuple[FailedBatch, ...]
-    # Every call that became no run (an unusable answer, an error, a probe that answered
-    # usably), as a failed or discarded run with the tokens the backend said it used: a
-    # model that answered was paid for, so the replay's cost counts them.
-    unapplied: tuple[RunRecord, ...] = ()
-    # The recorded maintenance runs made again (those that changed the shadow).
-    maintenance: tuple[RunRecord, ...] = ()
-
-    @property
-    def calls(self) -> tuple[RunRecord, ...]:
-        return (*self.runs, *self.unapplied)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(r.usage.prompt_tokens for r in self.calls)
-
-    @property
-    def completion_tokens(self) -> int:
-        return sum(r.usage.completion_tokens for r in self.calls)
-
-    @property
-    def cost_micro_usd(self) -> int:
-        return sum(r.cost_micro_usd for r in self.calls)
 
 
 def unredacted(

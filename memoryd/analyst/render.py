@@ -11,7 +11,7 @@ from dataclasses import asdict
 from datetime import date, datetime
 from typing import Any
 
-from consumers.replay import ShadowResult
+from consumers.replay_result import ShadowResult
 from domain.codec import fact_to_json
 from domain.ids import MemoryKey
 from domain.model import Fact, LoggedRun

@@ -12,11 +12,11 @@ import pytest
 
 from consumers.replay import (
     ShadowBatch,
-    ShadowResult,
     batches_by_size,
     batches_like_live,
     shadow_consolidate,
 )
+from consumers.replay_result import ShadowResult
 from domain.model import (
     MAX_LEARNED_INFO,
     Fact,
