@@ -18,7 +18,9 @@ rather than paid for again.
 Budget: a spent credit line (balance <= 0) gets the configured policy, decided under the lock:
 DEFER records a deferred run and parks the events on the dead-letter topic (stage `budget`)
 until `memoryd redrive`; SKIP_EMBEDDINGS consolidates, notes `budget_action` in the run and
-leaves the new facts unindexed until credit is added (the index drain skips them).
+leaves the new facts unindexed until credit is added (the index drain skips them). A bisection
+reads the balance again before each further call (`consumers.credit`): spent, DEFER parks the
+events no run took yet.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ from datetime import datetime
 from enum import StrEnum
 
 from consumers.batching import BufferedEvent, Rejection, first_by_id
+from consumers.credit import CreditLine, CreditSpent
 from consumers.flush_result import FlushKind, FlushResult, RejectedEvents
 from consumers.forgetting import ForgottenEvents
 from consumers.indexer import IndexQueue
 from consumers.kept_answers import KeptAnswer, KeptAnswers
 from consumers.observers import FlushObserver
-from consumers.splitting import MAX_SPLIT_CALLS, PROBE_NOTE, consolidate_isolated
+from consumers.splitting import MAX_SPLIT_CALLS, PROBE_NOTE, Answered, consolidate_isolated
 from consumers.unapplied_runs import UnappliedRuns
 from domain.ids import MemoryKey, deferred_run_id_for, run_id_for
 from domain.model import FlushReads, MemoryState, MemoryUpdate, RunStatus
@@ -179,7 +182,17 @@ class UserFlusher:
                 state, fresh, now, attempt, exhausted, generation, reads.known_facts
             )
         except UnusableAnswer as e:
-            return self._split(state, fresh, now, attempt, exhausted, generation, e)
+            defer = self._budget_policy is BudgetPolicy.DEFER
+            prices = self._consolidator.prices
+            credit = CreditLine(self._store, state.key, prices, balance, defer=defer)
+            updates: list[MemoryUpdate] = []
+            try:
+                return self._split(state, fresh, now, attempt, credit, generation, e, updates)
+            except CreditSpent as spent:  # the events no run took are parked
+                done = {i for u in updates for i in u.run.input_event_ids}
+                rest = [x for x in fresh if x.event_id not in done]
+                deferred = self._defer(state, rest, now, attempt, str(spent), deferral)
+                return replace(deferred, updates=tuple(updates))
         return FlushResult(FlushKind.CONSOLIDATED, len(fresh), (update,), skip_embeddings=exhausted)
 
     def _attempt(
@@ -191,13 +204,15 @@ class UserFlusher:
         exhausted: bool,
         generation: uuid.UUID | None,
         known_facts: int | None = None,
+        probed: KeptAnswer | None = None,
     ) -> MemoryUpdate:
         """Consolidate `events` in one run and apply it; an unusable answer is recorded as a
         failed run and raised. `known_facts`: as read under the lock, until a run is applied.
 
         The answer to a write the database did not take is kept, and applied by the retry
-        of the same events at the same version instead of a new call (`KeptAnswers`)."""
-        kept = self._kept.take(state.key, state.version, (e.event_id for e in events))
+        of the same events at the same version instead of a new call (`KeptAnswers`); so is
+        `probed`, a bisection's probe of these events on this memory."""
+        kept = probed or self._kept.take(state.key, state.version, (e.event_id for e in events))
         if kept is None:
             request, degraded = self._request(state, events, now, known_facts)
             response, duration_ms = self._call(request, attempt)
@@ -300,65 +315,58 @@ class UserFlusher:
         fresh: Sequence[ContextEvent],
         now: datetime,
         attempt: int,
-        exhausted: bool,
+        credit: CreditLine,
         generation: uuid.UUID | None,
         error: UnusableAnswer,
+        updates: list[MemoryUpdate],
     ) -> FlushResult:
+        """`updates`: the runs applied. Raises CreditSpent: no credit left, and DEFER."""
         if len(fresh) == 1:
             alone = RejectedEvents((fresh[0].event_id,), f"backend error: {error}")
             return FlushResult(FlushKind.REJECTED, 0, rejected=(alone,))
-        updates: list[MemoryUpdate] = []
-        tries = 0
 
         def consolidate(group: Sequence[ContextEvent]) -> MemoryUpdate:
+            credit.before_call()
             # Each on the memory as the runs (and recorded failures) before it left it.
-            nonlocal tries
-            current = self._store.load_state(state.key) if tries else state
-            tries += 1
-            update = self._attempt(current, group, now, attempt, exhausted, generation)
+            current = self._store.load_state(state.key)
+            return applied(self._attempt(current, group, now, attempt, credit.spent, generation))
+
+        def probe(group: Sequence[ContextEvent]) -> str | Answered[KeptAnswer]:
+            credit.before_call()
+            request, degraded = self._request(state, group, now, None)
+            try:
+                response, duration_ms = self._call(request, attempt)
+            except UnusableAnswer as e:
+                self._observer.probed(usable=False)
+                return str(e)
+            self._observer.probed(usable=True)
+            credit.held(response)
+            return Answered(KeptAnswer(request, response, duration_ms, degraded, generation))
+
+        def reuse(group: Sequence[ContextEvent], answer: KeptAnswer) -> MemoryUpdate | None:
+            if self._store.load_state(state.key).version != state.version:
+                return None
+            credit.booked(answer.response)  # with the run, or kept if its write is refused
+            update = self._attempt(
+                state, group, now, attempt, credit.spent, generation, probed=answer
+            )
+            return applied(update)
+
+        def discard(a: KeptAnswer) -> None:
+            credit.booked(a.response)
+            self._unapplied.discarded(
+                a.request, attempt, now, a.response, a.duration_ms, PROBE_NOTE
+            )
+
+        def applied(update: MemoryUpdate) -> MemoryUpdate:
             updates.append(update)
             return update
 
         found = consolidate_isolated(
-            fresh,
-            str(error),
-            lambda group: self._probe(state, group, now, attempt),
-            consolidate,
-            self._max_split_calls,
-        )
-        rejected = [
-            RejectedEvents(
-                tuple(e.event_id for e in group),
-                f"backend error: {why} (bisected out of a batch of {len(fresh)})",
-            )
-            for group, why in found.failing
-        ]
-        rejected.extend(
-            RejectedEvents(tuple(x.event_id for x in group), f"backend error: {why}")
-            for group, why in found.unanswered
-        )
-        consolidated = sum(len(u.run.input_event_ids) for u in updates)
-        return FlushResult(
-            FlushKind.CONSOLIDATED if updates else FlushKind.REJECTED,
-            consolidated,
-            tuple(updates),
-            skip_embeddings=exhausted,
-            rejected=tuple(rejected),
-        )
-
-    def _probe(
-        self, state: MemoryState, events: Sequence[ContextEvent], now: datetime, attempt: int
-    ) -> str | None:
-        """Try `events` alone: None if the answer is usable (recorded, not applied), else why."""
-        request, _ = self._request(state, events, now, None)
-        try:
-            response, duration_ms = self._call(request, attempt)
-        except UnusableAnswer as e:
-            self._observer.probed(usable=False)
-            return str(e)
-        self._observer.probed(usable=True)
-        self._unapplied.discarded(request, attempt, now, response, duration_ms, PROBE_NOTE)
-        return None
+            fresh, str(error), probe, consolidate, self._max_split_calls,
+            reuse=reuse, discard=discard,
+        )  # fmt: skip
+        return FlushResult.bisected(len(fresh), updates, found, skip_embeddings=credit.spent)
 
     # -- runs that change nothing ---------------------------------------------------------
 

@@ -4,11 +4,14 @@ how it ended, the runs it wrote, and the events it gives up on."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from consumers.batching import Rejection
+from consumers.splitting import Consolidated
 from domain.model import MemoryUpdate
+from producers.contract import ContextEvent
 
 
 class FlushKind(StrEnum):
@@ -39,6 +42,35 @@ class FlushResult:
     deferred_run: uuid.UUID | None = None
     deferred: tuple[uuid.UUID, ...] = ()  # the events the deferred run parks
     forgotten: int = 0  # events left out because an erasure forgot them
+
+    @classmethod
+    def bisected(
+        cls,
+        size: int,
+        updates: Sequence[MemoryUpdate],
+        found: Consolidated[ContextEvent, MemoryUpdate],
+        *,
+        skip_embeddings: bool,
+    ) -> FlushResult:
+        """A batch of `size` events bisected: the runs applied, the events it gives up on."""
+        rejected = [
+            RejectedEvents(
+                tuple(e.event_id for e in group),
+                f"backend error: {why} (bisected out of a batch of {size})",
+            )
+            for group, why in found.failing
+        ]
+        rejected.extend(
+            RejectedEvents(tuple(x.event_id for x in group), f"backend error: {why}")
+            for group, why in found.unanswered
+        )
+        return cls(
+            FlushKind.CONSOLIDATED if updates else FlushKind.REJECTED,
+            sum(len(u.run.input_event_ids) for u in updates),
+            tuple(updates),
+            skip_embeddings=skip_embeddings,
+            rejected=tuple(rejected),
+        )
 
     @property
     def rejected_reasons(self) -> dict[uuid.UUID, str]:

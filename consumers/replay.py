@@ -20,10 +20,10 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from consumers.replay_result import FailedBatch, ShadowResult
-from consumers.splitting import MAX_SPLIT_CALLS, PROBE_NOTE, consolidate_isolated
+from consumers.splitting import MAX_SPLIT_CALLS, PROBE_NOTE, Answered, consolidate_isolated
 from domain.ids import MemoryKey, occurrence_run_id, run_id_for
 from domain.model import Fact, LoggedRun, RunRecord, RunStatus, TokenUsage
 from domain.ports import Embedder
@@ -188,6 +188,15 @@ def shadow_consolidate(
     )
 
 
+class _Answer(NamedTuple):
+    """A usable answer: what `_call` returned for its request."""
+
+    request: ConsolidationRequest
+    response: BackendResponse
+    duration_ms: int
+    attempt: int  # the transient failures before it
+
+
 class _Shadow:
     """One replay under way: the image so far, its runs, what failed, the calls no run took."""
 
@@ -232,13 +241,26 @@ class _Shadow:
         self.memory = fold_run(self.memory, LoggedRun(self.memory.last_seq + 1, at, update.run))
 
     def _split(self, batch: ShadowBatch, error: UnusableAnswer, max_split_calls: int) -> None:
-        def run(group: Sequence[ContextEvent]) -> None:
+        def part(group: Sequence[ContextEvent]) -> ShadowBatch:
             # A part of a batch is shown what a search finds for it, as a live flush's is.
-            self._run(ShadowBatch(tuple(group), batch.now))
+            return ShadowBatch(tuple(group), batch.now)
+
+        def probe(group: Sequence[ContextEvent]) -> str | Answered[_Answer]:
+            request = self._request(part(group))
+            try:
+                return Answered(_Answer(request, *self._call(request)))
+            except UnusableAnswer as e:
+                return str(e)
+
+        def reuse(group: Sequence[ContextEvent], answer: _Answer) -> RunRecord | None:
+            # As a live flush: the probe's answer, if nothing was applied since it was asked.
+            same = answer.request.state.version == self.memory.version
+            return self._run(part(group), answer) if same else None
 
         found = consolidate_isolated(
-            batch.events, str(error), self._probe(batch), run, max_split_calls
-        )
+            batch.events, str(error), probe, lambda g: self._run(part(g)), max_split_calls,
+            reuse=reuse, discard=self._discard,
+        )  # fmt: skip
         n = len(batch.events)
         bisected = f" (bisected out of a batch of {n})" if n > 1 else ""
         self.failed.extend(
@@ -249,28 +271,13 @@ class _Shadow:
             FailedBatch(tuple(e.event_id for e in group), why) for group, why in found.unanswered
         )
 
-    def _probe(self, batch: ShadowBatch) -> Callable[[Sequence[ContextEvent]], str | None]:
-        def probe(group: Sequence[ContextEvent]) -> str | None:
-            request = self._request(ShadowBatch(tuple(group), batch.now))
-            try:
-                response, duration_ms, attempt = self._call(request)
-            except UnusableAnswer as e:
-                return str(e)
-            # Paid for, not applied: the group is consolidated with the others that answer.
-            self._kept(
-                request,
-                RunStatus.DISCARDED,
-                response.usage,
-                response.model,
-                duration_ms,
-                attempt,
-                error=None,
-                raw_response=response.raw_response,
-                output={"discarded": PROBE_NOTE},
-            )
-            return None
-
-        return probe
+    def _discard(self, answer: _Answer) -> None:
+        """A probe's answer not applied: paid for all the same."""
+        request, response, duration_ms, attempt = answer
+        usage, model, raw = response.usage, response.model, response.raw_response
+        discarded = {"discarded": PROBE_NOTE}
+        self._kept(request, RunStatus.DISCARDED, usage, model, duration_ms, attempt,
+                   error=None, raw_response=raw, output=discarded)  # fmt: skip
 
     def _request(self, batch: ShadowBatch) -> ConsolidationRequest:
         m = self.memory
@@ -279,9 +286,12 @@ class _Shadow:
             m.state(), facts, list(batch.events), batch.now, known, m.connections
         )
 
-    def _run(self, batch: ShadowBatch) -> None:
-        request = self._request(batch)
-        response, duration_ms, attempt = self._call(request)
+    def _run(self, batch: ShadowBatch, probed: _Answer | None = None) -> RunRecord:
+        """`probed`: a probe's answer for this batch on this memory, applied without a call."""
+        if probed is None:
+            request = self._request(batch)
+            probed = _Answer(request, *self._call(request))
+        request, response, duration_ms, attempt = probed
         stored = self.memory.facts
         unshown = self._consolidator.unshown_ids(request, response)
         run = self._consolidator.plan(
@@ -298,6 +308,7 @@ class _Shadow:
         self.runs.append(run)
         self._taken.update(run.input_event_ids)
         self.memory = fold_run(self.memory, LoggedRun(self.memory.last_seq + 1, batch.now, run))
+        return run
 
     def _call(self, request: ConsolidationRequest) -> tuple[BackendResponse, int, int]:
         """(the answer, its call's milliseconds, the transient failures before it). Every

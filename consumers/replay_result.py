@@ -21,8 +21,8 @@ class ShadowResult:
     memory: FoldedMemory
     runs: tuple[RunRecord, ...]
     failed: tuple[FailedBatch, ...]
-    # Every call that became no run (an unusable answer, an error, a probe that answered
-    # usably), as a failed or discarded run with the tokens the backend said it used: a
+    # Every call that became no run (an unusable answer, an error, a probe's usable answer
+    # not applied), as a failed or discarded run with the tokens the backend said it used: a
     # model that answered was paid for, so the replay's cost counts them.
     unapplied: tuple[RunRecord, ...] = ()
     # The recorded maintenance runs made again (those that changed the shadow).

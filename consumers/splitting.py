@@ -17,6 +17,12 @@ the last failure seen for it.
 `consolidate_isolated` is the whole strategy, shared by the live flush and the shadow replay
 so that a replay drops exactly the events a live flush would dead-letter: bisect, then
 consolidate the clean groups together, or one group a run if together they fail again.
+
+When the clean groups are one probed group, its consolidation would ask the very request its
+probe asked (probes apply nothing, so the memory is as the probe saw it): the probe's answer
+is applied instead, and that call is paid for once. A probe's answer is therefore held, not
+recorded, while it may still be the only clean group; once a second group answers, neither
+can be, and both are recorded as discarded at once.
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ from processors.errors import UnusableAnswer
 
 T = TypeVar("T")
 R = TypeVar("R")
+A = TypeVar("A")
 
 # Enough probes to isolate one failing event in a batch of up to 64.
 MAX_SPLIT_CALLS = 12
-# What a probe that answered usably is recorded with: paid for, and not applied.
+# What a probe that answered usably is recorded with when it is not applied: paid for.
 PROBE_NOTE = "usable answer to a probe while bisecting a batch; its events were consolidated later"
 
 
@@ -99,23 +106,66 @@ class Consolidated(Generic[T, R]):
     unanswered: tuple[tuple[tuple[T, ...], str], ...] = ()
 
 
+@dataclass(frozen=True)
+class Answered(Generic[A]):
+    """A probe's usable answer, as the caller needs it to apply or to record it."""
+
+    answer: A
+
+
 def consolidate_isolated(
     items: Sequence[T],
     failure: str,
-    probe: Callable[[Sequence[T]], str | None],
+    probe: Callable[[Sequence[T]], str | Answered[A]],
     consolidate: Callable[[Sequence[T]], R],
     max_calls: int,
+    *,
+    reuse: Callable[[Sequence[T], A], R | None],
+    discard: Callable[[A], None],
 ) -> Consolidated[T, R]:
     """`isolate` the events at fault in `items`, then consolidate what answered usably.
 
+    `probe` tries a group alone and returns why its answer was unusable, or the answer.
     `consolidate` runs one group of events and applies it, or raises `UnusableAnswer`; it is
     called on the clean groups together first, and, should that fail (each group answered
     alone, not all together), once per clean group in batch order, each on the memory the
-    runs before it left. Any other error of `probe` or `consolidate` is raised.
+    runs before it left. `reuse` applies a probe's answer to its group as `consolidate`
+    would, or returns None when the memory changed since the probe (then the group is
+    consolidated); an answer given to `reuse` is its to record, should it raise. `discard`
+    records a probe's answer that is not applied: every other answer is, whatever is
+    raised. Any other error of `probe`, `consolidate` or `reuse` is raised.
     """
-    found = isolate(items, failure, probe, max_calls)
-    done: list[R] = []
-    unanswered: list[tuple[tuple[T, ...], str]] = []
+    held: list[tuple[tuple[T, ...], A]] = []  # at most one: it may still be reused
+    several = False
+
+    def probed(group: Sequence[T]) -> str | None:
+        nonlocal several
+        outcome = probe(group)
+        if isinstance(outcome, str):
+            return outcome
+        held.append((tuple(group), outcome.answer))
+        if several or len(held) > 1:
+            several = True
+            while held:
+                discard(held.pop(0)[1])
+        return None
+
+    try:
+        found = isolate(items, failure, probed, max_calls)
+        done: list[R] = []
+        unanswered: list[tuple[tuple[T, ...], str]] = []
+        if held and found.clean == (held[0][0],):
+            group, answer = held.pop()
+            try:
+                reused = reuse(group, answer)
+            except UnusableAnswer as e:  # as `consolidate` of the group alone would end
+                return Consolidated((), found.failing, ((group, str(e)),))
+            if reused is not None:
+                return Consolidated((reused,), found.failing)
+            discard(answer)
+    finally:
+        while held:
+            discard(held.pop()[1])
     good = [x for group in found.clean for x in group]
     if good:
         try:

@@ -88,12 +88,14 @@ class InMemoryMemoryd:
         gate: WriteGate | None = None,
         index_yield_s: float = 0.0,
         foreground: ForegroundWork | None = None,
+        prices: PriceTable | None = None,
     ) -> UserFlusher:
-        """`index_yield_s`: 0 unless a test is about it, so that closing does not wait."""
+        """`index_yield_s`: 0 unless a test is about it, so that closing does not wait.
+        `prices`: none (every call free) unless a test is about what calls cost."""
         return UserFlusher(
             self.memory,
             backend,
-            Consolidator(gate or WriteGate(None), PriceTable({})),
+            Consolidator(gate or WriteGate(None), prices or PriceTable({})),
             IndexQueue(
                 self.indexer(index),
                 self.observer,

@@ -145,3 +145,30 @@ def test_the_runtime_dead_letters_only_the_split_off_event() -> None:
     assert "bisected out of a batch of 5" in letter.reason  # the in-memory app's max_batch
     done = m.memory.already_consolidated(ADA, (e.event_id for e in events))
     assert done == {e.event_id for i, e in enumerate(events) if i != 4}
+
+
+def test_the_probe_of_the_only_clean_event_is_its_run_paid_for_once() -> None:
+    """[A, poison]: the probe of A asks what A's consolidation would ask, on the same memory,
+    so its answer is applied: three calls (the batch, A, the poison), not four."""
+    m = InMemoryMemoryd()
+    a, poison = notes(2, poison_at=1)
+    backend = ChokesOn()
+    flusher = m.flusher(backend)
+    result = flusher.flush(ADA, buffered([a, poison]), attempt=0)
+    flusher.close()
+
+    assert backend.calls == 3
+    assert [r.observations[0].event.event_id for r in backend.requests[1:]] == [
+        a.event_id,
+        poison.event_id,
+    ]
+    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 1)
+    assert [r.event_ids for r in result.rejected] == [(poison.event_id,)]
+    assert runs_by_status(m) == {RunStatus.FAILED: [2, 1], RunStatus.SUCCEEDED: [1]}
+    runs = [logged.run for logged in m.runs.runs(ADA)]
+    booked = [(e.run_id, e.units) for e in m.db.ledger.values() if e.operation == "llm"]
+    assert sorted(booked, key=str) == sorted(((r.run_id, r.usage.total) for r in runs), key=str)
+    (succeeded,) = result.updates
+    assert succeeded.run.usage.total > 0  # the probe's call, booked with the run it became
+    assert m.observer.probes == [True, False]
+    assert m.memory.load_state(ADA).version == 1

@@ -110,3 +110,15 @@ def test_every_call_the_model_answered_is_in_the_tokens_and_the_cost() -> None:
     assert result.completion_tokens == sum(r.usage.completion_tokens for r in calls)
     assert result.cost_micro_usd == sum(prices.llm_cost_micro_usd(r.model, r.usage) for r in calls)
     assert result.cost_micro_usd > sum(r.cost_micro_usd for r in result.runs) > 0
+
+
+def test_the_probe_of_the_only_clean_event_is_its_run_as_in_a_live_flush() -> None:
+    a, poison = notes(2, poison_at=1)
+    backend = ChokesOn()
+    result = shadow_consolidate(ADA, batches_by_size([a, poison], 8), backend, consolidator())
+
+    assert backend.calls == 3  # the batch, A's probe, the poison's probe: A is not asked again
+    assert [r.input_event_ids for r in result.runs] == [(a.event_id,)]
+    assert [r.status for r in result.unapplied] == [RunStatus.FAILED, RunStatus.FAILED]
+    assert result.runs[0].usage.total > 0
+    assert [f.event_ids for f in result.failed] == [(poison.event_id,)]

@@ -1,4 +1,5 @@
-"""Bisecting a failed batch: who is isolated, what stays clean, and how many probes it costs."""
+"""Bisecting a failed batch: who is isolated, what stays clean, how many probes it costs, and
+what becomes of each probe's usable answer."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from consumers.splitting import isolate
+from consumers.splitting import Answered, consolidate_isolated, isolate
 
 
 class Model:
@@ -98,3 +99,72 @@ def test_a_probe_that_raises_decides_nothing() -> None:
 
     with pytest.raises(TimeoutError):
         isolate(range(4), "failed", flaky, max_calls=12)
+
+
+class Answers:
+    """A caller of `consolidate_isolated`: a probe's usable answer is its group's name."""
+
+    def __init__(self, model: Model, *, reusable: bool = True) -> None:
+        self.model = model
+        self.reusable = reusable
+        self.consolidated: list[tuple[int, ...]] = []
+        self.reused: list[str] = []
+        self.discarded: list[str] = []
+
+    def probe(self, group: Sequence[int]) -> str | Answered[str]:
+        why = self.model(group)
+        return why if why is not None else Answered(f"answer to {tuple(group)}")
+
+    def consolidate(self, group: Sequence[int]) -> tuple[int, ...]:
+        self.consolidated.append(tuple(group))
+        return tuple(group)
+
+    def reuse(self, group: Sequence[int], answer: str) -> tuple[int, ...] | None:
+        if not self.reusable:
+            return None
+        self.reused.append(answer)
+        return tuple(group)
+
+    def run(self, items: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+        found = consolidate_isolated(
+            items, "failed", self.probe, self.consolidate, max_calls=12,
+            reuse=self.reuse, discard=self.discarded.append,
+        )  # fmt: skip
+        return found.done
+
+
+def test_the_answer_of_the_only_clean_group_is_applied_not_asked_again() -> None:
+    answers = Answers(Model([1]))
+    assert answers.run(range(2)) == ((0,),)
+    assert (answers.reused, answers.discarded, answers.consolidated) == (["answer to (0,)"], [], [])
+
+
+def test_a_probe_answer_the_memory_moved_past_is_discarded_and_asked_again() -> None:
+    answers = Answers(Model([1]), reusable=False)
+    assert answers.run(range(2)) == ((0,),)
+    assert (answers.discarded, answers.consolidated) == (["answer to (0,)"], [(0,)])
+
+
+def test_with_two_clean_groups_both_answers_are_discarded_and_they_run_together() -> None:
+    answers = Answers(Model([2]))
+    assert answers.run(range(3)) == ((0, 1),)
+    assert answers.reused == []
+    assert answers.discarded == ["answer to (0,)", "answer to (1,)"]
+    assert answers.consolidated == [(0, 1)]
+
+
+def test_a_held_answer_is_discarded_when_a_later_probe_raises() -> None:
+    answers = Answers(Model())
+
+    def probe(group: Sequence[int]) -> str | Answered[str]:
+        if 1 in group:
+            raise TimeoutError("rate limited")
+        return answers.probe(group)
+
+    with pytest.raises(TimeoutError):
+        consolidate_isolated(
+            range(2), "failed", probe, answers.consolidate, max_calls=12,
+            reuse=answers.reuse, discard=answers.discarded.append,
+        )  # fmt: skip
+    assert answers.discarded == ["answer to (0,)"]
+    assert answers.consolidated == answers.reused == []
