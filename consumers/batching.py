@@ -68,6 +68,7 @@ class Rejection:
 
     stage: str  # "consolidate" or "budget"
     reason: str
+    cause: str  # for the metrics: one of the stage's `consumers.dead_letter.CAUSES`
     raw_response: str | None = None
     recorded: bool = False  # the failed run record is written (or not needed)
     # What the failed call used (frozen, so one shared default is safe): booked with the run.
@@ -80,7 +81,7 @@ class Rejection:
     @classmethod
     def of_backend(cls, reason: str, error: BackendError) -> Rejection:
         """A batch given up on the backend's error: its answer and its tokens go with it."""
-        return cls("consolidate", reason, error.raw_response, usage=error.usage)
+        return cls("consolidate", reason, error.failure, error.raw_response, usage=error.usage)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from consumers.batching import BufferedEvent, TopicPartition
 from consumers.errors import DeadLetterError
+from processors.errors import BackendFailure
 from producers.kafka_clients import open_client
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,16 @@ HEADER_OMITTED = "dlq.omitted"
 # or validate it; only the processor consolidates and applies a budget.
 READ_STAGES = ("decode", "validate")
 PROCESSOR_STAGES = (*READ_STAGES, "consolidate", "budget")
+# Why, in a few words a metric can be labelled by (`memoryd_dead_letters_total{cause}`), per
+# stage: the reason itself is free text, for the header. A consolidation that failed says what
+# the backend did (`processors.errors.BackendFailure`), or `unexpected`: a bug in memoryd.
+UNEXPECTED = "unexpected"
+CAUSES: dict[str, tuple[str, ...]] = {
+    "decode": ("decode",),
+    "validate": ("validation",),
+    "consolidate": (*BackendFailure, UNEXPECTED),
+    "budget": ("credit",),
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,16 @@ class DeadLetter:
     topic: str
     partition: int
     offset: int
+    # One of the stage's `CAUSES`; a stage with one cause names it itself.
+    cause: str = ""
+
+    def __post_init__(self) -> None:
+        causes = CAUSES[self.stage]
+        if not self.cause and len(causes) == 1:
+            object.__setattr__(self, "cause", causes[0])
+        if self.cause not in causes:
+            # A label value out of the bounded set would make a series of its own.
+            raise ValueError(f"no dead-letter cause {self.cause!r} at stage {self.stage!r}")
 
     def headers(self, consumer: str) -> list[tuple[str, bytes]]:
         return [
@@ -67,6 +88,8 @@ def event_letters(
     stage: str,
     reason: str,
     reasons: Mapping[uuid.UUID, str] | None = None,
+    *,
+    cause: str,
 ) -> list[DeadLetter]:
     """Dead letters for valid events a consumer gives up on, each at its source offset;
     `reasons` gives some events a reason of their own (a bisected batch's)."""
@@ -80,6 +103,7 @@ def event_letters(
             i.tp.topic,
             i.tp.partition,
             i.offset,
+            cause,
         )
         for i in items
     ]

@@ -11,6 +11,7 @@ from enum import StrEnum
 from consumers.batching import Rejection
 from consumers.splitting import Consolidated
 from domain.model import MemoryUpdate
+from processors.errors import BackendFailure
 from producers.contract import ContextEvent
 
 
@@ -81,7 +82,11 @@ class FlushResult:
         """The letter of the `count` events split off, each with its failure (runs recorded)."""
         summary = f"{count} event(s) the backend cannot answer usably, as in: "
         summary += self.rejected[0].reason
-        return Rejection("consolidate", summary, recorded=True, reasons=self.rejected_reasons)
+        # Split off for answers the model could not make usable (`UnusableAnswer`).
+        unusable = BackendFailure.UNUSABLE_ANSWER
+        return Rejection(
+            "consolidate", summary, unusable, recorded=True, reasons=self.rejected_reasons
+        )
 
     @property
     def run_ids(self) -> tuple[uuid.UUID, ...]:

@@ -160,7 +160,7 @@ class LogWriter:
     ) -> None:
         self._dead_letters.send(letters, positions, self._consumer.group_metadata())
         for letter in letters:
-            self._metrics.dead_letters.labels(CONSUMER_NAME, letter.stage).inc()
+            self._metrics.dead_letters.labels(CONSUMER_NAME, letter.stage, letter.cause).inc()
             log.warning(
                 "dead-lettered a record: %s",
                 letter.reason,

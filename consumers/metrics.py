@@ -1,9 +1,9 @@
 """Prometheus metrics of the consumer runtimes, registered on the registry they are given.
 
-Labels stay low-cardinality: consumer, stage, outcome, backend — never a user or
-organization id. `PipelineMetrics` is also the Prometheus implementation of the flush and
-index observers (`consumers.observers`), so the flush and index logic never touch a metric
-themselves.
+Labels stay low-cardinality: consumer, stage, cause, outcome, backend — never a user or
+organization id, never free text. `PipelineMetrics` is also the Prometheus implementation of
+the flush and index observers (`consumers.observers`), so the flush and index logic never
+touch a metric themselves.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from consumers.dead_letter import CAUSES
 from domain.model import RunRecord
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -26,8 +27,8 @@ class PipelineMetrics:
         self.records = counter("memoryd_records_total", "Kafka records read", ["consumer"])
         self.dead_letters = counter(
             "memoryd_dead_letters_total",
-            "Records sent to the dead-letter topic",
-            ["consumer", "stage"],
+            "Records sent to the dead-letter topic, by stage and the cause's class",
+            ["consumer", "stage", "cause"],
         )
         self.events_logged = counter(
             "memoryd_events_logged_total", "Events inserted into the Postgres log (new ones only)"
@@ -141,7 +142,8 @@ class PipelineMetrics:
         failures, its budget policy's actions, its flush outcomes): an alert on their
         increase misses a series born at 1, the first bad record or failed flush."""
         for stage in stages:
-            self.dead_letters.labels(consumer, stage)
+            for cause in CAUSES[stage]:
+                self.dead_letters.labels(consumer, stage, cause)
         self.commit_failures.labels(consumer)
         if budget_policy is not None:
             self.budget_actions.labels(budget_policy)

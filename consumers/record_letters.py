@@ -120,7 +120,7 @@ class HeldLetters:
         self._waiting = [x for x in self._waiting if (_partition(x), x.offset) not in sent]
         for x in due:
             offsets.done(_partition(x), x.offset)
-            self._metrics.dead_letters.labels(self._consumer, x.stage).inc()
+            self._metrics.dead_letters.labels(self._consumer, x.stage, x.cause).inc()
             log.warning("dead-lettered a record: %s", x.reason, extra=letter_fields(x))
         offsets.committed(consumed)
         self._outage.recovered(SENDING)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from consumers.backend_outage import BackendOutage
 from consumers.batching import Batch, OffsetTracker, Rejection, TopicPartition
-from consumers.dead_letter import event_letters
+from consumers.dead_letter import UNEXPECTED, event_letters
 from consumers.flush import UserFlusher
 from consumers.flush_result import FlushKind, FlushResult
 from consumers.log_fields import batch_fields
@@ -122,7 +122,8 @@ class Settlement:
             # A poison batch must not stall its partition: it goes to the dead-letter topic
             # with the error, and the traceback goes to the log for whoever fixes the bug.
             log.exception("flush failed unexpectedly", extra=batch_fields(batch))
-            self._reject(batch, Rejection("consolidate", f"unexpected {type(e).__name__}: {e}"))
+            reason = f"unexpected {type(e).__name__}: {e}"
+            self._reject(batch, Rejection("consolidate", reason, UNEXPECTED))
             return
         self._outage.recovered(FLUSH, batch.key)
         if result.kind in (FlushKind.CONSOLIDATED, FlushKind.REJECTED):
@@ -134,7 +135,7 @@ class Settlement:
             # after a crash), or forgotten by an erasure (a letter would bring them back).
             for item in batch.keep_only(result.deferred):
                 self._offsets.done(item.tp, item.offset)
-            self._reject(batch, Rejection("budget", result.reason, recorded=True))
+            self._reject(batch, Rejection("budget", result.reason, "credit", recorded=True))
             return
         if result.rejected:
             self._split_off(batch, result)
@@ -201,7 +202,9 @@ class Settlement:
             rejection.recorded = True
             for item in batch.without(done):  # forgotten or consolidated: no letter
                 self._offsets.done(item.tp, item.offset)
-        letters = event_letters(batch.items, rejection.stage, rejection.reason, rejection.reasons)
+        letters = event_letters(
+            batch.items, rejection.stage, rejection.reason, rejection.reasons, cause=rejection.cause
+        )
         # A tombstone read while the batch was in flight: those events are forgotten, no letter.
         forgotten = self._letters.wait(letters)
         for letter in forgotten:

@@ -2,13 +2,13 @@
 
 The SDK is told never to retry: the consumer retries per user with backoff, and retries hidden
 in here would multiply its attempts and stall the other users' flushes. SDK and transport
-errors are translated here, once, into `TransientBackendError` (retry, with the delay the API
-asked for), `CredentialsRefused` (the key or its project refused: waited out until an operator
-fixes it) or `BackendError` (dead letter). `response.parsed` is not trusted: the SDK leaves
-it `None`, without an error, for truncated, fenced, wrongly typed or blocked output, so the
-text is parsed here and a failure always raises `UnusableAnswer` (the consumer bisects the
-batch), never yields an empty result. The response's usage goes with the error: an unusable
-answer is still billed. The SDK is not even given the schema to parse with (see
+errors are translated once (`gemini_errors`), into `TransientBackendError` (retry, with the
+delay the API asked for), `CredentialsRefused` (the key or its project refused: waited out
+until an operator fixes it) or `BackendError` (dead letter). `response.parsed` is not trusted:
+the SDK leaves it `None`, without an error, for truncated, fenced, wrongly typed or blocked
+output, so the text is parsed here and a failure always raises `UnusableAnswer` (the consumer
+bisects the batch), never yields an empty result. The response's usage goes with the error: an
+unusable answer is still billed. The SDK is not even given the schema to parse with (see
 `_schema_body`): its own decoding raises on some answers before their usage can be read.
 """
 
@@ -18,8 +18,6 @@ import json
 import logging
 from typing import Any
 
-import httpx
-import httpx2
 import pydantic
 from google import genai
 from google.genai import errors as genai_errors
@@ -28,11 +26,21 @@ from google.genai import types
 from domain.model import FactType, TokenUsage
 from processors.errors import (
     BackendError,
+    BackendFailure,
     CredentialsRefused,
     TransientBackendError,
     UnusableAnswer,
 )
-from processors.llm.gemini_errors import refuses_credentials, retry_delay
+from processors.llm.gemini_errors import (
+    PERMANENT_SERVER_CODES,
+    TRANSIENT_CLIENT_CODES,
+    TRANSIENT_TRANSPORT_ERRORS,
+    TRANSPORT_ERRORS,
+    api_error,
+    refuses_credentials,
+    retried,
+    transport_error,
+)
 from processors.llm.thinking import DEFAULT_THINKING_BUDGET
 from processors.normalize import (
     normalize_json,
@@ -67,23 +75,6 @@ DEFAULT_MAX_OUTPUT_TOKENS = 16_384
 MODEL_OUTPUT_LIMIT = 65_536
 API_VERSION = "v1beta"
 
-# HTTP statuses that say "try again later" even though they are 4xx.
-_TRANSIENT_CLIENT_CODES = frozenset({408, 429})
-# A server error that says the request itself is not served (not implemented): asking again
-# changes nothing.
-_PERMANENT_SERVER_CODES = frozenset({501})
-# The SDK uses httpx2 by default and httpx when GOOGLE_GENAI_HTTP_CLIENT=httpx: the two have
-# separate exception trees. Timeouts, refused or reset connections and a server that hangs up
-# mid-answer are worth a retry; other transport errors (bad URL scheme, ...) are configuration.
-_TRANSIENT_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
-    httpx2.TimeoutException,
-    httpx2.NetworkError,
-    httpx2.RemoteProtocolError,
-    httpx.TimeoutException,
-    httpx.NetworkError,
-    httpx.RemoteProtocolError,
-)
-_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx2.HTTPError, httpx.HTTPError)
 _MAX_REASON_CHARS = 500
 # Mirrors `FactProposal.evidence`'s max_length.
 _MAX_EVIDENCE = 20
@@ -155,16 +146,16 @@ class GeminiBackend:
             )
         except genai_errors.ClientError as e:
             if refuses_credentials(e):
-                raise CredentialsRefused(_api_error(e)) from e
-            if e.code in _TRANSIENT_CLIENT_CODES:
-                raise TransientBackendError(_api_error(e), retry_after_s=retry_delay(e)) from e
-            raise BackendError(_api_error(e)) from e
+                raise CredentialsRefused(api_error(e), failure=BackendFailure.REFUSED) from e
+            if e.code in TRANSIENT_CLIENT_CODES:
+                raise retried(e) from e
+            raise BackendError(api_error(e)) from e
         except genai_errors.ServerError as e:
-            if e.code in _PERMANENT_SERVER_CODES:
-                raise BackendError(_api_error(e)) from e
-            raise TransientBackendError(_api_error(e), retry_after_s=retry_delay(e)) from e
+            if e.code in PERMANENT_SERVER_CODES:
+                raise BackendError(api_error(e)) from e
+            raise retried(e) from e
         except genai_errors.APIError as e:
-            raise BackendError(_api_error(e)) from e
+            raise BackendError(api_error(e)) from e
         except genai_errors.UnknownApiResponseError as e:
             # The HTTP answer itself is broken (cut short by a proxy or a dropped connection),
             # which says nothing about the batch: retried, up to the attempts allowed.
@@ -181,10 +172,10 @@ class GeminiBackend:
             # its usage. Permanent for this input.
             reason = f"gemini answer not decodable: {type(e).__name__}: {e}"
             raise UnusableAnswer(reason) from e
-        except _TRANSIENT_TRANSPORT_ERRORS as e:
-            raise TransientBackendError(f"gemini transport: {type(e).__name__}: {e}") from e
-        except _TRANSPORT_ERRORS as e:
-            raise BackendError(f"gemini transport: {type(e).__name__}: {e}") from e
+        except TRANSIENT_TRANSPORT_ERRORS as e:
+            raise retried(e) from e
+        except TRANSPORT_ERRORS as e:
+            raise BackendError(transport_error(e)) from e
 
 
 def _schema_body(schema: dict[str, Any]) -> types.HttpOptions:
@@ -209,10 +200,6 @@ def output_tokens(answer_tokens: int, thinking_budget: int | None) -> int:
             f" the {MODEL_OUTPUT_LIMIT} output tokens a model answers with"
         )
     return total
-
-
-def _api_error(e: genai_errors.APIError) -> str:
-    return f"gemini answered {e.code} {e.status}: {e.message}"
 
 
 def _finish_reason(response: types.GenerateContentResponse) -> str | None:

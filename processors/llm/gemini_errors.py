@@ -1,8 +1,9 @@
-"""What Gemini's error answers say beyond their HTTP status: the retry delay it asks for, and
-whether it refuses memoryd's credentials rather than the request.
+"""The Gemini SDK's and transport's errors, sorted: worth a retry (with the wait the API asked
+for, and the kind of failure for the metrics), a refusal of memoryd's credentials rather than of
+the request, or neither.
 
-Both are read from the google.rpc details of the error body (`{"error": {..., "details": [...]}}`)
-and, for the delay, a Retry-After header.
+The delay and the credentials' refusal are read from the google.rpc details of the error body
+(`{"error": {..., "details": [...]}}`) and, for the delay, a Retry-After header.
 """
 
 from __future__ import annotations
@@ -12,7 +13,48 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
+import httpx2
 from google.genai import errors as genai_errors
+
+from processors.errors import BackendFailure, TransientBackendError
+
+# HTTP statuses that say "try again later" even though they are 4xx.
+TRANSIENT_CLIENT_CODES = frozenset({408, 429})
+# A server error that says the request itself is not served (not implemented): asking again
+# changes nothing.
+PERMANENT_SERVER_CODES = frozenset({501})
+# The SDK uses httpx2 by default and httpx when GOOGLE_GENAI_HTTP_CLIENT=httpx: the two have
+# separate exception trees. Timeouts, refused or reset connections and a server that hangs up
+# mid-answer are worth a retry; other transport errors (bad URL scheme, ...) are configuration.
+_TIMEOUTS: tuple[type[Exception], ...] = (httpx2.TimeoutException, httpx.TimeoutException)
+TRANSIENT_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
+    *_TIMEOUTS,
+    httpx2.NetworkError,
+    httpx2.RemoteProtocolError,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+)
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx2.HTTPError, httpx.HTTPError)
+
+
+def retried(e: Exception) -> TransientBackendError:
+    """An error worth a retry, with its kind: an API error's by its HTTP status, a transport
+    error's a timeout or a connection that failed or dropped."""
+    if isinstance(e, genai_errors.APIError):
+        kind = BackendFailure.of_status(e.code)
+        return TransientBackendError(api_error(e), retry_after_s=retry_delay(e), failure=kind)
+    kind = BackendFailure.TIMEOUT if isinstance(e, _TIMEOUTS) else BackendFailure.UNREACHABLE
+    return TransientBackendError(transport_error(e), failure=kind)
+
+
+def api_error(e: genai_errors.APIError) -> str:
+    return f"gemini answered {e.code} {e.status}: {e.message}"
+
+
+def transport_error(e: Exception) -> str:
+    return f"gemini transport: {type(e).__name__}: {e}"
+
 
 # 401 UNAUTHENTICATED and 403 PERMISSION_DENIED: the key is refused or barred from the API (a
 # key deleted or restricted to other APIs, the API disabled for the key's project, the project

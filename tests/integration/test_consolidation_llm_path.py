@@ -251,7 +251,7 @@ def test_an_unusable_answer_is_booked_in_its_failed_run_and_the_ledger_once(
     # writes it, and books it, once.
     def record_twice(c: wiring.Core) -> None:
         events = [make_event("bo", "I live in Lisbon")]
-        rejection = Rejection("consolidate", "gave up", usage=TokenUsage(100, 10))
+        rejection = Rejection("consolidate", "gave up", "refused", usage=TokenUsage(100, 10))
         flusher = wiring.flusher(c, *wiring.consolidation(c))
         try:
             for _ in range(2):

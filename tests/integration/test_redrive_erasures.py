@@ -59,12 +59,18 @@ def test_letters_of_a_memory_erased_before_or_during_the_redrive_stay_put(
     try:
         sink.send(
             [
-                DeadLetter(e.kafka_key, e.to_bytes(), "consolidate", "test", k.topic, 0, i)
+                DeadLetter(
+                    e.kafka_key, e.to_bytes(), "consolidate", "test", k.topic, 0, i, "refused"
+                )
                 for i, e in enumerate(events)
             ]
             # A letter that no longer validates (a stricter contract since) is left where it
             # is and logged; it stopped every redrive at itself.
-            + [DeadLetter(b"k", b'{"event_id": "x"}', "consolidate", "test", k.topic, 0, 3)],
+            + [
+                DeadLetter(
+                    b"k", b'{"event_id": "x"}', "consolidate", "test", k.topic, 0, 3, "refused"
+                )
+            ],
             {},
             None,
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.dead_letter import DeadLetter, KafkaDeadLetterSink
+from consumers.dead_letter import CAUSES, DeadLetter, KafkaDeadLetterSink
 from memoryd.redrive import RedriveError, redrive
 from tests.support.builders import make_event
 from tests.support.deployment import Deployment, topic_size
@@ -25,7 +25,9 @@ def test_each_stage_keeps_its_own_redrive_progress(deployment: Deployment) -> No
     try:
         sink.send(
             [
-                DeadLetter(e.kafka_key, e.to_bytes(), stage, "test", k.topic, 0, i)
+                DeadLetter(
+                    e.kafka_key, e.to_bytes(), stage, "test", k.topic, 0, i, CAUSES[stage][0]
+                )
                 for i, (e, stage) in enumerate(
                     [(e, "budget") for e in budget] + [(e, "consolidate") for e in consolidate]
                 )

@@ -189,7 +189,7 @@ def test_an_index_outage_leaves_the_facts_pending() -> None:
 def test_a_failure_is_recorded_as_its_own_run(raw: str | None) -> None:
     m = InMemoryMemoryd()
     flusher = m.flusher(FlakyBackend())
-    once, again = (Rejection("consolidate", "gave up", raw) for _ in range(2))
+    once, again = (Rejection("consolidate", "gave up", "refused", raw) for _ in range(2))
     for rejection in (once, once, again):  # `once` recorded again: a retried record
         assert flusher.record_failure(key_of("ada"), buffered(EVENTS), 3, rejection) == set()
     flusher.close()

@@ -193,14 +193,20 @@ def test_request_is_deterministic_json_with_schema(
 
 
 @pytest.mark.parametrize(
-    ("reply", "transient"),
+    ("reply", "transient", "failure"),
     [
-        pytest.param(FakeReply.status(429, "Resource has been exhausted"), True, id="429"),
-        pytest.param(FakeReply.status(500), True, id="500"),
-        pytest.param(FakeReply.status(503, "The model is overloaded"), True, id="503"),
-        pytest.param(FakeReply.status(501, "Method not implemented"), False, id="501"),
-        pytest.param(FakeReply.status(400, "Invalid JSON payload"), False, id="400"),
-        pytest.param(FakeReply.status(404, "models/x is not found"), False, id="404"),
+        pytest.param(
+            FakeReply.status(429, "Resource has been exhausted"), True, "rate_limited", id="429"
+        ),
+        pytest.param(FakeReply.status(408), True, "timeout", id="408"),
+        pytest.param(FakeReply.status(500), True, "server_error", id="500"),
+        pytest.param(
+            FakeReply.status(503, "The model is overloaded"), True, "server_error", id="503"
+        ),
+        pytest.param(FakeReply.status(504), True, "timeout", id="504"),
+        pytest.param(FakeReply.status(501, "Method not implemented"), False, "refused", id="501"),
+        pytest.param(FakeReply.status(400, "Invalid JSON payload"), False, "refused", id="400"),
+        pytest.param(FakeReply.status(404, "models/x is not found"), False, "refused", id="404"),
     ],
 )
 def test_http_errors_are_mapped_without_sdk_retries(
@@ -208,11 +214,13 @@ def test_http_errors_are_mapped_without_sdk_retries(
     backend: GeminiBackend,
     reply: FakeReply,
     transient: bool,
+    failure: str,
 ) -> None:
     fake_gemini.reply(reply)
     with pytest.raises(BackendError) as raised:
         backend.consolidate(consolidation_request())
     assert isinstance(raised.value, TransientBackendError) is transient
+    assert raised.value.failure == failure  # the dead letters' `cause` label
     assert str(reply.http_status) in str(raised.value)
     # One request: retrying is the consumer's job, per user, with backoff.
     assert len(fake_gemini.requests) == 1
@@ -315,6 +323,7 @@ def test_timeout_is_transient(
         GeminiBackend(client).consolidate(consolidation_request())
     cause = type(raised.value.__cause__)
     assert (cause.__module__, cause.__name__) == (http_client, "ReadTimeout")
+    assert raised.value.failure == "timeout"
     assert len(fake_gemini.requests) == 1
 
 
@@ -323,9 +332,10 @@ def test_connection_refused_is_transient(fake_gemini: FakeGemini) -> None:  # no
     fake_gemini.stop()
     with (
         make_gemini_client("test-key", url, timeout_ms=1_000) as client,
-        pytest.raises(TransientBackendError, match="ConnectError"),
+        pytest.raises(TransientBackendError, match="ConnectError") as raised,
     ):
         GeminiBackend(client).consolidate(consolidation_request())
+    assert raised.value.failure == "unreachable"
 
 
 def test_truncated_json_fails_with_raw_response(

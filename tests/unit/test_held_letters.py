@@ -9,7 +9,7 @@ import time
 from prometheus_client import CollectorRegistry
 
 from consumers.batching import OffsetTracker, TopicPartition
-from consumers.dead_letter import DeadLetter
+from consumers.dead_letter import CAUSES, DeadLetter
 from consumers.metrics import PipelineMetrics
 from consumers.outage import Outage
 from consumers.record_letters import HeldLetters
@@ -20,7 +20,8 @@ ADA, BOB = b"org-a\x1fada", b"org-a\x1fbob"
 
 
 def letter(key: bytes, offset: int, stage: str = "consolidate") -> DeadLetter:
-    return DeadLetter(key, b"{}", stage, "backend error", TP.topic, TP.partition, offset)
+    cause = CAUSES[stage][0]
+    return DeadLetter(key, b"{}", stage, "backend error", TP.topic, TP.partition, offset, cause)
 
 
 def held_letters(sink: ListDeadLetters) -> HeldLetters:

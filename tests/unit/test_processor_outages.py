@@ -129,7 +129,7 @@ def test_a_failed_run_is_named_for_its_records_not_for_the_moment() -> None:
 
     def rejected(offset: int) -> uuid.UUID:
         batch = Batch(key_of("ada"), [BufferedEvent(tp, offset, event)], attempt=1)
-        return batch.given_up(Rejection("consolidate", "backend error")).run_id
+        return batch.given_up(Rejection("consolidate", "backend error", "refused")).run_id
 
     assert rejected(7) == rejected(7)
     assert rejected(7) != rejected(12)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry
 
-from consumers.dead_letter import PROCESSOR_STAGES, READ_STAGES
+from consumers.dead_letter import CAUSES, PROCESSOR_STAGES, READ_STAGES
 from consumers.log_writer import CONSUMER_NAME as LOG_WRITER
 from consumers.log_writer import LogWriter
 from consumers.metrics import PipelineMetrics
@@ -51,10 +51,11 @@ def test_the_consumers_alerting_series_start_at_zero() -> None:
     events = InMemoryEventLog(InMemoryDatabase(), str)
     LogWriter(FakeConsumer(TOPIC), TOPIC, events, ListDeadLetters(), metrics)
     letters = "memoryd_dead_letters_total"
-    by_stage = zeros(registry, letters, "stage", PROCESSOR_STAGES, consumer=PROCESSOR)
-    assert by_stage == dict.fromkeys(PROCESSOR_STAGES, 0.0)
-    by_stage = zeros(registry, letters, "stage", READ_STAGES, consumer=LOG_WRITER)
-    assert by_stage == dict.fromkeys(READ_STAGES, 0.0)
+    for consumer, stages in [(PROCESSOR, PROCESSOR_STAGES), (LOG_WRITER, READ_STAGES)]:
+        for stage in stages:
+            causes = CAUSES[stage]
+            by_cause = zeros(registry, letters, "cause", causes, consumer=consumer, stage=stage)
+            assert by_cause == dict.fromkeys(causes, 0.0)
     policy = settings.budget_policy.value
     assert zeros(registry, "memoryd_budget_actions_total", "policy", [policy]) == {policy: 0.0}
     consumers = [PROCESSOR, LOG_WRITER]
