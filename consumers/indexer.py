@@ -84,12 +84,16 @@ class FactIndexer:
         return total
 
     def publish_pending(self, *, skip_out_of_credit: bool = False) -> None:
-        """Set the pending gauge from Postgres (the count is of the whole cluster).
+        """Set the pending gauges from Postgres (of the whole cluster): how many facts, and
+        how long ago the oldest of them changed (0 when none is pending).
 
-        Facts the budget policy holds back for users out of credit are not counted: the
-        gauge's alert reads a growing backlog as Chroma down or no drain running, and those
-        facts wait for a top-up, which the out-of-credit metrics report."""
-        self.observer.pending(self.store.pending_count(skip_out_of_credit=skip_out_of_credit))
+        Facts the budget policy holds back for users out of credit are left out: the gauges'
+        alerts read a backlog as Chroma down or no drain running, and those facts wait for a
+        top-up, which the out-of-credit metrics report."""
+        count = self.store.pending_count(skip_out_of_credit=skip_out_of_credit)
+        since = self.store.pending_since(skip_out_of_credit=skip_out_of_credit)
+        oldest_s = 0.0 if since is None else max(0.0, (self.clock() - since).total_seconds())
+        self.observer.pending(count, oldest_s)
 
     def _index_facts(self, facts: Sequence[Fact]) -> int:
         if not facts:

@@ -91,6 +91,11 @@ class PipelineMetrics:
             "memoryd_facts_pending_index",
             "Facts not yet in the vector index (not those held back for users out of credit)",
         )
+        self.pending_index_oldest = gauge(
+            "memoryd_facts_pending_index_oldest_seconds",
+            "Age of the oldest change not yet in the vector index (not of facts held back"
+            " for users out of credit); 0 when none waits",
+        )
         self.commit_failures = counter(
             "memoryd_commit_failures_total",
             "Offset commits that failed (the records are read again, harmlessly)",
@@ -173,5 +178,6 @@ class PipelineMetrics:
     def index_write_held(self, released_by: str) -> None:
         self.index_write_holds.labels(released_by).inc()
 
-    def pending(self, facts: int) -> None:
+    def pending(self, facts: int, oldest_s: float) -> None:
         self.pending_index.set(facts)
+        self.pending_index_oldest.set(oldest_s)

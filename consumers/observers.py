@@ -39,5 +39,6 @@ class IndexObserver(Protocol):
         on its backend (`backend_wait`), for its whole bound (`bound`), or until the queue
         closed (`cancelled`)."""
 
-    def pending(self, facts: int) -> None:
-        """How many facts the vector index has not got yet."""
+    def pending(self, facts: int, oldest_s: float) -> None:
+        """How many facts the vector index has not got yet, and how long the oldest of them
+        has waited (since its change; 0 when none waits)."""

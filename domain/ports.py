@@ -252,6 +252,11 @@ class IndexOutbox(Protocol):
         without a limit."""
         ...
 
+    def pending_since(self, *, skip_out_of_credit: bool = False) -> datetime | None:
+        """The change (`updated_at`) of the fact `pending_index` with the same
+        `skip_out_of_credit` would return first; None when none is pending."""
+        ...
+
     def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         """Mark the versions still pending as indexed and book `ledger_for(marked)` with them,
         atomically; returns the facts marked (a version is marked, and booked, once)."""

@@ -201,6 +201,10 @@ class InMemoryMemoryStore:
                 if f.indexed_at is None and not (skip_out_of_credit and self._out_of_credit(f.key))
             )
 
+    def pending_since(self, *, skip_out_of_credit: bool = False) -> datetime | None:
+        oldest = self.pending_index(limit=1, skip_out_of_credit=skip_out_of_credit)
+        return oldest[0].updated_at if oldest else None
+
     def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         with self._db.lock:
             marked = []

@@ -35,19 +35,11 @@ from store import fact_rows
 from store.candidate_ranking import CONSOLIDATION_STATUS_VALUES, COUNT_CONSOLIDATION_FACTS
 from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersion, StoreError
 from store.postgres import fenced_transaction, memory_params, statement, transaction, translated
-from store.write import flush_sql, index_marks
+from store.write import flush_sql, index_marks, index_outbox
 from store.write.flush_sql import MEMORY as _MEMORY
 from store.write.locks import memory_lock_key, release_session_lock, take_session_lock
 from store.write.run_rows import append_connections, insert_ledger, insert_run
 
-# Memories with a credit line that is spent: the index drain leaves their facts (rows `f`)
-# pending when the budget policy says so (see consumers.flush.BudgetPolicy.SKIP_EMBEDDINGS).
-_OUT_OF_CREDIT = (
-    "EXISTS (SELECT 1 FROM user_credits c WHERE c.organization_id = f.organization_id"
-    " AND c.user_id = f.user_id"
-    " AND c.credit_micro_usd <= coalesce((SELECT sum(l.cost_micro_usd) FROM credit_ledger l"
-    " WHERE l.organization_id = c.organization_id AND l.user_id = c.user_id), 0))"
-)
 _LOCK = "SELECT pg_advisory_lock(%s::bigint)"
 _TRY_LOCK = "SELECT pg_try_advisory_lock(%s::bigint)"
 _APPLIED = (
@@ -313,23 +305,13 @@ class PostgresMemoryStore:
 
     def pending_index(self, limit: int = 500, *, skip_out_of_credit: bool = False) -> list[Fact]:
         """Facts whose current version is not yet in the vector index, oldest change first."""
-        hold = f" AND NOT {_OUT_OF_CREDIT}" if skip_out_of_credit else ""
-        with transaction(self._pool) as conn:
-            rows = conn.execute(
-                f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} f"
-                f" WHERE indexed_at IS NULL{hold}"
-                " ORDER BY updated_at, fact_id LIMIT %s",
-                (limit,),
-            ).fetchall()
-        return [fact_rows.from_row(r) for r in rows]
+        return index_outbox.pending_index(self._pool, limit, skip_out_of_credit)
 
     def pending_count(self, *, skip_out_of_credit: bool = False) -> int:
-        hold = f" AND NOT {_OUT_OF_CREDIT}" if skip_out_of_credit else ""
-        with transaction(self._pool) as conn:
-            row = conn.execute(
-                f"SELECT count(*) FROM memory_facts f WHERE indexed_at IS NULL{hold}"
-            ).fetchone()
-        return int(row[0]) if row else 0
+        return index_outbox.pending_count(self._pool, skip_out_of_credit)
+
+    def pending_since(self, *, skip_out_of_credit: bool = False) -> datetime | None:
+        return index_outbox.pending_since(self._pool, skip_out_of_credit)
 
     def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         """Mark these fact versions indexed and book their cost, in one transaction.

@@ -321,6 +321,7 @@ def test_the_index_outbox(stores: Stores) -> None:
     seed(stores.memory, "ada", [late, early])
     seed(stores.memory, "bob", [make_fact("bob", "Bob likes chess")])
     assert stores.memory.pending_count() == 3
+    assert stores.memory.pending_since() == BASE_TIME  # the oldest change waiting
     pending = stores.memory.pending_index(limit=2)
     assert [f.content for f in pending] == ["Ada lives in Berlin", "Bob likes chess"]
 
@@ -347,13 +348,18 @@ def test_the_index_outbox(stores: Stores) -> None:
 def test_the_outbox_can_leave_users_out_of_credit(stores: Stores) -> None:
     update = seed_update(stores.memory, "ada", [make_fact("ada", "Ada lives in Berlin")])
     stores.memory.apply(replace(update, ledger=(entry(update, 500),)))
-    seed(stores.memory, "bob", [make_fact("bob", "Bob likes chess")])
+    bob_at = BASE_TIME + timedelta(minutes=5)
+    seed(stores.memory, "bob", [make_fact("bob", "Bob likes chess", at=bob_at)])
     stores.memory.set_credit(ADA, 500)
     assert len(stores.memory.pending_index()) == 2
     assert [f.user_id for f in stores.memory.pending_index(skip_out_of_credit=True)] == ["bob"]
     # The backlog counted as the drain sees it: Ada's fact is held, not waiting.
     assert stores.memory.pending_count() == 2
     assert stores.memory.pending_count(skip_out_of_credit=True) == 1
+    assert stores.memory.pending_since(skip_out_of_credit=True) == bob_at
+    assert stores.memory.pending_since() == BASE_TIME
+    stores.memory.set_credit(BOB, 0)
+    assert stores.memory.pending_since(skip_out_of_credit=True) is None  # none waits
 
 
 def test_facts_by_id_ignores_unknown_ids(stores: Stores) -> None:

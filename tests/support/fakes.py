@@ -385,6 +385,7 @@ class RecordingObserver:
     index_failures: int = 0
     index_holds: list[str] = field(default_factory=list)
     pending_facts: int | None = None
+    pending_oldest_s: float | None = None
 
     def flushed(self, backend: str, seconds: float) -> None:
         self.flushes.append((backend, seconds))
@@ -410,5 +411,6 @@ class RecordingObserver:
     def index_write_held(self, released_by: str) -> None:
         self.index_holds.append(released_by)
 
-    def pending(self, facts: int) -> None:
+    def pending(self, facts: int, oldest_s: float) -> None:
         self.pending_facts = facts
+        self.pending_oldest_s = oldest_s
