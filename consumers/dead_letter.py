@@ -26,7 +26,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 from consumers.batching import BufferedEvent, TopicPartition
 from consumers.errors import DeadLetterError
 from processors.errors import BackendFailure
-from producers.kafka_clients import open_client
+from producers.kafka_clients import close_now, open_client
 
 log = logging.getLogger(__name__)
 HEADER_REASON = "dlq.reason"
@@ -342,9 +342,9 @@ class KafkaDeadLetterSink:
             self._producer.close()
 
 
-# kafka-python 3.0.12 offers no bounded way to end a transaction, nor to drop a producer whose
-# broker is away: the two functions below do it with the producer's private parts, here alone.
-# Check them on any upgrade of kafka-python.
+# kafka-python 3.0.12 offers no bounded way to end a transaction: the function below does it with
+# the producer's private parts, here alone (and `close_now`, in producers.kafka_clients, drops a
+# producer whose broker is away). Check them on any upgrade of kafka-python.
 
 
 def bounded(begin: Callable[[Any], Any], producer: Any, timeout_s: float) -> None:
@@ -361,15 +361,3 @@ def bounded(begin: Callable[[Any], Any], producer: Any, timeout_s: float) -> Non
     producer._sender.wakeup()
     if not result.wait(timeout_ms=timeout_s * 1000):
         raise KafkaTimeoutError(f"no answer from the transaction coordinator in {timeout_s}s")
-
-
-def close_now(producer: Any, timeout_s: float) -> None:
-    """Close `producer` without waiting for its broker.
-
-    kafka-python 3.0.12's `close(timeout=0)` flushes first and raises KafkaTimeoutError while a
-    record is unanswered (the broker away), before it stops the I/O thread: thread and sockets
-    stayed, one set per failed attempt. Forced to close, the thread fails those records and
-    ends (within `timeout_s`), then `close` finds nothing to wait for."""
-    producer._sender.force_close()
-    producer._sender.join(timeout_s)
-    producer.close(timeout=0)

@@ -8,8 +8,10 @@ delivery failure is raised to the caller instead of being logged away.
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,8 +20,10 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 
 from producers.contract import SCHEMA_VERSION, ContextEvent, MemoryTombstone
 from producers.errors import PublishError, Undelivered
-from producers.kafka_clients import open_client
+from producers.kafka_clients import close_now, has_failed_for_good, open_client, was_aborted
 from producers.partitioner import RememberingPartitioner
+
+log = logging.getLogger(__name__)
 
 
 class EventPublisher(Protocol):
@@ -51,26 +55,41 @@ def event_headers(event: ContextEvent) -> list[tuple[str, bytes]]:
     ]
 
 
-class KafkaEventPublisher:
-    """The production `EventPublisher`: one Kafka producer, thread-safe, reused per process."""
+def open_kafka_producer(settings: ProducerSettings) -> Any:
+    return open_client(
+        KafkaProducer,
+        bootstrap_servers=settings.bootstrap_servers,
+        client_id=settings.client_id,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=settings.linger_ms,
+        # A batch the topic would refuse is split and sent again: not built at all.
+        batch_size=min(settings.batch_size_bytes, settings.max_record_bytes),
+        max_request_size=settings.max_record_bytes,
+        partitioner=RememberingPartitioner(),
+        request_timeout_ms=settings.request_timeout_ms,
+        delivery_timeout_ms=settings.delivery_timeout_ms,
+        max_block_ms=settings.delivery_timeout_ms,
+    )
 
-    def __init__(self, settings: ProducerSettings, producer: Any | None = None) -> None:
+
+class KafkaEventPublisher:
+    """The production `EventPublisher`: one Kafka producer, thread-safe, reused per process.
+
+    A producer that failed for good (see `has_failed_for_good`) is replaced by a new one: a
+    record the broker refused costs that record and the ones caught up with it, not every
+    later request."""
+
+    def __init__(
+        self,
+        settings: ProducerSettings,
+        open_producer: Callable[[ProducerSettings], Any] = open_kafka_producer,
+    ) -> None:
         self._settings = settings
-        self._producer = producer or open_client(
-            KafkaProducer,
-            bootstrap_servers=settings.bootstrap_servers,
-            client_id=settings.client_id,
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=settings.linger_ms,
-            # A batch the topic would refuse is split and sent again: not built at all.
-            batch_size=min(settings.batch_size_bytes, settings.max_record_bytes),
-            max_request_size=settings.max_record_bytes,
-            partitioner=RememberingPartitioner(),
-            request_timeout_ms=settings.request_timeout_ms,
-            delivery_timeout_ms=settings.delivery_timeout_ms,
-            max_block_ms=settings.delivery_timeout_ms,
-        )
+        self._open_producer = open_producer
+        self._producer = open_producer(settings)
+        # Held while a failed producer is replaced, so that concurrent requests make one.
+        self._replacing = threading.Lock()
 
     def publish(self, events: Sequence[ContextEvent]) -> None:
         """Send every event, then wait once for all of them, up to the delivery timeout.
@@ -81,19 +100,30 @@ class KafkaEventPublisher:
         producer (acks=all, at most 5 requests in flight) writes them in the order sent, retries
         included; an event refused leaves a gap in that order, not a reordering.
         """
+        producer = self._working_producer()
         deadline = time.monotonic() + self._settings.delivery_timeout_ms / 1000
-        sent, undelivered = self._send_all(events)
+        sent, undelivered = self._send_all(producer, events)
         # flush() sends what lingers at once instead of after linger_ms. It waits for every batch
         # of this shared producer, other requests' too, and its errors are about those batches
         # (a timeout, one aborted): which of these events were acknowledged, their own futures
         # say, below.
         with contextlib.suppress(KafkaError):
-            self._producer.flush(timeout=self._remaining(deadline))
+            producer.flush(timeout=self._remaining(deadline))
+        failed: list[tuple[int, Any, KafkaError]] = []
         for position, future in sent:
             try:
                 future.get(timeout=self._remaining(deadline))
             except KafkaError as e:
-                undelivered.append(Undelivered(position, repr(e), e.retriable))
+                failed.append((position, future, e))
+        if failed and self._failed_for_good(producer):
+            # Once the broker refuses one record, the producer aborts every other one, with the
+            # refused one's error: those the broker never judged may be sent again.
+            undelivered += [
+                Undelivered(p, repr(e), e.retriable or was_aborted(f)) for p, f, e in failed
+            ]
+            self._working_producer()  # the next request need not meet the failed producer
+        else:
+            undelivered += [Undelivered(p, repr(e), e.retriable) for p, _, e in failed]
         if undelivered:
             undelivered.sort(key=lambda u: u.position)
             raise PublishError(
@@ -103,13 +133,13 @@ class KafkaEventPublisher:
             )
 
     def _send_all(
-        self, events: Sequence[ContextEvent]
+        self, producer: Any, events: Sequence[ContextEvent]
     ) -> tuple[list[tuple[int, Any]], list[Undelivered]]:
         sent: list[tuple[int, Any]] = []
         undelivered: list[Undelivered] = []
         for position, event in enumerate(events):
             try:
-                future = self._producer.send(
+                future = producer.send(
                     self._settings.topic,
                     key=event.kafka_key,
                     value=event.to_bytes(),
@@ -123,10 +153,34 @@ class KafkaEventPublisher:
                 )
                 break
             except KafkaError as e:
-                undelivered.append(Undelivered(position, repr(e), e.retriable))
+                # A producer another request replaced (and closed) refuses the send for what
+                # the producer is, not for what the event is.
+                retriable = e.retriable or producer is not self._producer
+                undelivered.append(Undelivered(position, repr(e), retriable))
             else:
                 sent.append((position, future))
         return sent, undelivered
+
+    def _failed_for_good(self, producer: Any) -> bool:
+        return producer is not self._producer or has_failed_for_good(producer)
+
+    def _working_producer(self) -> Any:
+        """The producer, or a new one in place of one that failed for good. The failed one is
+        closed without waiting on its broker: the records it still held fail, retriable."""
+        with self._replacing:
+            failed = self._producer
+            if not has_failed_for_good(failed):
+                return failed
+            try:
+                self._producer = self._open_producer(self._settings)
+            except KafkaError as e:
+                # The failed one stays, found again by the next request, which tries again.
+                raise PublishError(f"no new producer in place of a failed one: {e!r}") from e
+            working = self._producer
+        # Why it failed, kafka-python's sender logged as it did.
+        log.warning("the Kafka producer failed for good: replaced by a new one")
+        close_now(failed, self._settings.request_timeout_ms / 1000)
+        return working
 
     @staticmethod
     def _remaining(deadline: float) -> float:
@@ -139,8 +193,9 @@ class KafkaEventPublisher:
         records it before erasing anything.
         """
         timeout_s = self._settings.delivery_timeout_ms / 1000
+        producer = self._working_producer()
         try:
-            future = self._producer.send(
+            future = producer.send(
                 self._settings.topic,
                 key=tombstone.kafka_key,
                 value=tombstone.to_bytes(),
@@ -149,9 +204,11 @@ class KafkaEventPublisher:
                     ("record_type", tombstone.kind.encode()),
                 ],
             )
-            self._producer.flush(timeout=timeout_s)
+            producer.flush(timeout=timeout_s)
             metadata = future.get(timeout=timeout_s)
         except KafkaError as e:
+            if self._failed_for_good(producer):
+                self._working_producer()
             raise PublishError(f"tombstone not acknowledged: {e!r}") from e
         return TombstonePosition(metadata.topic, metadata.partition, metadata.offset)
 

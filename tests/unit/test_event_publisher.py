@@ -31,6 +31,9 @@ class Future:
 class Producer:
     """Records the calls; `on_send` and `on_ack` say which positions fail where, and how."""
 
+    # kafka-python's, None when idempotence is off: a producer that never fails for good.
+    _transaction_manager = None
+
     def __init__(
         self,
         on_send: dict[int, Exception] | None = None,
@@ -57,7 +60,7 @@ def events(n: int) -> list[ContextEvent]:
 
 
 def publish(producer: Producer, batch: list[ContextEvent]) -> tuple[Undelivered, ...]:
-    publisher = KafkaEventPublisher(SETTINGS, producer=producer)
+    publisher = KafkaEventPublisher(SETTINGS, open_producer=lambda _: producer)
     try:
         publisher.publish(batch)
     except PublishError as e:
