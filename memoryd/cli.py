@@ -60,7 +60,8 @@ def cmd_migrate(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def cmd_topics(settings: Settings, _args: argparse.Namespace) -> int:
-    ensure_topics(settings)
+    for note in ensure_topics(settings):
+        print(note)
     print(f"topics ready: {settings.kafka.topic}, {settings.kafka.dead_letter_topic}")
     return 0
 

@@ -66,7 +66,8 @@ class KafkaSettings(BaseModel):
     # The largest record the producer sends (its max_request_size), at most the event topic's
     # `max.message.bytes` (1 MiB and a little by default). The producer refuses a larger event
     # itself, and that one alone: kafka-python's idempotent producer takes the broker's refusal
-    # of a record as fatal, and fails every send after it.
+    # of a record as fatal, and fails every send after it (the publisher then replaces it, the
+    # events caught up with that one failed). `memoryd topics` creates the topic with this limit.
     max_record_bytes: int = Field(default=1_048_576, ge=4096)
 
 

@@ -1,4 +1,5 @@
-"""The event and dead-letter topics get the configured retention, created or found."""
+"""The event and dead-letter topics get the configured retention, created or found, and the
+event topic the producer's record limit when created here."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from memoryd.ops import topics
 from memoryd.ops.topics import TopicConfigError, ensure_topics
 from memoryd.settings import KafkaSettings, Settings
-from tests.support.deployment import wait_until
+from tests.support.deployment import max_message_bytes, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -36,13 +37,16 @@ def names(kafka_admin: KafkaAdminClient) -> Iterator[list[str]]:
         kafka_admin.delete_topics(present)
 
 
-def settings_for(bootstrap: str, names: list[str], retention_days: int) -> Settings:
+def settings_for(
+    bootstrap: str, names: list[str], retention_days: int, max_record_bytes: int = 1_048_576
+) -> Settings:
     kafka = KafkaSettings(
         bootstrap_servers=bootstrap,
         topic=names[0],
         dead_letter_topic=names[1],
         partitions=2,
         retention_ms=retention_days * DAY_MS,
+        max_record_bytes=max_record_bytes,
     )
     return Settings().model_copy(update={"kafka": kafka})
 
@@ -66,6 +70,30 @@ def test_topics_found_get_the_configured_retention(
         10,
         "the broker to describe the new retention",
     )
+
+
+def test_the_event_topic_created_here_takes_records_as_large_as_the_producer_sends(
+    kafka_bootstrap: str, kafka_admin: KafkaAdminClient, names: list[str]
+) -> None:
+    found = ensure_topics(settings_for(kafka_bootstrap, names, 3, max_record_bytes=200_000))
+    assert max_message_bytes(kafka_admin, names[0]) == "200000"
+    assert found == []
+    # The dead-letter topic keeps the broker's: a letter wraps a record, and is larger.
+    assert max_message_bytes(kafka_admin, names[1]) != "200000"
+
+
+def test_an_event_topic_found_below_the_producers_limit_is_reported_and_left(
+    kafka_bootstrap: str, kafka_admin: KafkaAdminClient, names: list[str]
+) -> None:
+    ensure_topics(settings_for(kafka_bootstrap, names, 3, max_record_bytes=200_000))
+    found = ensure_topics(settings_for(kafka_bootstrap, names, 3, max_record_bytes=300_000))
+    (note,) = found
+    assert names[0] in note
+    assert "max.message.bytes=200000" in note
+    assert "300000" in note
+    assert max_message_bytes(kafka_admin, names[0]) == "200000"
+    # A topic taking larger records than the producer sends agrees with it.
+    assert ensure_topics(settings_for(kafka_bootstrap, names, 3, max_record_bytes=100_000)) == []
 
 
 def test_a_configuration_the_broker_refuses_stops_the_caller(
