@@ -18,7 +18,13 @@ from memoryd.api.auth import hash_token
 from memoryd.settings import ApiSettings
 from producers.contract import ContextEvent
 from tests.support.builders import make_event
-from tests.support.deployment import Deployment, dead_letters, headers_of, wait_until
+from tests.support.deployment import (
+    Deployment,
+    dead_letters,
+    headers_of,
+    limit_message_bytes,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -113,3 +119,18 @@ def test_events_the_topic_refuses_are_named_and_the_others_are_on_it(
 def _max_message_bytes(admin: KafkaAdminClient, topic: str) -> str:
     described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
     return str(described["topic"][topic]["max.message.bytes"]["value"])
+
+
+def test_after_the_broker_refuses_an_event_the_next_request_is_accepted(
+    deployment: Deployment, kafka_admin: KafkaAdminClient
+) -> None:
+    # The topic's limit below the API's (its default): the broker, not the producer, refuses.
+    limit_message_bytes(kafka_admin, deployment.settings.kafka.topic, TOPIC_MAX_BYTES)
+    big = make_event("ada", "x" * (TOPIC_MAX_BYTES + 1000))
+    later = make_event("ada", "I learn Portuguese", minutes=1)
+    with api(deployment) as client:
+        refused = post(client, [big])
+        accepted = post(client, [later])
+    assert refused.status_code == 422
+    assert accepted.status_code == 202
+    assert on_topic(deployment, 1) == per_memory([later])
