@@ -121,7 +121,10 @@ class KafkaEventPublisher:
             undelivered += [
                 Undelivered(p, repr(e), e.retriable or was_aborted(f)) for p, f, e in failed
             ]
-            self._working_producer()  # the next request need not meet the failed producer
+            # The next request need not meet the failed producer. No new one now is the next
+            # request's error to report: this one's outcome is decided, and said below.
+            with contextlib.suppress(PublishError):
+                self._working_producer()
         else:
             undelivered += [Undelivered(p, repr(e), e.retriable) for p, _, e in failed]
         if undelivered:
@@ -208,7 +211,8 @@ class KafkaEventPublisher:
             metadata = future.get(timeout=timeout_s)
         except KafkaError as e:
             if self._failed_for_good(producer):
-                self._working_producer()
+                with contextlib.suppress(PublishError):  # as in publish
+                    self._working_producer()
             raise PublishError(f"tombstone not acknowledged: {e!r}") from e
         return TombstonePosition(metadata.topic, metadata.partition, metadata.offset)
 

@@ -109,3 +109,54 @@ def test_a_wait_past_the_timeout_leaves_the_unanswered_events_retriable() -> Non
 @pytest.mark.parametrize("n", [1, 500])
 def test_all_acknowledged_raises_nothing(n: int) -> None:
     assert publish(Producer(), events(n)) == ()
+
+
+class FailedManager:
+    """kafka-python's transaction manager of a producer that failed for good."""
+
+    @staticmethod
+    def has_error() -> bool:
+        return True
+
+
+class Sender:
+    def __init__(self, calls: list[str]) -> None:
+        self._calls = calls
+
+    def force_close(self) -> None:
+        self._calls.append("force_close")
+
+    def join(self, timeout: float) -> None:
+        self._calls.append("join")
+
+
+class FailedProducer(Producer):
+    _transaction_manager = FailedManager()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sender = Sender(self.calls)
+
+    def close(self, timeout: float) -> None:
+        self.calls.append(f"close {timeout}")
+
+
+def test_a_producer_failed_for_good_is_closed_at_once_and_replaced_when_a_new_one_opens() -> None:
+    failed, working = FailedProducer(), Producer()
+    opened: list[Producer | Exception] = [failed, KafkaTimeoutError("no broker"), working]
+
+    def open_producer(_settings: ProducerSettings) -> Producer:
+        made = opened.pop(0)
+        if isinstance(made, Exception):
+            raise made
+        return made
+
+    publisher = KafkaEventPublisher(SETTINGS, open_producer=open_producer)
+    with pytest.raises(PublishError) as no_new_one:
+        publisher.publish(events(2))
+    # Nothing was sent, and no event named: the caller may send them all again.
+    assert (failed.calls, no_new_one.value.undelivered) == ([], ())
+
+    publisher.publish(events(2))  # the next request tries again, and a new producer opens
+    assert failed.calls == ["force_close", "join", "close 0"]
+    assert [c for c in working.calls if c.startswith("send")] == ["send 0", "send 1"]
