@@ -24,39 +24,68 @@ Kept on the processor's polling thread, where batches are settled: no lock.
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Callable
+
 from domain.ids import MemoryKey
 
 
 class BackendOutage:
-    def __init__(self, after: int) -> None:
+    """`max_s` bounds an outage told by the streak: two batches the provider cannot serve,
+    with nothing else to flush, fail like a provider away, and must not hold their partitions
+    for good; past it their attempts are charged again. A refusal of the credentials is not
+    bounded: it is never a batch's fault, and an operator's fix ends it."""
+
+    def __init__(
+        self,
+        after: int,
+        max_s: float = math.inf,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if after < 2:
             raise ValueError(f"an outage needs at least 2 failures in a row, got {after}")
         self._after = after
+        self._max_s = max_s
+        self._clock = clock
         self._streak = 0  # flushes in a row that failed transiently
         self._first: MemoryKey | None = None  # the streak's first memory
         self._several = False  # the streak holds another memory's failure too
-        self._refused = False  # the credentials were refused since the last answer
+        self._since: float | None = None  # when the streak made the backend out
+        self._refused = False  # the credentials were refused, and nothing else came since
 
     @property
     def out(self) -> bool:
-        return self._refused or (self._streak >= self._after and self._several)
+        if self._refused:
+            return True
+        if self._since is None:
+            return False
+        return self._clock() - self._since <= self._max_s
 
     def refused(self) -> None:
-        """A flush was refused for memoryd's credentials: the backend is out until it answers."""
+        """A flush was refused for memoryd's credentials: the backend is out until it answers
+        or fails otherwise."""
         self._refused = True
 
     def failed(self, key: MemoryKey) -> bool:
-        """A flush of `key` failed transiently; returns whether the backend is out now."""
+        """A flush of `key` failed transiently; returns whether the backend is out now.
+
+        A failure other than a refusal ends a refusal's outage: the credentials passed, or
+        the provider says something else now. Else a poison batch failing alone after one
+        passing refusal would wait as the backend out for good."""
+        self._refused = False
         self._streak += 1
         if self._first is None:
             self._first = key
         elif key != self._first:
             self._several = True
+        if self._since is None and self._streak >= self._after and self._several:
+            self._since = self._clock()
         return self.out
 
     def answered(self) -> bool:
         """A flush got the backend's answer; returns whether that ended an outage."""
         was_out = self.out
-        self._streak, self._first, self._several = 0, None, False
+        self._streak, self._first, self._several, self._since = 0, None, False, None
         self._refused = False
         return was_out

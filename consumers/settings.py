@@ -26,6 +26,9 @@ class ProcessorSettings(BaseModel):
     # The backend is out (an outage, attempts not charged) once this many flushes in a row,
     # of more than one memory, failed transiently (consumers.backend_outage).
     backend_outage_after: int = Field(default=4, ge=2)
+    # An outage told by that streak charges attempts again once it has lasted this long: two
+    # poison batches with nothing else to flush look like one, and must not wait for good.
+    backend_outage_max_s: float = Field(default=1_800.0, gt=0)
     max_buffered: int = Field(default=5_000, ge=1)
     budget_policy: BudgetPolicy = BudgetPolicy.DEFER
     # Existing facts shown to the backend: per observation (its most related), and prompt-

@@ -70,7 +70,9 @@ class Settlement:
         self._outage = outage
         self._settings = settings
         self._monotonic = monotonic
-        self._backend = BackendOutage(settings.backend_outage_after)
+        self._backend = BackendOutage(
+            settings.backend_outage_after, settings.backend_outage_max_s, monotonic
+        )
 
     def forsaken(self) -> None:
         """No batch is left (their partitions went to another processor): nothing waits out

@@ -67,7 +67,37 @@ def test_refused_credentials_are_an_outage_at_once_until_an_answer() -> None:
     rule = BackendOutage(3)
     rule.refused()
     assert rule.out
-    assert rule.failed(key_of("ada")) is True  # a transient failure meanwhile waits too
     assert rule.answered() is True
     assert not rule.out
     assert rule.failed(key_of("ada")) is False
+
+
+def test_a_failure_other_than_a_refusal_ends_the_refusal_s_outage() -> None:
+    # A passing refusal must not make a poison batch failing alone wait for good.
+    rule = BackendOutage(3)
+    rule.refused()
+    assert [rule.failed(key_of("ada")) for _ in range(5)] == [False] * 5
+    rule.refused()
+    assert rule.out
+
+
+def test_an_outage_told_by_the_streak_charges_attempts_again_after_its_limit() -> None:
+    now = [0.0]
+    rule = BackendOutage(2, max_s=60.0, clock=lambda: now[0])
+    assert rule.failed(key_of("ada")) is False
+    assert rule.failed(key_of("bob")) is True
+    now[0] = 60.0
+    assert rule.failed(key_of("ada")) is True
+    now[0] = 61.0  # two poison batches alone look like this: they go on to their attempts
+    assert rule.failed(key_of("bob")) is False
+    assert rule.answered() is False
+    assert rule.failed(key_of("ada")) is False
+    assert rule.failed(key_of("bob")) is True  # a new streak, a new limit
+
+
+def test_a_refusal_is_not_bounded_by_the_outage_limit() -> None:
+    now = [0.0]
+    rule = BackendOutage(2, max_s=60.0, clock=lambda: now[0])
+    rule.refused()
+    now[0] = 3_600.0
+    assert rule.out
