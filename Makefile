@@ -21,12 +21,17 @@ typecheck:
 
 # Two stages, both always run: everything but the fault-injection tests, then those (they
 # stop and kill services and processes, and take minutes). Each says how long it took.
+# The first runs in TEST_WORKERS processes (pytest-xdist), a test module's tests in one, each
+# process with its own broker, database and Chroma: most integration tests wait on services,
+# so two processes on two cores take about 60 % of the time of one. The fault tests run in one
+# process: they time outages.
+TEST_WORKERS ?= 2
 pytest:
 	@rc=0; $(MAKE) --no-print-directory pytest-main || rc=1; \
 	  $(MAKE) --no-print-directory pytest-faults || rc=1; exit $$rc
 
 pytest-main:
-	@start=$$(date +%s); $(BIN)/pytest -m "not faults" --durations=15; rc=$$?; \
+	@start=$$(date +%s); $(BIN)/pytest -m "not faults" -n $(TEST_WORKERS) --dist loadfile --durations=15; rc=$$?; \
 	  echo "stage pytest-main took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 pytest-faults:
