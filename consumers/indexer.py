@@ -90,10 +90,10 @@ class FactIndexer:
         Facts the budget policy holds back for users out of credit are left out: the gauges'
         alerts read a backlog as Chroma down or no drain running, and those facts wait for a
         top-up, which the out-of-credit metrics report."""
-        count = self.store.pending_count(skip_out_of_credit=skip_out_of_credit)
-        since = self.store.pending_since(skip_out_of_credit=skip_out_of_credit)
+        backlog = self.store.pending_backlog(skip_out_of_credit=skip_out_of_credit)
+        since = backlog.oldest
         oldest_s = 0.0 if since is None else max(0.0, (self.clock() - since).total_seconds())
-        self.observer.pending(count, oldest_s)
+        self.observer.pending(backlog.count, oldest_s)
 
     def _index_facts(self, facts: Sequence[Fact]) -> int:
         if not facts:

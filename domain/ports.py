@@ -72,6 +72,15 @@ class Appended:
     forgotten: int  # events of an erased memory recorded before its tombstone: not stored
 
 
+@dataclass(frozen=True)
+class PendingBacklog:
+    """The facts `IndexOutbox.pending_index` would return without a limit: how many, and
+    the change (`updated_at`) of the first of them; None when none is pending."""
+
+    count: int
+    oldest: datetime | None
+
+
 class Embedder(Protocol):
     """Texts to L2-normalised vectors; deterministic for a given model file."""
 
@@ -247,14 +256,9 @@ class IndexOutbox(Protocol):
         """Facts whose current version is not indexed, oldest change first."""
         ...
 
-    def pending_count(self, *, skip_out_of_credit: bool = False) -> int:
-        """How many facts `pending_index` with the same `skip_out_of_credit` would return
-        without a limit."""
-        ...
-
-    def pending_since(self, *, skip_out_of_credit: bool = False) -> datetime | None:
-        """The change (`updated_at`) of the fact `pending_index` with the same
-        `skip_out_of_credit` would return first; None when none is pending."""
+    def pending_backlog(self, *, skip_out_of_credit: bool = False) -> PendingBacklog:
+        """The backlog `pending_index` with the same `skip_out_of_credit` reads from, counted
+        and dated in one read, so the count and the age describe the same rows."""
         ...
 
     def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:

@@ -25,7 +25,7 @@ from domain.model import (
     RunRecord,
     RunStatus,
 )
-from domain.ports import Pricing
+from domain.ports import PendingBacklog, Pricing
 from domain.upsert import merge_fact, written_as
 from store.candidate_ranking import CONSOLIDATION_STATUSES
 from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersion, StoreError
@@ -184,26 +184,21 @@ class InMemoryMemoryStore:
 
     # -- the index outbox -----------------------------------------------------------------
 
-    def pending_index(self, limit: int = 500, *, skip_out_of_credit: bool = False) -> list[Fact]:
+    def _pending(self, skip_out_of_credit: bool) -> list[Fact]:
         with self._db.lock:
-            pending = [
+            return [
                 f
                 for f in self._db.facts.values()
                 if f.indexed_at is None and not (skip_out_of_credit and self._out_of_credit(f.key))
             ]
+
+    def pending_index(self, limit: int = 500, *, skip_out_of_credit: bool = False) -> list[Fact]:
+        pending = self._pending(skip_out_of_credit)
         return sorted(pending, key=lambda f: (f.updated_at, f.fact_id))[:limit]
 
-    def pending_count(self, *, skip_out_of_credit: bool = False) -> int:
-        with self._db.lock:
-            return sum(
-                1
-                for f in self._db.facts.values()
-                if f.indexed_at is None and not (skip_out_of_credit and self._out_of_credit(f.key))
-            )
-
-    def pending_since(self, *, skip_out_of_credit: bool = False) -> datetime | None:
-        oldest = self.pending_index(limit=1, skip_out_of_credit=skip_out_of_credit)
-        return oldest[0].updated_at if oldest else None
+    def pending_backlog(self, *, skip_out_of_credit: bool = False) -> PendingBacklog:
+        changed = [f.updated_at for f in self._pending(skip_out_of_credit)]
+        return PendingBacklog(count=len(changed), oldest=min(changed, default=None))
 
     def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         with self._db.lock:

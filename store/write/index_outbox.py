@@ -9,6 +9,7 @@ from datetime import datetime
 from psycopg_pool import ConnectionPool
 
 from domain.model import Fact
+from domain.ports import PendingBacklog
 from store import fact_rows
 from store.postgres import transaction
 
@@ -38,16 +39,12 @@ def pending_index(pool: ConnectionPool, limit: int, skip_out_of_credit: bool) ->
     return [fact_rows.from_row(r) for r in rows]
 
 
-def pending_count(pool: ConnectionPool, skip_out_of_credit: bool) -> int:
-    query = f"SELECT count(*) FROM memory_facts f WHERE {_pending(skip_out_of_credit)}"
+def pending_backlog(pool: ConnectionPool, skip_out_of_credit: bool) -> PendingBacklog:
+    where = _pending(skip_out_of_credit)
+    query = f"SELECT count(*), min(updated_at) FROM memory_facts f WHERE {where}"
     with transaction(pool) as conn:
         row = conn.execute(query).fetchone()
-    return int(row[0]) if row else 0
-
-
-def pending_since(pool: ConnectionPool, skip_out_of_credit: bool) -> datetime | None:
-    query = f"SELECT min(updated_at) FROM memory_facts f WHERE {_pending(skip_out_of_credit)}"
-    with transaction(pool) as conn:
-        row = conn.execute(query).fetchone()
-    since: datetime | None = row[0] if row else None
-    return since
+    if row is None:  # an aggregate without GROUP BY returns one row; kept for the type
+        return PendingBacklog(count=0, oldest=None)
+    oldest: datetime | None = row[1]
+    return PendingBacklog(count=int(row[0]), oldest=oldest)

@@ -30,7 +30,7 @@ from domain.model import (
     MemoryUpdate,
     RunRecord,
 )
-from domain.ports import Pricing
+from domain.ports import PendingBacklog, Pricing
 from store import fact_rows
 from store.candidate_ranking import CONSOLIDATION_STATUS_VALUES, COUNT_CONSOLIDATION_FACTS
 from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersion, StoreError
@@ -307,11 +307,8 @@ class PostgresMemoryStore:
         """Facts whose current version is not yet in the vector index, oldest change first."""
         return index_outbox.pending_index(self._pool, limit, skip_out_of_credit)
 
-    def pending_count(self, *, skip_out_of_credit: bool = False) -> int:
-        return index_outbox.pending_count(self._pool, skip_out_of_credit)
-
-    def pending_since(self, *, skip_out_of_credit: bool = False) -> datetime | None:
-        return index_outbox.pending_since(self._pool, skip_out_of_credit)
+    def pending_backlog(self, *, skip_out_of_credit: bool = False) -> PendingBacklog:
+        return index_outbox.pending_backlog(self._pool, skip_out_of_credit)
 
     def mark_indexed(self, facts: Sequence[Fact], at: datetime, ledger_for: Pricing) -> list[Fact]:
         """Mark these fact versions indexed and book their cost, in one transaction.

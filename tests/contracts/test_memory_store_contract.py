@@ -24,6 +24,7 @@ from domain.model import (
     MemoryUpdate,
     RunStatus,
 )
+from domain.ports import PendingBacklog
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
 from processors.fold import fold_runs, live_image
@@ -320,8 +321,8 @@ def test_the_index_outbox(stores: Stores) -> None:
     late = make_fact("ada", "Ada likes tea", at=LATER)
     seed(stores.memory, "ada", [late, early])
     seed(stores.memory, "bob", [make_fact("bob", "Bob likes chess")])
-    assert stores.memory.pending_count() == 3
-    assert stores.memory.pending_since() == BASE_TIME  # the oldest change waiting
+    # Three facts wait; the oldest change among them is the backlog's age.
+    assert stores.memory.pending_backlog() == PendingBacklog(count=3, oldest=BASE_TIME)
     pending = stores.memory.pending_index(limit=2)
     assert [f.content for f in pending] == ["Ada lives in Berlin", "Bob likes chess"]
 
@@ -337,12 +338,12 @@ def test_the_index_outbox(stores: Stores) -> None:
     # Marked once: a second indexer racing over the same versions books nothing.
     assert stores.memory.mark_indexed([pending[0]], LATER, ledger_for) == []
     assert [len(a) for a in asked] == [1, 0]
-    assert stores.memory.pending_count() == 2
+    assert stores.memory.pending_backlog().count == 2
     (indexed,) = stores.memory.facts_by_id([pending[0].fact_id])
     assert indexed.indexed_at == LATER
     # A new version of an indexed fact is pending again.
     _rewrite(stores, indexed, FactChangeKind.UPDATE, salience=0.9)
-    assert stores.memory.pending_count() == 3
+    assert stores.memory.pending_backlog().count == 3
 
 
 def test_the_outbox_can_leave_users_out_of_credit(stores: Stores) -> None:
@@ -354,12 +355,12 @@ def test_the_outbox_can_leave_users_out_of_credit(stores: Stores) -> None:
     assert len(stores.memory.pending_index()) == 2
     assert [f.user_id for f in stores.memory.pending_index(skip_out_of_credit=True)] == ["bob"]
     # The backlog counted as the drain sees it: Ada's fact is held, not waiting.
-    assert stores.memory.pending_count() == 2
-    assert stores.memory.pending_count(skip_out_of_credit=True) == 1
-    assert stores.memory.pending_since(skip_out_of_credit=True) == bob_at
-    assert stores.memory.pending_since() == BASE_TIME
+    assert stores.memory.pending_backlog() == PendingBacklog(count=2, oldest=BASE_TIME)
+    held_back = stores.memory.pending_backlog(skip_out_of_credit=True)
+    assert held_back == PendingBacklog(count=1, oldest=bob_at)
     stores.memory.set_credit(BOB, 0)
-    assert stores.memory.pending_since(skip_out_of_credit=True) is None  # none waits
+    # None waits.
+    assert stores.memory.pending_backlog(skip_out_of_credit=True) == PendingBacklog(0, None)
 
 
 def test_facts_by_id_ignores_unknown_ids(stores: Stores) -> None:

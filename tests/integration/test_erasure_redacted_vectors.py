@@ -59,5 +59,5 @@ def test_an_indexer_that_read_a_quoting_fact_before_the_erasure_does_not_restore
         indexer._index_facts(before)  # writes the text it read, then marks
         assert document(c, MIRA) == "Mira said [erased] at the zoo"
         indexer.drain_pending()
-        assert c.memory.pending_count() == 0
+        assert c.memory.pending_backlog().count == 0
         assert document(c, MIRA) == "Mira said [erased] at the zoo"

@@ -132,7 +132,7 @@ def test_a_version_written_after_the_read_is_left_to_the_indexer(deployment: Dep
         result = IndexChecker(NewVersionMeanwhile(c.pool), c.index).check(repair=True)
         assert (result.absent, result.repaired) == (1, 0)
         assert c.index.stored([facts[0].fact_id]) == {}
-        assert c.memory.pending_count() == 1
+        assert c.memory.pending_backlog().count == 1
 
     deployment.with_core(check)
 

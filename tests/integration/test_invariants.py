@@ -284,7 +284,7 @@ def test_a_fact_erasure_leaves_the_ledger_whole_and_a_double_still_counts(
         request = ErasureRequest("test", "asked by the user")
         wiring.eraser(c, pub).erase_fact(key_of("mira"), quokka.fact_id, request)
         indexer.drain_pending()  # the redacted fact, embedded and booked again
-        assert c.memory.pending_count() == 0
+        assert c.memory.pending_backlog().count == 0
         # Seeded, the memory is no fold of runs: the ledger is what is looked at here.
         report = check_invariants(c.pool, {}, [])
         assert report.doubled_ledger == 0, report.summary()

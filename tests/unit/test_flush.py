@@ -74,7 +74,7 @@ def test_a_flush_consolidates_then_indexes_in_the_background() -> None:
     }
     facts = m.memory.facts(key_of("ada"))
     assert {f.content for f in facts} >= {"The user lives in Lisbon"}
-    assert m.memory.pending_count() == 0
+    assert m.memory.pending_backlog().count == 0
     assert m.index.count(key_of("ada")) == len(facts)
     assert [r.run_id for r in m.observer.runs] == list(result.run_ids)
     assert [backend_name for backend_name, _ in m.observer.flushes] == [backend.name]
@@ -139,7 +139,7 @@ def test_out_of_credit_can_consolidate_without_indexing() -> None:
     (run,) = m.runs.runs(key_of("ada"))
     assert run.run.output is not None
     assert run.run.output["budget_action"] == "skip_embeddings"
-    assert m.memory.pending_count() == len(m.memory.facts(key_of("ada"))) > 0
+    assert m.memory.pending_backlog().count == len(m.memory.facts(key_of("ada"))) > 0
     assert m.index.count() == 0
     assert m.memory.pending_index(skip_out_of_credit=True) == []
     assert m.observer.budget == ["skip_embeddings"]
@@ -174,14 +174,14 @@ def test_an_index_outage_leaves_the_facts_pending() -> None:
     assert flusher.flush(key_of("ada"), buffered(EVENTS), attempt=0).kind is FlushKind.CONSOLIDATED
     flusher.close()
     assert m.observer.index_failures == 1
-    pending = m.memory.pending_count()
+    pending = m.memory.pending_backlog().count
     assert pending == len(m.memory.facts(key_of("ada"))) > 0
     with pytest.raises(VectorIndexUnavailable):  # still down: the gauge shows the backlog
         m.indexer(BrokenIndex()).drain_pending()  # type: ignore[arg-type]
     assert m.observer.pending_facts == pending
     assert m.observer.index_failures == 2  # the drain's failed write too
     assert m.indexer().drain_pending() == pending  # the drain picks them up
-    assert m.memory.pending_count() == 0
+    assert m.memory.pending_backlog().count == 0
     assert m.observer.pending_facts == 0
 
 

@@ -87,7 +87,7 @@ def test_a_batchs_index_write_runs_during_the_next_flushs_backend_call() -> None
 
     assert backend.indexed_before_call == [0]
     assert backend.indexed_in_call[0] > 0
-    assert m.memory.pending_count() == 0
+    assert m.memory.pending_backlog().count == 0
     # The second batch's write: nothing else to consolidate, and closing does not wait.
     assert m.observer.index_holds == ["backend_wait", "cancelled"]
 
@@ -99,9 +99,9 @@ def test_a_write_waits_no_longer_than_its_bound_while_flushes_keep_working() -> 
     with foreground.working(), foreground.waiting(), foreground.working():
         flusher.flush(key_of("ada"), buffered([make_event("ada", "I live in Lisbon")]), attempt=0)
         deadline = time.monotonic() + LONG_S
-        while m.memory.pending_count() and time.monotonic() < deadline:
+        while m.memory.pending_backlog().count and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert m.memory.pending_count() == 0
+        assert m.memory.pending_backlog().count == 0
     flusher.close()
     assert m.observer.index_holds == ["bound"]
 
