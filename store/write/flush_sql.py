@@ -5,8 +5,8 @@ from domain.erasure import REDACTED_JSON, REDACTION
 from store import fact_rows
 
 MEMORY = "organization_id = %s AND user_id = %s"
-STATE = f"SELECT {fact_rows.STATE_COLUMNS} FROM user_memory WHERE {MEMORY}"
-GENERATION = f"SELECT generation FROM user_memory WHERE {MEMORY}"
+# The state columns, then the generation: a flush reads both of the one row at once.
+STATE = f"SELECT {fact_rows.STATE_COLUMNS}, generation FROM user_memory WHERE {MEMORY}"
 CONSUMED = f"SELECT event_id FROM consolidated_events WHERE {MEMORY} AND event_id = ANY(%s)"
 
 

@@ -65,7 +65,8 @@ class PostgresMemoryStore:
     def load_state(self, key: MemoryKey) -> MemoryState:
         with statement(self._pool) as conn:
             row = conn.execute(flush_sql.STATE, memory_params(key)).fetchone()
-        return _state(key, row)
+        state, _generation = _state(key, row)
+        return state
 
     def facts(
         self, key: MemoryKey, statuses: Sequence[FactStatus] = (FactStatus.ACTIVE,)
@@ -133,7 +134,7 @@ class PostgresMemoryStore:
     ) -> Iterator[FlushReads]:
         """Hold the memory lock (as `memory_lock`) and read what a flush needs under it.
 
-        The lock and the eight reads go out in one pipeline on the lock's connection: Postgres
+        The lock and the seven reads go out in one pipeline on the lock's connection: Postgres
         runs the reads once the lock is granted, and the flush waits for one round trip
         instead of two on two connections (nothing else changes them while the lock is held).
         """
@@ -153,7 +154,6 @@ class PostgresMemoryStore:
                         consumed = conn.execute(flush_sql.CONSUMED, of_events)
                         erased = conn.execute(flush_sql.ERASED_EVENTS, of_events)
                         state = conn.execute(flush_sql.STATE, memory_params(key))
-                        generation = conn.execute(flush_sql.GENERATION, memory_params(key))
                         balance = conn.execute(flush_sql.BALANCE, memory_params(key))
                         known = conn.execute(
                             COUNT_CONSOLIDATION_FACTS,
@@ -162,15 +162,16 @@ class PostgresMemoryStore:
                         # The lock answers an empty value once granted; the try-lock, whether.
                         row = got.fetchone()
                         refused = not wait and not (row and row[0])
+                        memory, generation = _state(key, state.fetchone())
                         reads = FlushReads(
                             erasure_open=_exists(erasure.fetchone()),
                             cutoffs=_cutoffs(cutoffs.fetchall()),
                             consumed=frozenset(r[0] for r in consumed.fetchall()),
                             erased=frozenset(r[0] for r in erased.fetchall()),
-                            state=_state(key, state.fetchone()),
+                            state=memory,
                             balance=_balance(balance.fetchone()),
                             known_facts=_count(known.fetchone()),
-                            generation=_first(generation.fetchone()),
+                            generation=generation,
                         )
                     if refused:  # the reads went out with the try and are of no use
                         raise MemoryBusy(f"memory {key} is locked")
@@ -355,12 +356,13 @@ class PostgresMemoryStore:
             raise EventsAlreadyConsolidated(frozenset(taken))
 
 
-def _state(key: MemoryKey, row: tuple[Any, ...] | None) -> MemoryState:
-    return MemoryState.empty(key) if row is None else fact_rows.state_from_row(key.user_id, row)
-
-
-def _first(row: tuple[Any, ...] | None) -> Any:
-    return row[0] if row else None
+def _state(key: MemoryKey, row: tuple[Any, ...] | None) -> tuple[MemoryState, uuid.UUID | None]:
+    """A `flush_sql.STATE` row's memory state and generation; a memory no row holds yet is
+    empty and has no generation."""
+    if row is None:
+        return MemoryState.empty(key), None
+    *state, generation = row
+    return fact_rows.state_from_row(key.user_id, state), generation
 
 
 def _count(row: tuple[Any, ...] | None) -> int:

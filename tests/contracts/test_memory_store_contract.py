@@ -188,12 +188,16 @@ def test_a_flushs_reads_together_are_the_reads_one_by_one(stores: Stores) -> Non
         assert reads.state == stores.memory.load_state(key)
         assert reads.balance == stores.memory.balance(key)
         assert reads.known_facts == len(stores.memory.facts(key, CONSOLIDATION_STATUSES))
+        stamp = stores.reads.memory_stamps([key]).get(key)
+        assert reads.generation == (None if stamp is None else stamp.generation)
     reads = locked_reads(ADA, SUBJECTS(ADA), [consumed, unseen])
+    assert reads.generation is not None  # a memory's first run gives it one
     assert (reads.erasure_open, dict(reads.cutoffs)) == (False, {("events", 2): 17})
     assert (reads.consumed, reads.state.version, reads.balance) == ({consumed}, 1, 1_000)
     assert reads.known_facts == 2  # the active and the held one
     assert locked_reads(BOB, SUBJECTS(BOB), []).erasure_open is True
-    assert locked_reads(key_of("ada", "org-b"), "", []).state.version == 0
+    nobody = locked_reads(key_of("ada", "org-b"), "", [])
+    assert (nobody.state.version, nobody.generation) == (0, None)
 
 
 def test_a_flushs_reads_see_what_the_lock_holder_before_it_wrote(stores: Stores) -> None:
