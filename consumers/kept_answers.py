@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from consumers.log_fields import key_fields
-from consumers.unapplied_runs import UnappliedRuns
+from consumers.unapplied_runs import UnappliedRuns, log_unbooked
 from domain.ids import MemoryKey
 from processors.schema import BackendResponse, ConsolidationRequest
 
@@ -70,7 +70,7 @@ class KeptAnswers:
             self._kept[key] = answer
             evicted = self._kept.popitem(last=False)[1] if len(self._kept) > self._limit else None
         if evicted is not None:
-            unbooked(evicted, "too many answers kept")
+            log_unbooked(evicted.request.key, evicted.response, "too many answers kept")
 
     def take(
         self, key: MemoryKey, version: int, event_ids: Iterable[uuid.UUID]
@@ -94,7 +94,7 @@ class KeptAnswers:
             if kept is None or kept.generation in (None, generation):
                 return
             del self._kept[key]
-        unbooked(kept, "its memory was erased since the call")
+        log_unbooked(kept.request.key, kept.response, "its memory was erased since the call")
 
     def settle(
         self,
@@ -112,7 +112,9 @@ class KeptAnswers:
         if kept is None:
             return
         if not kept.request.event_ids <= frozenset(events):
-            unbooked(kept, "some of its events were forgotten since the call")
+            log_unbooked(
+                kept.request.key, kept.response, "some of its events were forgotten since the call"
+            )
         else:
             unapplied.discarded_unless_applied(
                 kept.request,
@@ -122,13 +124,3 @@ class KeptAnswers:
                 kept.duration_ms,
                 "not applied: the batch was not the same when its write was tried again",
             )
-
-
-def unbooked(answer: KeptAnswer, why: str) -> None:
-    """A kept answer given up without a record: its call's cost is not booked."""
-    log.error(
-        "a call's %d token(s) are not booked: %s",
-        answer.response.usage.total,
-        why,
-        extra=key_fields(answer.request.key),
-    )

@@ -10,7 +10,7 @@ from typing import Any
 
 from consumers.log_fields import key_fields
 from consumers.observers import FlushObserver
-from domain.ids import occurrence_run_id, run_id_for
+from domain.ids import MemoryKey, occurrence_run_id, run_id_for
 from domain.model import RunRecord, RunStatus, TokenUsage
 from domain.ports import MemoryStore
 from processors.consolidate import failed_run, shown_facts, unapplied_ledger
@@ -111,9 +111,15 @@ class UnappliedRuns:
         except StoreError as e:
             # The flush's own error is raised on; this one only keeps the call's cost from the
             # ledger.
-            log.error(
-                "a call's %d token(s) are not booked: %s",
-                response.usage.total,
-                e,
-                extra=key_fields(request.key),
-            )
+            log_unbooked(request.key, response, e)
+
+
+def log_unbooked(key: MemoryKey, response: BackendResponse, why: object) -> None:
+    """An answered call given up without a run: its cost is in no ledger, so the spend the
+    ledger reports is short by it, which only this error says."""
+    log.error(
+        "a call's %d token(s) are not booked: %s",
+        response.usage.total,
+        why,
+        extra=key_fields(key),
+    )
