@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from kafka import KafkaAdminClient
-from kafka.admin import ConfigResource, ConfigResourceType
 
 from memoryd import wiring
 from memoryd.api.auth import hash_token
@@ -23,7 +22,6 @@ from tests.support.deployment import (
     dead_letters,
     headers_of,
     limit_message_bytes,
-    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -84,14 +82,7 @@ def test_a_request_of_many_events_lands_once_each_in_each_users_order(
 def test_events_the_topic_refuses_are_named_and_the_others_are_on_it(
     deployment: Deployment, kafka_admin: KafkaAdminClient
 ) -> None:
-    topic = deployment.settings.kafka.topic
-    limit = {"max.message.bytes": str(TOPIC_MAX_BYTES)}
-    kafka_admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=limit)])
-    wait_until(
-        lambda: _max_message_bytes(kafka_admin, topic) == str(TOPIC_MAX_BYTES),
-        10.0,
-        "the topic's smaller record limit",
-    )
+    limit_message_bytes(kafka_admin, deployment.settings.kafka.topic, TOPIC_MAX_BYTES)
     big = make_event("ada", "x" * (TOPIC_MAX_BYTES + 1000), minutes=1)
     events = [
         make_event("ada", "I live in Lisbon"),
@@ -114,11 +105,6 @@ def test_events_the_topic_refuses_are_named_and_the_others_are_on_it(
     assert (refused["event_id"], refused["retriable"]) == (str(big.event_id), False)
     assert "MessageSizeTooLarge" in refused["reason"]
     assert on_topic(deployment, len(accepted) + 1) == per_memory([*accepted, later])
-
-
-def _max_message_bytes(admin: KafkaAdminClient, topic: str) -> str:
-    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-    return str(described["topic"][topic]["max.message.bytes"]["value"])
 
 
 def test_after_the_broker_refuses_an_event_the_next_request_is_accepted(

@@ -170,10 +170,22 @@ def limit_message_bytes(admin: Any, topic: str, limit: int) -> None:
 
 
 def max_message_bytes(admin: Any, topic: str) -> str:
-    described = admin.describe_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"
-    )
-    return str(described["topic"][topic]["max.message.bytes"]["value"])
+    """The topic's max.message.bytes as its broker describes it. A topic created a moment ago
+    is described without its configs until the broker has applied it from the metadata log:
+    waited for."""
+    found: list[str] = []
+
+    def described() -> bool:
+        answer = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"
+        )
+        config = answer.get("topic", {}).get(topic, {}).get("max.message.bytes")
+        if config is not None:
+            found.append(str(config["value"]))
+        return config is not None
+
+    wait_until(described, 10, f"the broker to describe {topic}'s configs")
+    return found[-1]
 
 
 def committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
