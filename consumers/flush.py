@@ -11,9 +11,9 @@ An answer the model got wrong for this input (`UnusableAnswer`) does not sink th
 is bisected (`consumers.splitting`) to the events the model fails on alone, the others are
 consolidated together in one run, and the flush returns the failing ones for the dead-letter
 topic. Every call that did not become a succeeded run is recorded as a failed or discarded
-run with its tokens, booked in the ledger in the same transaction. An answer whose write the
-database refused (an outage) is kept for the retry of the same batch (`consumers.kept_answers`)
-rather than paid for again.
+run with its tokens, booked in the ledger in the same transaction. A flush whose write the
+database refused (an outage; a run's or a failed run's) keeps the answers it got, usable or
+not, for the retry of the same batch (`consumers.kept_answers`), which is not paid for again.
 
 Budget: a spent credit line (balance <= 0) gets the configured policy, decided under the lock:
 DEFER records a deferred run and parks the events on the dead-letter topic (stage `budget`)
@@ -32,6 +32,7 @@ from dataclasses import replace
 from datetime import datetime
 from enum import StrEnum
 
+from consumers.asking import Asking
 from consumers.batching import BufferedEvent, Rejection, first_by_id
 from consumers.credit import CreditLine, CreditSpent
 from consumers.flush_result import FlushKind, FlushResult, RejectedEvents
@@ -86,6 +87,9 @@ class UserFlusher:
         self._max_split_calls = max_split_calls
         self._unapplied = UnappliedRuns(store, backend, consolidator.prices, observer)
         self._kept = KeptAnswers()
+        self._asking = Asking(
+            backend, consolidator, index_queue.foreground, self._kept, self._unapplied
+        )
 
     @property
     def backend_name(self) -> str:
@@ -101,7 +105,7 @@ class UserFlusher:
         try:
             at_work = self._index_queue.foreground.working()
             with at_work, self._forgotten.locked(key, items) as (reads, kept):
-                self._kept.drop_unless(key, reads.generation)
+                self._kept.begin(key, reads.generation)
                 try:
                     if kept:
                         deferral = deferred_run_id_for(
@@ -112,7 +116,8 @@ class UserFlusher:
                     else:
                         result = FlushResult(FlushKind.FORGOTTEN, 0)
                 except DatabaseUnavailable:
-                    raise  # an answer kept waits for the retry after the outage
+                    self._kept.keep(key)  # its answers wait for the retry after the outage
+                    raise
                 except Exception:
                     self._kept.settle(
                         key, attempt, (i.event.event_id for i in kept), self._unapplied
@@ -208,38 +213,44 @@ class UserFlusher:
     ) -> MemoryUpdate:
         """Consolidate `events` in one run and apply it; an unusable answer is recorded as a
         failed run and raised. `known_facts`: as read under the lock, until a run is applied.
-
-        The answer to a write the database did not take is kept, and applied by the retry
-        of the same events at the same version instead of a new call (`KeptAnswers`); so is
-        `probed`, a bisection's probe of these events on this memory."""
-        kept = probed or self._kept.take(state.key, state.version, (e.event_id for e in events))
-        if kept is None:
-            request, degraded = self._request(state, events, now, known_facts)
-            response, duration_ms = self._call(request, attempt)
-        else:
-            request, degraded = kept.request, kept.degraded
-            response, duration_ms, now = kept.response, kept.duration_ms, kept.request.now
+        `probed`: a bisection's probe of these events on this memory, applied instead."""
+        answer = probed or self._asking.ask(
+            state,
+            events,
+            attempt,
+            generation,
+            lambda: self._request(state, events, now, known_facts),
+        )
+        request, response, duration_ms = answer.request, answer.response, answer.duration_ms
+        now = request.now
         try:
             update = self._apply(
-                request, response, now, duration_ms, attempt, exhausted=exhausted, degraded=degraded
+                request,
+                response,
+                now,
+                duration_ms,
+                attempt,
+                exhausted=exhausted,
+                degraded=answer.degraded,
             )
         except (StaleMemoryVersion, EventsAlreadyConsolidated) as e:
             # Not applied (another run changed the memory first; the processor plans again),
             # but the call was made: it is recorded as discarded and its tokens are booked.
             why = f"not applied: {e}"
-            self._unapplied.discarded(request, attempt, now, response, duration_ms, why)
+            self._unapplied.discarded(
+                request, attempt, now, response, duration_ms, why, run_id=answer.run_id
+            )
             raise
         except DatabaseUnavailable:
-            # Not the answer's fault: paid for once, it is booked with the run that lands.
-            self._kept.keep(KeptAnswer(request, response, duration_ms, degraded, generation))
-            raise
+            raise  # not the answer's fault: kept, it is booked with the run that lands
         except Exception as e:
             # Paid for all the same, unless its write committed before the error.
             why = f"not applied: {type(e).__name__}: {e}"
             self._unapplied.discarded_unless_applied(
-                request, attempt, now, response, duration_ms, why
+                request, attempt, now, response, duration_ms, why, run_id=answer.run_id
             )
             raise
+        self._kept.applied(answer)
         self._observer.consolidated(update.run)
         return update
 
@@ -286,27 +297,6 @@ class UserFlusher:
         )
         return request, candidates.degraded
 
-    def _call(self, request: ConsolidationRequest, attempt: int) -> tuple[BackendResponse, int]:
-        started = time.monotonic()
-        try:
-            with self._index_queue.foreground.waiting():
-                response = self._backend.consolidate(request)
-            # Here, not only in `plan`: a bisection's probe must refuse the same answers.
-            self._consolidator.check(request, response)
-        except UnusableAnswer as e:
-            self._unapplied.record(
-                request,
-                attempt,
-                request.now,
-                RunStatus.FAILED,
-                usage=e.usage,
-                error=str(e),
-                raw=e.raw_response,
-                duration_ms=_ms_since(started),
-            )
-            raise
-        return response, _ms_since(started)
-
     # -- bisecting ------------------------------------------------------------------------
 
     def _split(
@@ -333,15 +323,17 @@ class UserFlusher:
 
         def probe(group: Sequence[ContextEvent]) -> str | Answered[KeptAnswer]:
             credit.before_call()
-            request, degraded = self._request(state, group, now, None)
             try:
-                response, duration_ms = self._call(request, attempt)
+                answer = self._asking.ask(
+                    state, group, attempt, generation,
+                    lambda: self._request(state, group, now, None), probe=True,
+                )  # fmt: skip
             except UnusableAnswer as e:
                 self._observer.probed(usable=False)
                 return str(e)
             self._observer.probed(usable=True)
-            credit.held(response)
-            return Answered(KeptAnswer(request, response, duration_ms, degraded, generation))
+            credit.held(answer.response)
+            return Answered(answer)
 
         def reuse(group: Sequence[ContextEvent], answer: KeptAnswer) -> MemoryUpdate | None:
             if self._store.load_state(state.key).version != state.version:
@@ -354,9 +346,12 @@ class UserFlusher:
 
         def discard(a: KeptAnswer) -> None:
             credit.booked(a.response)
-            self._unapplied.discarded(
-                a.request, attempt, now, a.response, a.duration_ms, PROBE_NOTE
-            )
+            if not self._kept.booked(a):
+                self._unapplied.discarded(
+                    a.request, attempt, a.request.now, a.response, a.duration_ms, PROBE_NOTE,
+                    run_id=a.run_id,
+                )  # fmt: skip
+                self._kept.book(a)
 
         def applied(update: MemoryUpdate) -> MemoryUpdate:
             updates.append(update)
@@ -388,10 +383,6 @@ class UserFlusher:
         return FlushResult(
             FlushKind.DEFERRED, len(fresh), reason=reason, deferred_run=run.run_id, deferred=parked
         )
-
-
-def _ms_since(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
 
 
 def _with_output(update: MemoryUpdate, **notes: str) -> MemoryUpdate:

@@ -15,6 +15,7 @@ from domain.model import RunRecord, RunStatus, TokenUsage
 from domain.ports import MemoryStore
 from processors.consolidate import failed_run, shown_facts, unapplied_ledger
 from processors.cost import PriceTable
+from processors.errors import UnusableAnswer
 from processors.schema import BackendResponse, ConsolidationBackend, ConsolidationRequest
 from store.errors import StoreError
 
@@ -78,6 +79,8 @@ class UnappliedRuns:
         response: BackendResponse,
         duration_ms: int,
         why: str,
+        *,
+        run_id: uuid.UUID | None = None,
     ) -> RunRecord:
         """A usable answer that is not applied, recorded with what its call cost."""
         return self.record(
@@ -85,6 +88,7 @@ class UnappliedRuns:
             attempt,
             started_at,
             RunStatus.DISCARDED,
+            run_id=run_id,
             usage=response.usage,
             raw=response.raw_response,
             model=response.model,
@@ -100,6 +104,8 @@ class UnappliedRuns:
         response: BackendResponse,
         duration_ms: int,
         why: str,
+        *,
+        run_id: uuid.UUID | None = None,
     ) -> None:
         """`discarded`, for an answer not applied for `why`, unless its run was applied
         after all (the connection lost in COMMIT). The processor retries the batch with a
@@ -107,19 +113,54 @@ class UnappliedRuns:
         try:
             if self._store.run_applied(run_id_for(request.key, request.event_ids), started_at):
                 return
-            self.discarded(request, attempt, started_at, response, duration_ms, why)
+            self.discarded(request, attempt, started_at, response, duration_ms, why, run_id=run_id)
         except StoreError as e:
             # The flush's own error is raised on; this one only keeps the call's cost from the
             # ledger.
-            log_unbooked(request.key, response, e)
+            log_unbooked(request.key, response.usage.total, e)
+
+    def failed(
+        self,
+        request: ConsolidationRequest,
+        attempt: int,
+        error: UnusableAnswer,
+        duration_ms: int,
+        run_id: uuid.UUID,
+    ) -> RunRecord:
+        """An unusable answer, recorded with what its call cost; idempotent on `run_id`."""
+        return self.record(
+            request,
+            attempt,
+            request.now,
+            RunStatus.FAILED,
+            run_id=run_id,
+            usage=error.usage,
+            error=str(error),
+            raw=error.raw_response,
+            duration_ms=duration_ms,
+        )
+
+    def failed_unless_recorded(
+        self,
+        request: ConsolidationRequest,
+        attempt: int,
+        error: UnusableAnswer,
+        duration_ms: int,
+        run_id: uuid.UUID,
+    ) -> None:
+        """`failed`, once a flush is over: a store error only keeps the cost from the ledger."""
+        try:
+            self.failed(request, attempt, error, duration_ms, run_id)
+        except StoreError as e:
+            log_unbooked(request.key, error.usage.total, e)
 
 
-def log_unbooked(key: MemoryKey, response: BackendResponse, why: object) -> None:
+def log_unbooked(key: MemoryKey, tokens: int, why: object) -> None:
     """An answered call given up without a run: its cost is in no ledger, so the spend the
     ledger reports is short by it, which only this error says."""
     log.error(
         "a call's %d token(s) are not booked: %s",
-        response.usage.total,
+        tokens,
         why,
         extra=key_fields(key),
     )

@@ -41,8 +41,10 @@ def unbooked_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str, str
 def test_a_kept_answer_evicted_unbooked_says_so(caplog: pytest.LogCaptureFixture) -> None:
     kept = KeptAnswers(limit=1)
     with caplog.at_level(logging.ERROR):
-        kept.keep(answer("ada"))
-        kept.keep(answer("bob"))  # Ada's answer makes room
+        for user in ("ada", "bob"):  # two flushes refused: Ada's answer makes room for Bob's
+            kept.begin(key_of(user), None)
+            kept.made(answer(user))
+            kept.keep(key_of(user))
     assert unbooked_lines(caplog) == [
         (logging.ERROR, "a call's 340 token(s) are not booked: too many answers kept", "ada")
     ]

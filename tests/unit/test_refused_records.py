@@ -1,0 +1,200 @@
+"""Every answer a flush got is kept while the database refuses its writes, usable or not, and
+the retry of the same batch takes them instead of calling: across the refused tries and the one
+that lands, a batch costs the calls of one flush, each booked once. Here the record of a failed
+or discarded run is refused too, not only a run's write."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from consumers.flush_result import FlushKind, FlushResult
+from domain.model import RunStatus, TokenUsage
+from processors.errors import UnusableAnswer
+from processors.schema import BackendResponse, ConsolidationRequest
+from producers.contract import ContextEvent
+from store.errors import DatabaseRefused
+from tests.support.builders import BASE_TIME, buffered, key_of, make_event, seed_update
+from tests.support.fakes import FlakyBackend
+from tests.support.inmemory import InMemoryMemoryd
+
+ADA = key_of("ada")
+POISON = "POISON"
+USAGE = TokenUsage(prompt_tokens=300, completion_tokens=40)
+READ_ONLY = "cannot execute INSERT in a read-only transaction"
+REFUSED_TRIES = 5
+
+
+class Counting(FlakyBackend):
+    """Answers each call with a model's tokens; unusably when an observation is poison."""
+
+    def consolidate(self, request: ConsolidationRequest) -> BackendResponse:
+        return replace(super().consolidate(request), usage=USAGE)
+
+    def before(self, request: ConsolidationRequest) -> None:
+        if any(POISON in o.event.content for o in request.observations):
+            raise UnusableAnswer("output is not JSON", raw_response="{", usage=USAGE)
+
+
+def notes(n: int, poison_at: int) -> list[ContextEvent]:
+    return [
+        make_event("ada", f"{POISON} blob" if i == poison_at else f"I read chapter {i}", minutes=i)
+        for i in range(n)
+    ]
+
+
+def refuse(
+    m: InMemoryMemoryd,
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    times: int,
+    which: Callable[[Any], bool] = lambda _: True,
+) -> list[int]:
+    """The store refuses the first `times` calls of `method` whose first argument is `which`,
+    as a read-only database does. Returns how many refusals are left."""
+    write = getattr(m.memory, method)
+    left = [times]
+
+    def refused(first: Any, *rest: Any) -> Any:
+        if left[0] and which(first):
+            left[0] -= 1
+            raise DatabaseRefused(READ_ONLY)
+        return write(first, *rest)
+
+    monkeypatch.setattr(m.memory, method, refused)
+    return left
+
+
+def through_outage(
+    m: InMemoryMemoryd, backend: Counting, events: list[ContextEvent]
+) -> FlushResult:
+    """Flush until a try is not refused, as the processor does, waiting out each refusal."""
+    flusher = m.flusher(backend)
+    try:
+        for _ in range(REFUSED_TRIES + 1):
+            try:
+                return flusher.flush(ADA, buffered(events), attempt=0)
+            except DatabaseRefused:
+                m.now += timedelta(seconds=5)
+        raise AssertionError("every try was refused")
+    finally:
+        flusher.close()
+
+
+def calls_of_one_flush(events: list[ContextEvent]) -> int:
+    backend = Counting()
+    flusher = InMemoryMemoryd().flusher(backend)
+    flusher.flush(ADA, buffered(events), attempt=0)
+    flusher.close()
+    return backend.calls
+
+
+def assert_each_call_booked_once(m: InMemoryMemoryd, calls: int) -> None:
+    runs = [logged.run for logged in m.runs.runs(ADA) if logged.run.usage.total]  # calls'
+    booked = [(e.run_id, e.units) for e in m.db.ledger.values() if e.operation == "llm"]
+    assert len(booked) == calls
+    assert sorted(booked, key=str) == sorted(((r.run_id, r.usage.total) for r in runs), key=str)
+
+
+def is_failed(run: Any) -> bool:
+    return bool(run.status is RunStatus.FAILED)
+
+
+def is_discarded(run: Any) -> bool:
+    return bool(run.status is RunStatus.DISCARDED)
+
+
+def test_an_unusable_answer_whose_failed_run_is_refused_is_not_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    m = InMemoryMemoryd()
+    [poison] = notes(1, poison_at=0)
+    left = refuse(m, monkeypatch, "record_run", REFUSED_TRIES)
+    backend = Counting()
+    result = through_outage(m, backend, [poison])
+    assert left == [0]  # the outage was waited out to its end
+
+    assert result.kind is FlushKind.REJECTED
+    assert backend.calls == 1
+    assert [r.status for r in (logged.run for logged in m.runs.runs(ADA))] == [RunStatus.FAILED]
+    assert_each_call_booked_once(m, 1)
+
+
+def test_a_bisection_whose_failed_runs_are_refused_asks_each_probe_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch's failed run is recorded, a later probe's is refused: the retry goes through
+    the bisection again on the answers kept, without a call, up to where it stopped."""
+    events = notes(8, poison_at=5)
+    m = InMemoryMemoryd()
+    failed_runs = [0]
+
+    def after_the_first(run: Any) -> bool:
+        failed_runs[0] += is_failed(run)
+        return is_failed(run) and failed_runs[0] > 1
+
+    left = refuse(m, monkeypatch, "record_run", REFUSED_TRIES, after_the_first)
+    backend = Counting()
+    result = through_outage(m, backend, events)
+    assert left == [0]  # the outage was waited out to its end
+
+    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 7)
+    assert backend.calls == calls_of_one_flush(events)
+    assert_each_call_booked_once(m, backend.calls)
+
+
+def test_a_held_probe_answer_whose_discarded_run_is_refused_is_booked_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = notes(8, poison_at=5)
+    m = InMemoryMemoryd()
+    left = refuse(m, monkeypatch, "record_run", REFUSED_TRIES, is_discarded)
+    backend = Counting()
+    result = through_outage(m, backend, events)
+    assert left == [0]  # the outage was waited out to its end
+
+    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 7)
+    assert backend.calls == calls_of_one_flush(events)
+    assert_each_call_booked_once(m, backend.calls)
+
+
+def test_a_reused_probe_answer_whose_write_is_refused_is_not_bisected_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """[A, poison]: A's probe answer is its run; that run's write is refused."""
+    events = notes(2, poison_at=1)
+    m = InMemoryMemoryd()
+    left = refuse(m, monkeypatch, "apply", REFUSED_TRIES)
+    backend = Counting()
+    result = through_outage(m, backend, events)
+    assert left == [0]  # the outage was waited out to its end
+
+    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 1)
+    assert backend.calls == calls_of_one_flush(events) == 3
+    assert_each_call_booked_once(m, backend.calls)
+
+
+def test_an_unusable_answer_the_retry_does_not_take_is_booked_as_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    m = InMemoryMemoryd()
+    [poison] = notes(1, poison_at=0)
+    left = refuse(m, monkeypatch, "record_run", 1)
+    backend = Counting()
+    flusher = m.flusher(backend)
+    with pytest.raises(DatabaseRefused):
+        flusher.flush(ADA, buffered([poison]), attempt=0)
+    m.memory.apply(seed_update(m.memory, "ada", []))  # another run lands first
+    result = flusher.flush(ADA, buffered([poison]), attempt=0)
+    flusher.close()
+
+    assert left == [0]
+    assert result.kind is FlushKind.REJECTED
+    assert backend.calls == 2  # asked again on the memory as it is now
+    failed = [logged.run for logged in m.runs.runs(ADA) if is_failed(logged.run)]
+    assert [r.started_at for r in failed] == [BASE_TIME, m.now]  # the kept one is booked
+    assert_each_call_booked_once(m, 2)
