@@ -4,6 +4,7 @@ recorded once however often its record is tried, and is raised."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -35,6 +36,14 @@ class Asking:
         self._foreground = foreground
         self._kept = kept
         self._unapplied = unapplied
+        self._answers = 0
+        self._lock = threading.Lock()  # flushes of several memories call at once
+
+    @property
+    def answers(self) -> int:
+        """The backend's answers (usable or not) so far: each says it is up."""
+        with self._lock:
+            return self._answers
 
     def ask(
         self,
@@ -77,8 +86,14 @@ class Asking:
             # Here, not only in `plan`: a bisection's probe must refuse the same answers.
             self._consolidator.check(request, response)
         except UnusableAnswer as e:
+            self._answered()
             return KeptFailure(request, e, _ms_since(started), generation, probe)
+        self._answered()
         return KeptAnswer(request, response, _ms_since(started), degraded, generation, probe)
+
+    def _answered(self) -> None:
+        with self._lock:
+            self._answers += 1
 
 
 def _ms_since(started: float) -> int:

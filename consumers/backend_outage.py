@@ -5,10 +5,10 @@ A transient failure (429, 5xx, a timeout) says nothing by itself of whose fault 
 the provider cannot serve fails on its own while other memories' flushes get answers; a provider
 away (a quota spent, an overloaded region) fails every memory. So the backend is *out* once the
 last `after` flushes that asked it all failed transiently and were not all one memory's, and it
-is back on the first flush that gets an answer (usable or not: the provider answered). While it
-is out, a failing batch waits like through a database outage and is charged no attempt; else it
-is charged one, and after its last one it is dead-lettered, so a poison batch never holds its
-partition.
+is back on the first answer (usable or not, its write refused or not: the provider answered).
+While it is out, a failing batch waits like through a database outage and is charged no
+attempt; else it is charged one, and after its last one it is dead-lettered, so a poison batch
+never holds its partition.
 
 A refusal of memoryd's credentials (`CredentialsRefused`: a key revoked or expired, the API
 disabled for its project) is an outage at once, even for one memory: it is about the key, never

@@ -95,6 +95,11 @@ class UserFlusher:
     def backend_name(self) -> str:
         return self._backend.name
 
+    @property
+    def answers(self) -> int:
+        """How many calls the backend answered, usable or not, whatever became of them."""
+        return self._asking.answers
+
     def close(self) -> None:
         """Index what finished runs changed, then stop the index thread."""
         self._index_queue.close()

@@ -73,6 +73,7 @@ class Settlement:
         self._backend = BackendOutage(
             settings.backend_outage_after, settings.backend_outage_max_s, monotonic
         )
+        self._answers = 0  # the flusher's answers when a batch was last settled
 
     def forsaken(self) -> None:
         """No batch is left (their partitions went to another processor): nothing waits out
@@ -91,6 +92,7 @@ class Settlement:
     def settle(self, batch: Batch) -> None:
         assert batch.future is not None
         future, batch.future = batch.future, None
+        self._answered_meanwhile()
         try:
             result = future.result()
         except (EventsAlreadyConsolidated, StaleMemoryVersion) as e:
@@ -173,6 +175,14 @@ class Settlement:
     def _asked(self, error: TransientBackendError) -> float:
         """The provider's own retry delay, up to the configured cap (0: it named none)."""
         return min(error.retry_after_s or 0.0, self._settings.backend_retry_max_s)
+
+    def _answered_meanwhile(self) -> None:
+        """Any answer since the last batch settled ends a backend outage, the one to a flush
+        whose write was then refused or came too late too: the backend is back."""
+        answers = self._flusher.answers
+        if answers > self._answers:
+            self._answers = answers
+            self._backend_answered()
 
     def _backend_answered(self) -> None:
         if self._backend.answered():

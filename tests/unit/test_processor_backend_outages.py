@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from consumers.processor import MemoryProcessor
+from domain.model import MemoryUpdate
 from processors.errors import CredentialsRefused, TransientBackendError
 from processors.schema import ConsolidationRequest
 from producers.contract import ContextEvent
+from store.errors import DatabaseRefused
 from tests.support.builders import key_of, make_event
 from tests.support.fakes import FakeConsumer, FlakyBackend, ListDeadLetters
 from tests.support.inmemory import FAST, TOPIC, InMemoryMemoryd, step_until
@@ -134,3 +136,31 @@ def test_a_refused_key_is_waited_out_for_one_memory_without_charging_attempts() 
     assert metric(processor, "outage_retries", "processor", "backend") == 0
     assert metric(processor, "backend_retries", backend.name) == 0
     assert metric(processor, "degraded", "processor") == 0
+
+
+def test_an_answer_whose_write_is_refused_ends_the_backend_s_outage(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend answered: it is back, though the database refused what it answered."""
+    caplog.set_level(logging.INFO)
+    m, consumer, letters = InMemoryMemoryd(), FakeConsumer(TOPIC), ListDeadLetters()
+    backend = FlakyBackend([CredentialsRefused("401 UNAUTHENTICATED")])
+    publish(consumer, make_event("ada", "I live in Lisbon"))
+    apply, refusals = m.memory.apply, [1]
+
+    def refused_once(update: MemoryUpdate) -> None:
+        if refusals.pop() if refusals else False:
+            raise DatabaseRefused("cannot execute INSERT in a read-only transaction")
+        apply(update)
+
+    monkeypatch.setattr(m.memory, "apply", refused_once)
+    processor = m.processor(consumer, backend, letters)
+    processor.start()
+    step_until(processor, lambda: consumer.committed.get(0) == 1)
+    processor.shutdown()
+
+    assert backend.calls == 2  # the retry after the refused write applies the answer kept
+    said = [r.getMessage() for r in caplog.records if r.name == "consumers.outage"]
+    ended = said.index("a backend call recovered after 1 retries")
+    refused = next(n for n, line in enumerate(said) if "database_refused" in line)
+    assert ended < refused, said
