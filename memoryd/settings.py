@@ -8,6 +8,7 @@ Every model here, nested ones too, refuses a key it does not have: a mistyped se
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
@@ -35,6 +36,7 @@ from processors.llm.thinking import (
     DEFAULT_THINKING_BUDGET,
     check_thinking_budget,
     default_thinking_budget,
+    most_thinking,
 )
 from producers.contract import Identifier
 from store.embedding_models import FLOAT_PRODUCTS_MODEL, INTEGER_PRODUCTS_MODEL, ModelName
@@ -87,6 +89,24 @@ class ChromaSettings(BaseModel):
     collection: str = "memory_facts"
 
 
+# A call takes the wait for its first token (the prompt read, the provider's queue), then its
+# output at the rate the model writes: Gemini 2.5 Flash some 150-250 tokens a second, Pro about
+# 100. At 100, the largest answer the defaults allow (16,384 tokens of answer and 2,048 of
+# thinking) takes 185 s, the call 215 s. A call cut by its timeout is paid for all the same and
+# books nothing, nor do its retries, which fare alike: the timeout lets the largest allowed
+# answer finish. Nothing else cuts a call shorter: the processor polls on while flushes run
+# (kafka.max_poll_interval_ms does not bound them), an erasure waiting for the memory's lock
+# answers 503 after api.erasure_lock_wait_s, and a shutdown waits for the calls under way.
+FIRST_TOKEN_S = 30
+SLOWEST_TOKENS_PER_S = 100
+
+
+def call_timeout_ms(answer_tokens: int, thinking_tokens: int) -> int:
+    """The per-call timeout that lets an answer of this many tokens finish."""
+    writing_s = math.ceil((answer_tokens + thinking_tokens) / SLOWEST_TOKENS_PER_S)
+    return (FIRST_TOKEN_S + writing_s) * 1000
+
+
 class LlmSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -94,7 +114,8 @@ class LlmSettings(BaseModel):
     model: str = "gemini-2.5-flash"
     api_key: SecretStr | None = None
     base_url: str | None = None
-    timeout_ms: int = Field(default=60_000, ge=100)
+    # Unset: long enough for the largest answer the two below allow (`call_timeout_ms`).
+    timeout_ms: int = Field(default=215_000, ge=100)
     # The room for the answer's text (see processors.llm.gemini.DEFAULT_MAX_OUTPUT_TOKENS).
     max_output_tokens: int = Field(default=16_384, ge=1)
     # On top of max_output_tokens, at most this many for the model's thinking (Gemini 2.5),
@@ -110,6 +131,9 @@ class LlmSettings(BaseModel):
             self.thinking_budget = default_thinking_budget(self.model)
         # Found at start: the API refuses it with a 400, and every batch would be dead-lettered.
         check_thinking_budget(self.model, self.thinking_budget)
+        if "timeout_ms" not in self.model_fields_set:
+            thinking = most_thinking(self.model, self.thinking_budget)
+            self.timeout_ms = call_timeout_ms(self.max_output_tokens, thinking)
         return self
 
 
@@ -180,7 +204,7 @@ class ApiSettings(BaseModel):
     # call: on the shared thread pool, a burst of them would leave no thread to other routes.
     erasure_threads: int = Field(default=2, ge=1)
     # Seconds an erasure waits for that lock before it answers 503 with Retry-After, having
-    # done nothing: a flush's model call can take a minute, longer than a client should hang.
+    # done nothing: a flush's model call can take minutes, longer than a client should hang.
     # Postgres grants a lock's waiters in turn, so the erasure waits out the one flush that
     # holds it (the memory's next flush queues behind it): most model calls end within 30 s,
     # and a shorter wait would turn erasures of busy users into repeated 503s.

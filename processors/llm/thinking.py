@@ -66,6 +66,15 @@ def default_thinking_budget(model: str) -> int:
     return 0 if budgets is not None and not budgets.thinks_unasked else DEFAULT_THINKING_BUDGET
 
 
+def most_thinking(model: str, budget: int | None) -> int:
+    """The most a call may think: its budget; with none, its family's most if it thinks
+    unasked (0 for a family not listed, none known)."""
+    if budget is not None:
+        return budget
+    budgets = thinking_range(model)
+    return budgets.most if budgets is not None and budgets.thinks_unasked else 0
+
+
 def least_thinking(model: str) -> int | None:
     """The smallest budget the model takes: 0 where thinking can be turned off, else its
     minimum; None for a family not listed (no budget sent)."""

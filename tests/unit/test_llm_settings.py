@@ -80,3 +80,29 @@ def test_the_rewrite_call_may_outlast_the_turn_s_wait(monkeypatch: pytest.Monkey
     monkeypatch.setenv("MEMORYD_READ_PATH__REWRITE_CALL_TIMEOUT_MS", "300")
     with pytest.raises(pydantic.ValidationError, match="rewrite_call_timeout_ms"):
         Settings()
+
+
+@pytest.mark.parametrize(
+    ("env", "timeout_ms"),
+    [
+        pytest.param({}, 215_000, id="16384 answer tokens and 2048 of thinking"),
+        pytest.param({"MAX_OUTPUT_TOKENS": "32768"}, 379_000, id="a larger answer"),
+        pytest.param({"THINKING_BUDGET": "0"}, 194_000, id="no thinking"),
+        pytest.param(
+            {"MODEL": "gemini-2.5-pro", "THINKING_BUDGET": "null"},
+            522_000,
+            id="the model's own thinking, up to its most",
+        ),
+        pytest.param({"TIMEOUT_MS": "60000"}, 60_000, id="set"),
+    ],
+)
+def test_the_call_timeout_lets_the_largest_allowed_answer_finish_unless_set(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], timeout_ms: int
+) -> None:
+    """A call cut by its timeout is paid for and books nothing, nor do its retries: unset,
+    the timeout gives the room the answer and thinking have 30 s and 10 ms a token."""
+    for name in ("MODEL", "MAX_OUTPUT_TOKENS", "THINKING_BUDGET", "TIMEOUT_MS"):
+        monkeypatch.delenv(f"MEMORYD_LLM__{name}", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(f"MEMORYD_LLM__{name}", value)
+    assert Settings().llm.timeout_ms == timeout_ms
