@@ -139,7 +139,8 @@ class KeptAnswers:
 
     def applied(self, answer: KeptAnswer) -> None:
         """The answer's run is applied: nothing more to keep or book of it."""
-        self._flushing[answer.request.key].made.remove(answer)
+        made = self._flushing[answer.request.key].made
+        made[:] = [a for a in made if a is not answer]
 
     def booked(self, answer: Kept) -> bool:
         return answer.run_id in self._flushing[answer.request.key].booked
