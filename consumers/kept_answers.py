@@ -54,13 +54,6 @@ class KeptAnswer:
     probe: bool = False  # a bisection's probe: applied only when reused as one
     run_id: uuid.UUID = field(default_factory=occurrence_run_id)  # if recorded as discarded
 
-    def answers(self, version: int, event_ids: frozenset[uuid.UUID], probe: bool) -> bool:
-        return (
-            self.probe == probe
-            and self.request.state.version == version
-            and self.request.event_ids == event_ids
-        )
-
 
 @dataclass(frozen=True)
 class KeptFailure:
@@ -73,15 +66,17 @@ class KeptFailure:
     probe: bool = False
     run_id: uuid.UUID = field(default_factory=occurrence_run_id)
 
-    def answers(self, version: int, event_ids: frozenset[uuid.UUID], probe: bool) -> bool:
-        return (
-            self.probe == probe
-            and self.request.state.version == version
-            and self.request.event_ids == event_ids
-        )
-
 
 Kept = KeptAnswer | KeptFailure
+
+
+def _answers(kept: Kept, version: int, event_ids: frozenset[uuid.UUID], probe: bool) -> bool:
+    """Whether `kept` answers these events at this version, asked for as the same thing."""
+    return (
+        kept.probe == probe
+        and kept.request.state.version == version
+        and kept.request.event_ids == event_ids
+    )
 
 
 @dataclass
@@ -126,7 +121,7 @@ class KeptAnswers:
         """The first answer kept for exactly these events at this version, now this try's."""
         answers, ids = self._flushing[key], frozenset(event_ids)
         for n, answer in enumerate(answers.earlier):
-            if answer.answers(version, ids, probe):
+            if _answers(answer, version, ids, probe):
                 del answers.earlier[n]
                 answers.made.append(answer)
                 log.info("taking the answer kept from a refused write", extra=key_fields(key))
