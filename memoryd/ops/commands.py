@@ -1,7 +1,8 @@
 """The operator and analyst commands of the operations side:
 
 - `memoryd explain FACT_ID [--org ORG] [--json]`
-- `memoryd replay verify [--user U | --all] [--org ORG] [--json]` (exit 1 on a difference)
+- `memoryd replay verify [--user U | --all] [--org ORG] [--json]` (exit 1 on a difference, or
+  when there is nothing to verify)
 - `memoryd maintenance run [--job J] [--force]`, `memoryd maintenance status`
 """
 
@@ -14,6 +15,7 @@ import uuid
 from datetime import timedelta
 from functools import partial
 
+from domain.erasure import ErasureScope
 from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.analyst.commands import analyst_core, identifier, live_memory, memory_snapshot
@@ -72,6 +74,11 @@ def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
         results = []
         for k in keys:  # each memory as of one moment, or a run committing between reads differs
             with memory_snapshot(c) as (at, run_log):
+                if args.user and not MaintenanceQueries(at.pool).holds(k):
+                    # An empty log folds to an empty memory: "ok" would pass a mistyped user,
+                    # or an erased one, having checked nothing.
+                    print(f"memoryd replay verify: {_nothing_of(at, k)}", file=sys.stderr)
+                    return 1
                 runs = list(run_log.iter_runs(k))
                 results.append(verify_memory(k, runs, live_memory(at, run_log, k)))
     failed = [v for v in results if not v.ok]
@@ -82,6 +89,18 @@ def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
             print(render_verification(v))
         print(f"{len(results) - len(failed)} of {len(results)} memories fold to live memory")
     return 1 if failed else 0
+
+
+def _nothing_of(c: wiring.Core, key: MemoryKey) -> str:
+    """Why no table holds anything of `key`: it was erased, or it never had anything."""
+    erased = c.erasures.latest(c.subjects(key), ErasureScope.MEMORY)
+    if erased is None:
+        return f"no memory {key}: no event, no run, no memory row"
+    when = "" if erased.erased_at is None else f" at {erased.erased_at.isoformat()}"
+    return (
+        f"memory {key} was erased (erasure {erased.erasure_id}, {erased.status}{when}):"
+        " nothing of it is left to verify"
+    )
 
 
 _JOB = "maintenance-"  # a maintenance job's name among the cluster jobs

@@ -87,6 +87,17 @@ class MaintenanceQueries:
             rows = conn.execute(f"{union} ORDER BY 1, 2", {"org": organization_id}).fetchall()
         return [MemoryKey(*r) for r in rows]
 
+    def holds(self, key: MemoryKey) -> bool:
+        """Whether the memory has anything in any table (what `memories` would list)."""
+        exists = " UNION ALL ".join(
+            f"SELECT 1 FROM {table} WHERE organization_id = %(org)s AND user_id = %(user)s"
+            for table in MEMORY_TABLES
+        )
+        params = {"org": key.organization_id, "user": key.user_id}
+        with transaction(self._pool) as conn:
+            row = conn.execute(f"SELECT EXISTS ({exists})", params).fetchone()
+        return bool(row and row[0])
+
     def duplicate_candidates(self, changed_since: datetime | None) -> list[MemoryKey]:
         """Memories with two active facts or more, one of them changed since `changed_since`
         less `DUPLICATE_LOOKBACK`: a flush stamps its facts when it starts, before its model

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
 
+from domain.erasure import ErasureReceipt
+from domain.ids import MemoryKey
 from domain.model import TokenUsage
-from memoryd import cli
+from memoryd import cli, wiring
+from memoryd.erasure import ErasureRequest
 from processors.cost import PriceTable
 from producers.contract import ContextEvent
 from tests.support.builders import make_event
@@ -197,4 +201,37 @@ def test_verify_of_an_organization_with_no_memory_is_refused_not_passed(
     code = memoryd(deployment, monkeypatch, "replay", "verify", "--all", "--org", "org-typo")
     out, err = capsys.readouterr()
     assert (out, err) == ("", "memoryd replay verify: no memory of organization org-typo\n")
+    assert code == 1
+
+
+def test_verify_of_a_user_with_no_memory_is_refused_and_of_an_erased_one_says_so(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    said = [(make_event(user, SAID[0]), None) for user in ("ada", "bob")]
+    deployment.with_core(lambda c: c.events.append(said))
+    verify = ("replay", "verify", "--org", ORG, "--user")
+
+    assert memoryd(deployment, monkeypatch, *verify, "ada") == 0
+    assert capsys.readouterr().out.endswith("1 of 1 memories fold to live memory\n")
+
+    # A mistyped user: an empty log folds to an empty memory, which is no check at all.
+    code = memoryd(deployment, monkeypatch, *verify, "adaa")
+    out, err = capsys.readouterr()
+    nothing = f"memoryd replay verify: no memory {ORG}/adaa: no event, no run, no memory row\n"
+    assert (out, err) == ("", nothing)
+    assert code == 1
+
+    def forget_bob(c: wiring.Core) -> ErasureReceipt:
+        with closing(wiring.publisher(deployment.settings)) as pub:
+            request = ErasureRequest("analyst", "test")
+            return wiring.eraser(c, pub).forget(MemoryKey(ORG, "bob"), request)
+
+    receipt = deployment.with_core(forget_bob)
+    # An erasure leaves no event, run or row of the memory: the refusal says what happened.
+    code = memoryd(deployment, monkeypatch, *verify, "bob")
+    out, err = capsys.readouterr()
+    assert out == ""
+    erased = f"memoryd replay verify: memory {ORG}/bob was erased (erasure {receipt.erasure_id},"
+    assert err.startswith(f"{erased} completed at ")
+    assert err.endswith("): nothing of it is left to verify\n")
     assert code == 1
