@@ -28,22 +28,29 @@ def _pending(skip_out_of_credit: bool) -> str:
     return f"indexed_at IS NULL{hold}"
 
 
+def pending_query(skip_out_of_credit: bool) -> str:
+    """The oldest pending facts, `%s` of them: what each pass of the index drain reads."""
+    return (
+        f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} f"
+        f" WHERE {_pending(skip_out_of_credit)} ORDER BY updated_at, fact_id LIMIT %s"
+    )
+
+
+def backlog_query(skip_out_of_credit: bool) -> str:
+    """How many facts are pending, and when the oldest of them changed."""
+    where = _pending(skip_out_of_credit)
+    return f"SELECT count(*), min(updated_at) FROM memory_facts f WHERE {where}"
+
+
 def pending_index(pool: ConnectionPool, limit: int, skip_out_of_credit: bool) -> list[Fact]:
     with transaction(pool) as conn:
-        rows = conn.execute(
-            f"SELECT {fact_rows.COLUMNS} FROM {fact_rows.READ_FROM} f"
-            f" WHERE {_pending(skip_out_of_credit)}"
-            " ORDER BY updated_at, fact_id LIMIT %s",
-            (limit,),
-        ).fetchall()
+        rows = conn.execute(pending_query(skip_out_of_credit), (limit,)).fetchall()
     return [fact_rows.from_row(r) for r in rows]
 
 
 def pending_backlog(pool: ConnectionPool, skip_out_of_credit: bool) -> PendingBacklog:
-    where = _pending(skip_out_of_credit)
-    query = f"SELECT count(*), min(updated_at) FROM memory_facts f WHERE {where}"
     with transaction(pool) as conn:
-        row = conn.execute(query).fetchone()
+        row = conn.execute(backlog_query(skip_out_of_credit)).fetchone()
     if row is None:  # an aggregate without GROUP BY returns one row; kept for the type
         return PendingBacklog(count=0, oldest=None)
     oldest: datetime | None = row[1]
