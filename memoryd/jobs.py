@@ -3,6 +3,17 @@ by one at a time.
 
 APScheduler fires the job in each process; a Postgres advisory lock taken with try-lock lets
 exactly one of them do the work, so adding processor instances never multiplies the job.
+
+Unlike the maintenance jobs (`store.write.cluster_jobs`), neither is fenced by a run epoch:
+the lock only saves doing the work twice, and a run that lost it (its connection dropped)
+while another took over does nothing the other can be hurt by. Each is built to run beside
+writers it never excludes. The drain beside every processor's `IndexQueue`, which indexes the
+same facts unlocked: a mark is made only at the version that was written, an overtaken
+version is written again, and the ledger entry's id comes from the versions marked
+(`consumers.indexer`). An erasure's resumption beside the API's and the CLI's erasures: every
+step runs under the memory's lock, reads the audited status again under it, and the status
+only moves forward (`memoryd.erasure`). A fence would refuse the stale run's transactions and
+none of its Chroma or Kafka calls, which those rules already make harmless.
 """
 
 from __future__ import annotations
