@@ -181,6 +181,13 @@ class SubjectHasher:
     def __call__(self, key: MemoryKey) -> str:
         return subject_digest(self.secret, key)
 
+    def fact(self, key: MemoryKey, fact_id: uuid.UUID) -> str:
+        """A keyed hash of one of the memory's facts: how the erasure audit finds the erasure
+        that removed a fact (its rows keep no ids). Of the memory too, so another memory's
+        fact of the same id (ids before 0004 were of the user alone) is another digest."""
+        joined = f"{key.joined}{KEY_SEPARATOR}fact{KEY_SEPARATOR}{fact_id}"
+        return hmac.new(self.secret, joined.encode(), hashlib.sha256).hexdigest()
+
 
 def erasure_id_for(subject: str, request_id: str) -> uuid.UUID:
     """The id of an erasure asked for with the caller's own request id: asking again with it

@@ -172,10 +172,12 @@ class Eraser:
         """Delete one fact and every copy of its text in the memory (not an archive).
 
         Raises `UnknownFact`, auditing nothing, for a fact id the memory does not hold unless
-        an erasure of it is open (a crash left it midway: its row may be gone already) or was
-        made with this request id (a retry: its receipt is the answer). The vector index is
-        keyed by fact id alone, so without this check a fact id of another memory, even of
-        the same user id in another organization, would lose its vector here.
+        an erasure of it is open (a crash left it midway: its row may be gone already), was
+        made with this request id (a retry: its receipt is the answer) or removed it (another
+        caller's, maybe finished while this one waited for the lock: its receipt is the
+        answer, as concurrent forgets of a memory share one). The vector index is keyed by
+        fact id alone, so without this check a fact id of another memory, even of the same
+        user id in another organization, would lose its vector here.
         """
         scope = ErasureScope.FACT
         seen = self._earlier(key, scope, fact_id, request)
@@ -183,8 +185,9 @@ class Eraser:
         with self.memory.memory_lock(key, self.lock_wait_s):
             # Again under the lock: the erasure seen open may have completed meanwhile (its
             # receipt is the answer), or another may have erased the fact since.
-            erasure_id = self._earlier(key, scope, fact_id, request) or seen
-            self._held_or_audited(key, fact_id, erasure_id)
+            erasure_id = self._held_or_audited(
+                key, fact_id, self._earlier(key, scope, fact_id, request) or seen
+            )
             if erasure_id is None:
                 erasure_id = self._new_id(key, scope, fact_id, request)
             record = self._open(key, scope, fact_id, request, erasure_id)
@@ -192,9 +195,16 @@ class Eraser:
 
     def _held_or_audited(
         self, key: MemoryKey, fact_id: uuid.UUID, erasure_id: uuid.UUID | None
-    ) -> None:
-        if erasure_id is None and not self._holds(key, fact_id):
+    ) -> uuid.UUID | None:
+        """The erasure the request goes on with: `erasure_id`, or for a fact the memory no
+        longer holds, the last erasure of it; None for a fact the memory holds (a new erasure
+        of it). A fact the memory never held (or holds again, learned anew) has none."""
+        if erasure_id is not None or self._holds(key, fact_id):
+            return erasure_id
+        removed_by = self.erasures.of_target(self.subjects(key), self.subjects.fact(key, fact_id))
+        if removed_by is None:
             raise UnknownFact(f"{key} has no fact {fact_id}")
+        return removed_by.erasure_id
 
     def _holds(self, key: MemoryKey, fact_id: uuid.UUID) -> bool:
         return any(f.key == key for f in self.memory.facts_by_id([fact_id]))
@@ -306,4 +316,5 @@ class Eraser:
             fact_id=fact_id,
             actor=request.actor,
             reason=request.reason,
+            target=None if fact_id is None else self.subjects.fact(key, fact_id),
         )

@@ -121,6 +121,18 @@ class PostgresErasureLog:
             ).fetchone()
         return None if row is None else _record(row)
 
+    def of_target(self, subject: str, target: str) -> ErasureRecord | None:
+        """The most recent erasure of the memory's fact with this keyed digest
+        (`SubjectHasher.fact`), open or completed; None for a fact no erasure was asked of
+        since migration 0023."""
+        with self._transaction() as conn:
+            row = conn.execute(
+                f"SELECT {_AUDIT_COLUMNS} FROM erasure_audit a"
+                " WHERE a.subject = %s AND a.target = %s ORDER BY a.id DESC LIMIT 1",
+                (subject, target),
+            ).fetchone()
+        return None if row is None else _record(row)
+
     def receipts(self, subject: str) -> list[ErasureRecord]:
         """Every erasure of a memory, oldest first (found by its digest, never by its ids)."""
         with self._transaction() as conn:
@@ -160,16 +172,20 @@ class PostgresErasureLog:
         fact_id: uuid.UUID | None,
         actor: str,
         reason: str,
+        target: str | None = None,
     ) -> ErasureRecord:
-        """Audit the erasure before it removes anything; idempotent on `erasure_id`."""
+        """Audit the erasure before it removes anything; idempotent on `erasure_id`.
+
+        `target` is the keyed digest of the fact a fact erasure removes (`of_target`)."""
         if not actor.strip() or not reason.strip():
             raise ValueError("an erasure needs an actor and a reason")
         with self._transaction() as conn:
             inserted = conn.execute(
-                "INSERT INTO erasure_audit (erasure_id, subject, scope, status, actor, reason)"
-                " VALUES (%s, %s, %s, 'started', %s, %s)"
+                "INSERT INTO erasure_audit"
+                " (erasure_id, subject, scope, status, actor, reason, target)"
+                " VALUES (%s, %s, %s, 'started', %s, %s, %s)"
                 " ON CONFLICT (erasure_id) DO NOTHING RETURNING erasure_id",
-                (erasure_id, subject, scope.value, actor, reason),
+                (erasure_id, subject, scope.value, actor, reason, target),
             ).fetchone()
             if inserted is not None:
                 conn.execute(

@@ -1,10 +1,11 @@
 """Erasures through the API and the memory's lock, on real Kafka, Postgres and Chroma: one
 that waits too long for a flush answers 503 having done nothing, and concurrent forgets of
-one memory share one erasure."""
+one memory, or erasures of one fact, share one erasure."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -105,6 +106,36 @@ def test_concurrent_forgets_of_one_memory_share_one_erasure(deployment: Deployme
     first, second = (a.json() for a in answers)
     assert first == second  # the same receipt, not a second erasure finding nothing
     assert [(str(i), s) for i, s in audited(deployment)] == [(first["erasure_id"], "completed")]
+
+
+def test_erasures_of_one_fact_at_once_or_again_share_the_erasure_that_removed_it(
+    deployment: Deployment,
+) -> None:
+    with api(deployment, lock_wait_s=HUNG_S) as (c, client), ThreadPoolExecutor(2) as callers:
+        (fact,) = c.memory.facts(key_of("ada"))
+        bobs = make_fact("bob", "Bob grows tomatoes")
+        seed_core(c, "bob", [bobs], org="org-a")
+        path = f"/v1/users/ada/facts/{fact.fact_id}"
+        # Both find the fact held, then wait for the memory's lock: the second to get it
+        # finds the fact gone, and was answered 404.
+        with flushing(deployment):
+            erasures = [callers.submit(client.delete, path, headers=A) for _ in range(2)]
+            both_waiting(deployment)
+        answers = [e.result(timeout=60) for e in erasures]
+        assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+        first, second = (a.json() for a in answers)
+        assert first == second
+        assert first["removed"]["postgres"]["memory_facts"] == 1
+        assert [(str(i), s) for i, s in audited(deployment)] == [(first["erasure_id"], "completed")]
+        # Asked again later, with or without a key of its own: the same receipt.
+        for query in ("", "?idempotency_key=again-1"):
+            again = client.delete(path + query, headers=A)
+            assert (again.status_code, again.json()) == (200, first), again.text
+        # Not for a fact id ada never had, nor for bob's, once bob's erasure removed it.
+        assert client.delete(f"/v1/users/bob/facts/{bobs.fact_id}", headers=A).status_code == 200
+        for stranger in (bobs.fact_id, uuid.uuid4()):
+            assert client.delete(f"/v1/users/ada/facts/{stranger}", headers=A).status_code == 404
+        assert len(audited(deployment)) == 2
 
 
 def both_waiting(deployment: Deployment, timeout_s: float = 30) -> None:

@@ -102,6 +102,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "fact_erasure_job_errors",
             "erasure_text_matching",
             "job_run_epochs",
+            "fact_erasure_targets",
         ]
     finally:
         pool.close()
