@@ -161,8 +161,11 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
     from memoryd.redrive import redrive  # noqa: PLC0415
 
-    moved = redrive(settings, stages=args.stage, idle_s=args.idle_s)
-    print(f"redrove {moved} record(s) to {settings.kafka.topic}")
+    summary = redrive(settings, stages=args.stage, idle_s=args.idle_s)
+    print(
+        f"redrove {summary.redriven} record(s) to {settings.kafka.topic};"
+        f" {summary.settled_by_erasure} settled by an erasure"
+    )
     return 0
 
 

@@ -4,7 +4,10 @@ Only records that were valid events are redriven (stages `consolidate` and `budg
 that never decoded stay on the dead-letter topic for a human, as do letters that no longer
 validate (a stricter contract since), each logged. An event of a memory erased since it was
 dead-lettered is not redriven: its source offset (in the letter's headers) lies before the
-erasure's cut-off, and republished it would land after the tombstone, as if new. The cut-offs
+erasure's cut-off, and republished it would land after the tombstone, as if new. Nor is an
+event a fact erasure has redacted in the log since: the flush would drop it on arrival (it
+reads the same redaction), and the letter's copy still says what was erased. Both are settled
+by their erasure: committed past, and counted apart from the redriven ones. The cut-offs
 are read and the memory's events republished under the memory's lock, which an erasure holds
 from its tombstone to its cut-offs: an erasure either finished before (its cut-offs are seen)
 or starts after the republished events are acknowledged (they lie before its tombstone).
@@ -22,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from consumers.dead_letter import HEADER_OFFSET, HEADER_PARTITION, HEADER_STAGE, HEADER_TOPIC
 from consumers.kafka_client import (
@@ -55,9 +59,22 @@ def redrive_group(settings: Settings, stage: str) -> str:
 Letter = tuple[ContextEvent, dict[str, bytes]]  # a letter's event and its headers
 
 
+@dataclass(frozen=True)
+class RedriveSummary:
+    redriven: int = 0  # republished on the event topic
+    # Left out and committed past: of a memory forgotten, or redacted by a fact erasure, since.
+    settled_by_erasure: int = 0
+
+    def __add__(self, other: RedriveSummary) -> RedriveSummary:
+        return RedriveSummary(
+            self.redriven + other.redriven, self.settled_by_erasure + other.settled_by_erasure
+        )
+
+
 class ForgottenLetters:
-    """Republishes dead-lettered events, less those recorded before their memory's erasure
-    cut-off, one memory at a time under its lock."""
+    """Republishes dead-lettered events, less those an erasure settled (recorded before their
+    memory's cut-off, or redacted in the log by a fact erasure), one memory at a time under
+    its lock."""
 
     def __init__(self, memory: PostgresMemoryStore, subjects: SubjectHasher) -> None:
         self._memory = memory
@@ -65,22 +82,27 @@ class ForgottenLetters:
 
     def republish(
         self, letters: Sequence[Letter], publish: Callable[[list[ContextEvent]], None]
-    ) -> int:
+    ) -> RedriveSummary:
         by_memory: dict[MemoryKey, list[Letter]] = {}
         for letter in letters:
             event = letter[0]
             by_memory.setdefault(MemoryKey(event.organization_id, event.user_id), []).append(letter)
-        moved = 0
+        summary = RedriveSummary()
         for key, mine in by_memory.items():
             with self._memory.memory_lock(key):
                 cutoffs = self._memory.forgotten_before(self._subjects(key))
                 kept = [event for event, headers in mine if not _before(headers, cutoffs)]
                 if len(kept) < len(mine):
                     log.info("not redriven: %d event(s) of an erased memory", len(mine) - len(kept))
+                # Read under the lock, as the cut-offs: a fact erasure holds it too.
+                redacted = self._memory.erased_events(key, [e.event_id for e in kept])
+                if redacted:
+                    log.info("not redriven: %d event(s) a fact erasure redacted", len(redacted))
+                    kept = [event for event in kept if event.event_id not in redacted]
                 if kept:
                     publish(kept)
-            moved += len(kept)
-        return moved
+            summary += RedriveSummary(len(kept), len(mine) - len(kept))
+        return summary
 
 
 def _before(headers: dict[str, bytes], cutoffs: dict[tuple[str, int], int]) -> bool:
@@ -108,8 +130,9 @@ def redrive(
     stages: Sequence[str] | None = None,
     idle_s: float = 3.0,
     join_timeout_s: float = 60.0,
-) -> int:
-    """Republish the redrivable dead letters not redriven yet; returns how many."""
+) -> RedriveSummary:
+    """Republish the redrivable dead letters not redriven yet; says how many, and how many
+    an erasure settled instead."""
     with wiring.core(settings) as c:
         letters = ForgottenLetters(c.memory, c.subjects)
         return _redrive(settings, letters, stages, idle_s, join_timeout_s)
@@ -121,12 +144,15 @@ def _redrive(
     stages: Sequence[str] | None,
     idle_s: float,
     join_timeout_s: float,
-) -> int:
+) -> RedriveSummary:
     unknown = set(stages or ()) - set(REDRIVABLE)
     if unknown:
         raise RedriveError(f"not a redrivable stage: {', '.join(sorted(unknown))}")
     wanted = [s for s in REDRIVABLE if stages is None or s in stages]
-    return sum(_redrive_stage(settings, letters, s, idle_s, join_timeout_s) for s in wanted)
+    summary = RedriveSummary()
+    for stage in wanted:
+        summary += _redrive_stage(settings, letters, stage, idle_s, join_timeout_s)
+    return summary
 
 
 def _redrive_stage(
@@ -135,7 +161,7 @@ def _redrive_stage(
     stage: str,
     idle_s: float,
     join_timeout_s: float,
-) -> int:
+) -> RedriveSummary:
     k = settings.kafka
     consumer = make_consumer(
         ConsumerSettings(
@@ -147,7 +173,7 @@ def _redrive_stage(
         )
     )
     pub = wiring.publisher(settings)
-    moved = 0
+    summary = RedriveSummary()
     try:
         subscribe(consumer, k.dead_letter_topic)
         started = time.monotonic()
@@ -173,9 +199,9 @@ def _redrive_stage(
                         if event is not None:
                             found.append((event, headers))
                 positions[from_kafka(ktp)] = records[-1].offset + 1
-            moved += letters.republish(found, pub.publish)
+            summary += letters.republish(found, pub.publish)
             commit(consumer, positions)
     finally:
         pub.close()
         consumer.close()
-    return moved
+    return summary

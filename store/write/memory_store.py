@@ -196,6 +196,13 @@ class PostgresMemoryStore:
         with statement(self._pool) as conn:
             return _cutoffs(conn.execute(flush_sql.CUTOFFS, (subject,)).fetchall())
 
+    def erased_events(self, key: MemoryKey, event_ids: Sequence[uuid.UUID]) -> frozenset[uuid.UUID]:
+        """Of these events of the memory, those a fact erasure redacted in the log: what a
+        flush drops (`FlushReads.erased`), read on its own."""
+        with statement(self._pool) as conn:
+            rows = conn.execute(flush_sql.ERASED_EVENTS, (*memory_params(key), list(event_ids)))
+            return frozenset(r[0] for r in rows.fetchall())
+
     def memory_erasure_open(self, key: MemoryKey) -> bool:
         with statement(self._pool) as conn:
             return _exists(conn.execute(flush_sql.ERASURE_OPEN, memory_params(key)).fetchone())

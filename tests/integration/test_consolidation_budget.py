@@ -97,7 +97,7 @@ def test_defer_parks_the_events_until_credit_is_added(
     assert balance(deployment) == CREDIT - RUN_COST  # deferring costs nothing
 
     set_credit(deployment, 10_000)
-    assert redrive(deployment.settings) == 1
+    assert redrive(deployment.settings).redriven == 1
     fake.reply(answer("The user lives in Lisbon."))
     with gemini_backend(fake.url) as backend:
         deployment.run_processor(backend)

@@ -174,14 +174,14 @@ def test_server_errors_dead_letter_then_redrive_consolidates_once(
     assert consumed(fast) == []
 
     fake.default = FakeReply.json(GOOD)
-    assert redrive(fast.settings) == 2
+    assert redrive(fast.settings).redriven == 2
     run_gemini(fast, fake)
     assert [r[0] for r in runs(fast)] == ["failed", "succeeded"]
     assert set(runs(fast)[1][1]) == ids
     assert sorted(consumed(fast), key=str) == sorted(ids, key=str)
 
     # Nothing is redriven twice, and a second pass consolidates nothing again.
-    assert redrive(fast.settings, idle_s=1.0) == 0
+    assert redrive(fast.settings, idle_s=1.0).redriven == 0
     run_gemini(fast, fake)
     assert len(runs(fast)) == 2
 

@@ -144,7 +144,7 @@ def test_llm_failing_then_redrive(deployment: Deployment, tmp_path: Path) -> Non
             failed_runs = deployment.query("SELECT count(*) FROM consolidation_runs")[0][0]
             assert failed_runs > 0
             fake.default = FakeReply.json(GOOD)
-            assert redrive(settings, idle_s=2.0) == len(events)
+            assert redrive(settings, idle_s=2.0).redriven == len(events)
             wait_until(
                 lambda: consolidated_count(deployment) == len(events), 120, "all consolidated"
             )
@@ -152,7 +152,7 @@ def test_llm_failing_then_redrive(deployment: Deployment, tmp_path: Path) -> Non
             assert report.violations() == {}, report.summary()
             assert (report.logged, report.consolidated) == (len(events), len(events))
             # Nothing redriven twice.
-            assert redrive(settings, idle_s=1.0) == 0
+            assert redrive(settings, idle_s=1.0).redriven == 0
             p.assert_healthy()
 
 

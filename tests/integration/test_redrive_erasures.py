@@ -3,24 +3,32 @@
 A redriven event lands after its memory's tombstone, where nothing tells it from a new one:
 the letter's source offset is what says it was recorded before the erasure. The redrive read
 a memory's cut-offs once per run and republished later, so an erasure that finished in
-between let the events back in.
+between let the events back in. Nor does it republish an event a fact erasure has redacted
+in the log since: the flush drops it on arrival, and the letter still says what was erased.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import closing
 
 import psycopg
 import pytest
+from kafka import KafkaConsumer
 
 from consumers.dead_letter import DeadLetter, KafkaDeadLetterSink
+from domain.erasure import REDACTION
 from domain.ids import MemoryKey
 from memoryd import wiring
-from memoryd.redrive import redrive
+from memoryd.erasure import ErasureRequest
+from memoryd.redrive import RedriveSummary, redrive
 from producers.contract import ContextEvent
-from tests.support.builders import make_event
-from tests.support.deployment import Deployment, topic_size
+from tests.support.builders import make_event, make_fact
+from tests.support.deployment import Deployment, seed_core, topic_size
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +89,7 @@ def test_letters_of_a_memory_erased_before_or_during_the_redrive_stay_put(
         lambda c: {e.user_id: c.subjects(MemoryKey(e.organization_id, e.user_id)) for e in events}
     )
     _cut_off(deployment, subjects["ada"])
-    moved: list[int] = []
+    moved: list[RedriveSummary] = []
 
     def erase_bob_meanwhile(c: wiring.Core) -> None:
         # An erasure holds the memory's lock from its tombstone to its cut-offs.
@@ -95,6 +103,64 @@ def test_letters_of_a_memory_erased_before_or_during_the_redrive_stay_put(
         worker.join(timeout=120)
 
     deployment.with_core(erase_bob_meanwhile)
-    assert moved == [1]
+    assert moved == [RedriveSummary(redriven=1, settled_by_erasure=2)]
     assert topic_size(k.bootstrap_servers, k.topic) == 1  # cy's event only
     assert f"the letter of {k.topic}/0/3 no longer validates" in caplog.text
+
+
+def _dead_letter(deployment: Deployment, events: Sequence[ContextEvent]) -> None:
+    """The events as the processor parks them: letters of stage consolidate."""
+    k = deployment.settings.kafka
+    sink = KafkaDeadLetterSink(k.bootstrap_servers, k.dead_letter_topic, "processor")
+    try:
+        letters = [
+            DeadLetter(e.kafka_key, e.to_bytes(), "consolidate", "test", k.topic, 0, i, "refused")
+            for i, e in enumerate(events)
+        ]
+        sink.send(letters, {}, None)
+    finally:
+        sink.close()
+
+
+def _event_ids_on(bootstrap: str, topic: str) -> list[uuid.UUID]:
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=3000,
+    )
+    try:
+        return [ContextEvent.from_bytes(r.value).event_id for r in consumer]
+    finally:
+        consumer.close()
+
+
+def test_a_letter_of_an_event_a_fact_erasure_redacted_is_settled_not_redriven(
+    deployment: Deployment,
+) -> None:
+    k = deployment.settings.kafka
+    mira = MemoryKey("org-a", "mira")
+    said = make_event("mira", "I keep a pet quokka named Bramble")
+    other = make_event("mira", "I play the cello on Sundays", minutes=1)
+    deployment.publish([said, other])
+    deployment.run_log_writer()
+    _dead_letter(deployment, [said, other])
+    fact = make_fact("mira", said.content, source_event_ids=[said.event_id])
+
+    def erase(c: wiring.Core) -> None:
+        seed_core(c, "mira", [fact])
+        with closing(wiring.publisher(c.settings)) as pub:
+            wiring.eraser(c, pub).erase_fact(mira, fact.fact_id, ErasureRequest("t", "asked"))
+
+    deployment.with_core(erase)
+    assert deployment.query(
+        "SELECT event_id FROM context_events WHERE content = %s", (REDACTION,)
+    ) == [(said.event_id,)]
+    summary = redrive(deployment.settings, idle_s=1.0)
+    assert summary == RedriveSummary(redriven=1, settled_by_erasure=1)
+    # The erased text's letter is not back on the event topic: the cello's is, once more.
+    on_topic = _event_ids_on(k.bootstrap_servers, k.topic)
+    assert Counter(on_topic) == {said.event_id: 1, other.event_id: 2}
+    # Settled, it is committed past like the redriven one: a second redrive finds nothing.
+    assert redrive(deployment.settings, idle_s=1.0) == RedriveSummary()

@@ -38,13 +38,13 @@ def test_each_stage_keeps_its_own_redrive_progress(deployment: Deployment) -> No
     finally:
         sink.close()
 
-    assert redrive(deployment.settings, stages=["budget"], idle_s=1.0) == 2
+    assert redrive(deployment.settings, stages=["budget"], idle_s=1.0).redriven == 2
     assert topic_size(k.bootstrap_servers, k.topic) == 2
     # The budget redrive read past the consolidate letters: they are still there for theirs.
-    assert redrive(deployment.settings, stages=["consolidate"], idle_s=1.0) == 3
+    assert redrive(deployment.settings, stages=["consolidate"], idle_s=1.0).redriven == 3
     assert topic_size(k.bootstrap_servers, k.topic) == 5
     # Each stage's progress is kept: nothing is redriven twice.
-    assert redrive(deployment.settings, idle_s=1.0) == 0
+    assert redrive(deployment.settings, idle_s=1.0).redriven == 0
     assert topic_size(k.bootstrap_servers, k.topic) == 5
 
     with pytest.raises(RedriveError, match="not a redrivable stage: decode"):
