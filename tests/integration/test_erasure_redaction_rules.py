@@ -1,9 +1,11 @@
 """What an erasure redacts, on real Postgres (migration 0021): the erased text as whole words
 only, in every case variant Python's casefold takes for the same fact, and what a quote cut
-short kept of it, also in the read audit's degraded reason."""
+short kept of it, also in the read audit's degraded reason; and (0024) the text as Python
+escapes it in JSON with `ensure_ascii` and in `repr`/`ascii`."""
 
 from __future__ import annotations
 
+import json
 import sys
 import uuid
 from dataclasses import replace
@@ -16,6 +18,7 @@ from psycopg_pool import ConnectionPool
 
 from domain.ids import SubjectHasher
 from domain.model import RunStatus
+from producers.contract import EventType
 from store.errors import StoreError
 from store.read.fact_queries import PostgresReadModel
 from store.write.cluster_jobs import ClusterJobs
@@ -269,3 +272,66 @@ def test_the_case_folds_are_python_s(migrated_pool: ConnectionPool) -> None:
         if not 0xD800 <= ord(c) < 0xE000 and c.casefold() != c
     }
     assert stored == python
+
+
+# Non-ASCII in the Latin-1 range, beyond it, and beyond the BMP (a surrogate pair in JSON).
+ESCAPED = "Renée moved to Zürich near the Ŧarn 🌲"
+
+
+def test_a_fact_s_text_escaped_as_python_writes_json_and_repr_is_redacted(
+    migrated_pool: ConnectionPool, fresh_database: str
+) -> None:
+    memory = PostgresMemoryStore(migrated_pool)
+    erased = make_fact("ada", ESCAPED)
+    seed(memory, "ada", [erased], working_memory=f"Ada said: {ESCAPED}.")
+    as_json = json.dumps(ESCAPED)  # ensure_ascii, json.dumps's default
+    assert "Ren\\u00e9e" in as_json
+    assert "\\ud83c\\udf32" in as_json
+    # A client's scaffold update, JSON as its Python client wrote it (not a source of the fact).
+    update = make_event(
+        "ada", json.dumps({"note": ESCAPED}), EventType.SCAFFOLD_UPDATE, scaffold_key="Notes"
+    )
+    PostgresEventLog(migrated_pool, SubjectHasher(b"k" * 32)).append([(update, None)])
+    memory.record_run(
+        replace(
+            make_run("ada", seq=2, version=2, status=RunStatus.FAILED).run,
+            raw_response=json.dumps({"updated_working_memory": f"Ada: {ESCAPED}"}),
+            error=f"value refused: {ESCAPED!a}",
+        )
+    )
+    reads = PostgresReadModel(migrated_pool, SUBJECTS)
+    reason = f"vector index unavailable: cannot embed {as_json}"
+    reads.write_context_logs(
+        [replace(log_row(ADA, generation=None), degraded=True, degraded_reason=reason)]
+    )
+    _fail_job(migrated_pool, "maintenance-dedupe", f"dedupe failed: {as_json}")
+
+    _erase(migrated_pool, erased.fact_id)
+
+    escapes = ["ren\\u00e9e", "ren\\xe9e", "z\\u00fcrich", "\\u0166arn", "\\U0001f332"]
+    assert find_in_tables(fresh_database, ["Renée", "Zürich", *escapes]) == {}
+    assert rows(
+        fresh_database, "SELECT raw_response, error FROM consolidation_runs WHERE error IS NOT NULL"
+    ) == [('{"updated_working_memory": "Ada: [erased]"}', "value refused: '[erased]'")]
+    assert rows(fresh_database, "SELECT degraded_reason FROM context_logs") == [
+        ('vector index unavailable: cannot embed "[erased]"',)
+    ]
+    assert rows(fresh_database, "SELECT content FROM context_events") == [('"[erased]"',)]
+    assert sorted(_errors(fresh_database)) == [
+        'StoreError: dedupe failed: "[erased]"',
+        "value refused: '[erased]'",
+    ]
+
+
+def test_a_forget_redacts_a_quote_json_wrote_with_ensure_ascii(
+    migrated_pool: ConnectionPool, fresh_database: str
+) -> None:
+    memory = PostgresMemoryStore(migrated_pool)
+    seed(memory, "ada", [make_fact("ada", ESCAPED)])
+    _failed_maintenance(migrated_pool, f"dedupe failed: {json.dumps({'c': ESCAPED})}")
+
+    log = PostgresErasureLog(migrated_pool)
+    erasure_id = open_memory_erasure(log, ADA, "subject-of-ada")
+    log.erase_memory(erasure_id, ADA, "subject-of-ada", {})
+
+    assert _errors(fresh_database) == ['dedupe failed: {"c": "[erased]"}']

@@ -103,6 +103,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "erasure_text_matching",
             "job_run_epochs",
             "fact_erasure_targets",
+            "erasure_escaped_text",
         ]
     finally:
         pool.close()
