@@ -1,4 +1,4 @@
--- Which fact an erasure removed, as a keyed digest (`domain.ids.fact_target_digest`): the
+-- Which fact an erasure removed, as a keyed digest (`domain.ids.SubjectHasher.fact`): the
 -- audit keeps no ids, and `erasure_pending`, which holds the fact's id, loses its row when
 -- the erasure completes. Two callers erasing one fact at once both saw it held; the one that
 -- waited for the memory's lock then found neither the fact nor an erasure of it and was told
