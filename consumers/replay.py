@@ -15,6 +15,7 @@ memory (text redacted in W, S, learned info) cannot be made again (`diff.split_e
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,11 +24,11 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from consumers.replay_result import FailedBatch, ShadowResult
+from consumers.replay_retry import LIVE_DEFAULTS, ShadowRetry
 from consumers.splitting import MAX_SPLIT_CALLS, PROBE_NOTE, Answered, consolidate_isolated
 from domain.ids import MemoryKey, occurrence_run_id, run_id_for
 from domain.model import Fact, LoggedRun, RunRecord, RunStatus, TokenUsage
 from domain.ports import Embedder
-from domain.retry import Backoff
 from processors.candidates import CandidatePolicy, retraction_targets, select_candidates
 from processors.consolidate import Consolidator, failed_run
 from processors.errors import BackendError, TransientBackendError, UnusableAnswer
@@ -42,10 +43,7 @@ from processors.schema import (
 from producers.contract import RESERVED_CONTENTS, ContextEvent
 from store.inmemory import InMemoryFactSearch
 
-SHADOW_ATTEMPTS = 3
-# A replay is one analyst's sequential command, not a service: a short wait, then the batch is
-# given up. No jitter: there is no crowd of retries to spread out.
-SHADOW_BACKOFF = Backoff(base_s=1.0, max_s=8.0, jitter=0.0)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -162,30 +160,26 @@ def shadow_consolidate(
     policy: CandidatePolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
     max_split_calls: int = MAX_SPLIT_CALLS,
+    retry: ShadowRetry = LIVE_DEFAULTS,
 ) -> ShadowResult:
     """Consolidate the batches into an in-memory image; nothing is written anywhere.
 
     Each batch is shown the facts a live flush would show it (`shown_facts`; `embedder` for
-    the dense side of the search). A transient error is retried a few times with backoff. A
-    batch the model cannot answer is bisected as a live flush bisects it
+    the dense side of the search). A transient error is retried as a live flush retries one
+    memory's batch (`retry`: the wait the provider asked for, bounded attempts). A batch the
+    model cannot answer is bisected as a live flush bisects it
     (`consumers.splitting`, at most `max_split_calls` probes): its other events are
     consolidated, and only those that fail alone are recorded as failed, as the processor
     would dead-letter them. Any other backend error fails what of the batch no run took.
     A maintenance step makes its recorded decisions again to the facts the shadow holds.
     """
-    shadow = _Shadow(key, backend, consolidator, embedder, policy, sleep)
+    shadow = _Shadow(key, backend, consolidator, embedder, policy, sleep, retry)
     for step in batches:
         if isinstance(step, MaintenanceStep):
             shadow.maintain(step.run)
         else:
             shadow.consolidate(step, max_split_calls)
-    return ShadowResult(
-        shadow.memory,
-        tuple(shadow.runs),
-        tuple(shadow.failed),
-        tuple(shadow.unapplied),
-        tuple(shadow.maintenance),
-    )
+    return shadow.result()
 
 
 class _Answer(NamedTuple):
@@ -208,6 +202,7 @@ class _Shadow:
         embedder: Embedder | None,
         policy: CandidatePolicy | None,
         sleep: Callable[[float], None],
+        retry: ShadowRetry,
     ) -> None:
         self.memory = FoldedMemory(user_id=key.user_id, organization_id=key.organization_id)
         self.runs: list[RunRecord] = []
@@ -220,6 +215,16 @@ class _Shadow:
         self._embedder = embedder
         self._policy = policy
         self._sleep = sleep
+        self._retry = retry
+
+    def result(self) -> ShadowResult:
+        return ShadowResult(
+            self.memory,
+            tuple(self.runs),
+            tuple(self.failed),
+            tuple(self.unapplied),
+            tuple(self.maintenance),
+        )
 
     def consolidate(self, batch: ShadowBatch, max_split_calls: int) -> None:
         try:
@@ -336,9 +341,11 @@ class _Shadow:
                 if not isinstance(e, TransientBackendError):
                     raise
                 attempt += 1
-                if attempt >= SHADOW_ATTEMPTS:
+                if attempt >= self._retry.attempts:
                     raise
-                self._sleep(SHADOW_BACKOFF.delay(attempt - 1))
+                delay = self._retry.delay(attempt - 1, e)
+                log.warning("shadow call failed (%s); retry in %.2fs", e, delay)
+                self._sleep(delay)
 
     def _kept(
         self,

@@ -21,6 +21,7 @@ from consumers.replay import (
     shadow_consolidate,
     unredacted,
 )
+from consumers.replay_retry import ShadowRetry
 from domain.ids import MemoryKey
 from domain.model import FactStatus, LoggedRun
 from memoryd import wiring
@@ -204,6 +205,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
             embedder=c.embedder,
             policy=c.settings.processor.candidates,
             max_split_calls=c.settings.processor.max_split_calls,
+            retry=ShadowRetry.of(c.settings.processor),
         )
     # What a fact erasure did to live memory no replay makes again: set apart, not the backend's.
     diff, by_erasure = split_erased(diff_memory(live, shadow.memory), live, erased)

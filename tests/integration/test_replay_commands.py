@@ -235,3 +235,30 @@ def test_verify_of_a_user_with_no_memory_is_refused_and_of_an_erased_one_says_so
     assert err.startswith(f"{erased} completed at ")
     assert err.endswith("): nothing of it is left to verify\n")
     assert code == 1
+
+
+def test_a_replay_waits_out_rate_limits_as_long_as_the_provider_asks_and_exits_0(
+    deployment: Deployment,
+    fake: FakeGemini,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A backoff shorter than the quota's delay, so the wait is the provider's.
+    monkeypatch.setenv("MEMORYD_PROCESSOR__BACKOFF_BASE_S", "0.01")
+    monkeypatch.setenv("MEMORYD_PROCESSOR__BACKOFF_MAX_S", "0.01")
+    quota = FakeReply.status(429, "Resource has been exhausted", retry_delay="0.2s")
+    fake.reply(quota, quota)
+    good = [text for text in SAID if POISON not in text]
+    events = [make_event("ada", text, minutes=i) for i, text in enumerate(good)]
+    code, doc, err = replay_with_a_poison(deployment, fake, monkeypatch, capsys, events)
+
+    assert (code, doc["failed_batches"], doc["shadow_runs"]) == (0, [], 1)
+    assert doc["shadow"]["facts"] == len(good)
+    assert "left out of the shadow" not in err
+    first, second, answered = (r.at for r in fake.requests)
+    assert second - first >= 0.2
+    assert answered - second >= 0.2
+    # The provider's delay, not a backoff of seconds of the replay's own.
+    assert answered - first < 2.0
+    # The rate limits used no tokens: the answer's are all the replay's.
+    assert doc["tokens"] == {"prompt": PROMPT_TOKENS, "completion": 40 * len(good)}

@@ -17,6 +17,7 @@ from consumers.replay import (
     shadow_consolidate,
 )
 from consumers.replay_result import ShadowResult
+from consumers.replay_retry import ShadowRetry
 from domain.model import (
     MAX_LEARNED_INFO,
     Fact,
@@ -27,6 +28,7 @@ from domain.model import (
     Provenance,
     RunStatus,
 )
+from domain.retry import Backoff
 from domain.upsert import merge_fact
 from processors.consolidate import Consolidator
 from processors.cost import PriceTable
@@ -442,7 +444,10 @@ def test_shadow_retries_transient_errors_and_skips_batches_the_backend_cannot_do
         ]
     )
     slept: list[float] = []
-    result = shadow_consolidate(key_of(USER), batches, backend, consolidator(), sleep=slept.append)
+    retry = ShadowRetry(attempts=3, backoff=Backoff(1.0, 8.0, jitter=0.0), asked_max_s=120.0)
+    result = shadow_consolidate(
+        key_of(USER), batches, backend, consolidator(), sleep=slept.append, retry=retry
+    )
 
     assert backend.calls == 6
     assert slept == [1.0, 1.0, 2.0]
