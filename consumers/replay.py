@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from consumers.replay_result import FailedBatch, ShadowResult
+from consumers.replay_result import FailedBatch, ReplayStopped, ShadowResult
 from consumers.replay_retry import LIVE_DEFAULTS, ShadowRetry
 from consumers.splitting import MAX_SPLIT_CALLS, PROBE_NOTE, Answered, consolidate_isolated
 from domain.ids import MemoryKey, occurrence_run_id, run_id_for
@@ -31,7 +31,12 @@ from domain.model import Fact, LoggedRun, RunRecord, RunStatus, TokenUsage
 from domain.ports import Embedder
 from processors.candidates import CandidatePolicy, retraction_targets, select_candidates
 from processors.consolidate import Consolidator, failed_run
-from processors.errors import BackendError, TransientBackendError, UnusableAnswer
+from processors.errors import (
+    BackendError,
+    CredentialsRefused,
+    TransientBackendError,
+    UnusableAnswer,
+)
 from processors.fold import FoldedMemory, fold_run
 from processors.recorded_maintenance import is_maintenance, recorded_update
 from processors.schema import (
@@ -172,13 +177,17 @@ def shadow_consolidate(
     consolidated, and only those that fail alone are recorded as failed, as the processor
     would dead-letter them. Any other backend error fails what of the batch no run took.
     A maintenance step makes its recorded decisions again to the facts the shadow holds.
+    A refusal of the credentials raises `ReplayStopped` at once: no other call can succeed.
     """
     shadow = _Shadow(key, backend, consolidator, embedder, policy, sleep, retry)
-    for step in batches:
-        if isinstance(step, MaintenanceStep):
-            shadow.maintain(step.run)
-        else:
-            shadow.consolidate(step, max_split_calls)
+    try:
+        for step in batches:
+            if isinstance(step, MaintenanceStep):
+                shadow.maintain(step.run)
+            else:
+                shadow.consolidate(step, max_split_calls)
+    except CredentialsRefused as e:
+        raise ReplayStopped(str(e), shadow.result()) from e
     return shadow.result()
 
 
@@ -232,6 +241,8 @@ class _Shadow:
                 self._run(batch)
             except UnusableAnswer as error:
                 self._split(batch, error, max_split_calls)
+        except CredentialsRefused:
+            raise  # about the key, never this batch: the whole replay stops
         except BackendError as error:
             left = tuple(e.event_id for e in batch.events if e.event_id not in self._taken)
             if left:
@@ -338,7 +349,7 @@ class _Shadow:
                     error=str(e),
                     raw_response=e.raw_response,
                 )
-                if not isinstance(e, TransientBackendError):
+                if not isinstance(e, TransientBackendError) or isinstance(e, CredentialsRefused):
                     raise
                 attempt += 1
                 if attempt >= self._retry.attempts:

@@ -1,11 +1,13 @@
 """What a shadow replay comes back with: the image it folded, its runs, what failed, and
-every call that became no run, with what each cost."""
+every call that became no run, with what each cost; or, stopped by a refusal of the
+credentials, what it made until then."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
 
+from consumers.errors import ConsumerError
 from domain.model import RunRecord
 from processors.fold import FoldedMemory
 
@@ -43,3 +45,13 @@ class ShadowResult:
     @property
     def cost_micro_usd(self) -> int:
         return sum(r.cost_micro_usd for r in self.calls)
+
+
+class ReplayStopped(ConsumerError):
+    """The backend refused memoryd's credentials (`CredentialsRefused`): every later call would
+    be refused alike, whatever its batch, so the replay stopped at that call rather than fail
+    each batch in turn. `partial`: what it made until then, with every call it paid for."""
+
+    def __init__(self, reason: str, partial: ShadowResult) -> None:
+        super().__init__(reason)
+        self.partial = partial

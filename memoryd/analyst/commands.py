@@ -21,6 +21,7 @@ from consumers.replay import (
     shadow_consolidate,
     unredacted,
 )
+from consumers.replay_result import ReplayStopped
 from consumers.replay_retry import ShadowRetry
 from domain.ids import MemoryKey
 from domain.model import FactStatus, LoggedRun
@@ -43,6 +44,10 @@ from store.write.erasure_log import PostgresErasureLog
 from store.write.event_log import PostgresEventLog
 from store.write.memory_store import PostgresMemoryStore
 from store.write.run_log import PostgresRunLog, read_only_dsn
+
+# sysexits' EX_NOPERM: the backend refused the key. Told apart from a replay that left events
+# out (1), a usage error (2) and a service away (69): only an operator's fix of the key helps.
+EXIT_CREDENTIALS_REFUSED = 77
 
 
 @contextmanager
@@ -197,16 +202,19 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
                 f" batch(es) of {len(events)} event(s); the cost is reported at the end",
                 file=sys.stderr,
             )
-        shadow = shadow_consolidate(
-            key,
-            batches,
-            backend,
-            consolidator,
-            embedder=c.embedder,
-            policy=c.settings.processor.candidates,
-            max_split_calls=c.settings.processor.max_split_calls,
-            retry=ShadowRetry.of(c.settings.processor),
-        )
+        try:
+            shadow = shadow_consolidate(
+                key,
+                batches,
+                backend,
+                consolidator,
+                embedder=c.embedder,
+                policy=c.settings.processor.candidates,
+                max_split_calls=c.settings.processor.max_split_calls,
+                retry=ShadowRetry.of(c.settings.processor),
+            )
+        except ReplayStopped as e:
+            return _stopped(e)
     # What a fact erasure did to live memory no replay makes again: set apart, not the backend's.
     diff, by_erasure = split_erased(diff_memory(live, shadow.memory), live, erased)
     identity = {
@@ -229,6 +237,19 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _stopped(e: ReplayStopped) -> int:
+    """No diff: the shadow holds only the batches before the refusal, so it would list the
+    rest of memory as differences of the backend's."""
+    made = e.partial
+    print(
+        f"memoryd replay: stopped, the backend refused the credentials ({e}): fix"
+        f" MEMORYD_LLM__API_KEY (or its project's access) and run the replay again; no diff"
+        f" was made; {len(made.calls)} call(s) made, {made.cost_micro_usd} micro-USD spent",
+        file=sys.stderr,
+    )
+    return EXIT_CREDENTIALS_REFUSED
 
 
 def cmd_export(settings: Settings, args: argparse.Namespace) -> int:

@@ -262,3 +262,33 @@ def test_a_replay_waits_out_rate_limits_as_long_as_the_provider_asks_and_exits_0
     assert answered - first < 2.0
     # The rate limits used no tokens: the answer's are all the replay's.
     assert doc["tokens"] == {"prompt": PROMPT_TOKENS, "completion": 40 * len(good)}
+
+
+def test_a_replay_whose_key_is_refused_stops_at_once_with_exit_77_and_no_diff(
+    deployment: Deployment,
+    fake: FakeGemini,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    events = [make_event("ada", text, minutes=i) for i, text in enumerate(SAID[:6])]
+    deployment.with_core(lambda c: c.events.append([(e, None) for e in events]))
+    expired = FakeReply.status(400, "API key expired. Please renew it.", reason="API_KEY_INVALID")
+    # The first batch is answered; the key is revoked before the second.
+    fake.responder = lambda r: expired if fake.requests[:-1] else note_taker(r)
+    code = memoryd(
+        deployment, monkeypatch, "replay", "--org", ORG, "ada", "--max-batch", "2", "--json",
+        gemini=fake,
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+
+    assert code == 77
+    assert out == ""  # no diff: the shadow lacks what was never asked
+    assert len(fake.requests) == 2  # not retried, and no later batch asked
+    prices: PriceTable = deployment.with_core(lambda c: c.prices)
+    paid = prices.llm_cost_micro_usd("gemini-2.5-flash", TokenUsage(PROMPT_TOKENS, 80))
+    assert err.splitlines()[-1] == (
+        "memoryd replay: stopped, the backend refused the credentials (gemini answered 400"
+        " INVALID_ARGUMENT: API key expired. Please renew it.): fix MEMORYD_LLM__API_KEY (or"
+        " its project's access) and run the replay again; no diff was made; 2 call(s) made,"
+        f" {paid} micro-USD spent"
+    )

@@ -1,6 +1,6 @@
 """A shadow replay by the real google-genai SDK, against the local fake Gemini server, meeting
-a transient failure: it waits what the provider asked, up to the processor's cap and within its
-attempts, as a live flush of one memory does."""
+a transient failure or a refused key: it waits what the provider asked, up to the processor's
+cap and within its attempts, as a live flush of one memory does; a refused key stops it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ with warnings.catch_warnings():
     from processors.llm.gemini import GeminiBackend
 
 from consumers.replay import batches_by_size, shadow_consolidate
-from consumers.replay_result import ShadowResult
+from consumers.replay_result import ReplayStopped, ShadowResult
 from domain.model import RunStatus, TokenUsage
 from processors.consolidate import Consolidator
 from processors.cost import ModelPrice, PriceTable
@@ -104,3 +104,31 @@ def test_a_transient_failure_is_retried_after_the_wait_the_provider_asked_for(
     # Every call is counted; the failures used no tokens, the answer its own.
     assert [r.status for r in result.unapplied] == [RunStatus.FAILED] * len(failures)
     assert result.prompt_tokens == (USAGE.prompt_tokens if answered else 0)
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        pytest.param(FakeReply.status(400, "API key expired.", reason="API_KEY_INVALID"), id="key"),
+        pytest.param(FakeReply.status(403, "Permission denied on the project"), id="403"),
+    ],
+)
+def test_a_refused_key_stops_the_replay_at_once_with_what_it_paid_for(
+    fake: FakeGemini, backend: GeminiBackend, refusal: FakeReply
+) -> None:
+    # The first batch is answered, the second refused: a third is never asked.
+    fake.reply(FakeReply.json(ANSWER), refusal)
+    slept: list[float] = []
+
+    with pytest.raises(ReplayStopped) as stopped:
+        replay(backend, notes(6), slept, max_batch=2)
+
+    assert len(fake.requests) == 2
+    assert slept == []
+    assert str(refusal.http_status) in str(stopped.value)
+    made = stopped.value.partial
+    assert [len(r.input_event_ids) for r in made.runs] == [2]
+    assert made.failed == ()
+    assert [r.status for r in made.unapplied] == [RunStatus.FAILED]
+    assert made.prompt_tokens == USAGE.prompt_tokens
+    assert made.cost_micro_usd == made.runs[0].cost_micro_usd > 0
