@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from consumers.batch_retry import LIVE_DEFAULTS, BatchRetry
 from consumers.replay_result import FailedBatch, ReplayStopped, ShadowResult
-from consumers.replay_retry import LIVE_DEFAULTS, ShadowRetry
 from consumers.splitting import MAX_SPLIT_CALLS, PROBE_NOTE, Answered, consolidate_isolated
 from domain.ids import MemoryKey, occurrence_run_id, run_id_for
 from domain.model import Fact, LoggedRun, RunRecord, RunStatus, TokenUsage
@@ -165,7 +165,7 @@ def shadow_consolidate(
     policy: CandidatePolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
     max_split_calls: int = MAX_SPLIT_CALLS,
-    retry: ShadowRetry = LIVE_DEFAULTS,
+    retry: BatchRetry = LIVE_DEFAULTS,
 ) -> ShadowResult:
     """Consolidate the batches into an in-memory image; nothing is written anywhere.
 
@@ -211,7 +211,7 @@ class _Shadow:
         embedder: Embedder | None,
         policy: CandidatePolicy | None,
         sleep: Callable[[float], None],
-        retry: ShadowRetry,
+        retry: BatchRetry,
     ) -> None:
         self.memory = FoldedMemory(user_id=key.user_id, organization_id=key.organization_id)
         self.runs: list[RunRecord] = []

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 
 from consumers.backend_outage import BackendOutage
+from consumers.batch_retry import BatchRetry
 from consumers.batching import Batch, OffsetTracker, Rejection, TopicPartition
 from consumers.dead_letter import UNEXPECTED, event_letters
 from consumers.flush import UserFlusher
@@ -69,6 +70,7 @@ class Settlement:
         self._metrics = metrics
         self._outage = outage
         self._settings = settings
+        self._retry = BatchRetry.of(settings)
         self._monotonic = monotonic
         self._backend = BackendOutage(
             settings.backend_outage_after, settings.backend_outage_max_s, monotonic
@@ -155,12 +157,12 @@ class Settlement:
         self._reject(batch, result.split_rejection(len(batch.items)))
 
     def _retry_or_give_up(self, batch: Batch, error: TransientBackendError) -> None:
-        if batch.attempt + 1 >= self._settings.max_attempts:
+        if batch.attempt + 1 >= self._retry.attempts:
             reason = f"gave up after {batch.attempt + 1} attempts: {error}"
             self._reject(batch, Rejection.of_backend(reason, error))
         else:
             self._metrics.backend_retries.labels(self._flusher.backend_name).inc()
-            delay = max(self._settings.backoff.delay(batch.attempt), self._asked(error))
+            delay = self._retry.delay(batch.attempt, error)
             batch.not_before = self._monotonic() + delay
             batch.attempt += 1
             fields = {**batch_fields(batch), "retry_in_s": delay}
@@ -169,12 +171,8 @@ class Settlement:
     def _wait_out_backend(self, batch: Batch, error: TransientBackendError) -> None:
         """The backend is out: the batch waits without being charged an attempt, as through
         a database outage, and at least as long as the provider asked."""
-        wait = self._outage.failed(error, BACKEND, batch.key, at_least=self._asked(error))
+        wait = self._outage.failed(error, BACKEND, batch.key, at_least=self._retry.asked(error))
         batch.not_before = self._monotonic() + wait
-
-    def _asked(self, error: TransientBackendError) -> float:
-        """The provider's own retry delay, up to the configured cap (0: it named none)."""
-        return min(error.retry_after_s or 0.0, self._settings.backend_retry_max_s)
 
     def _answered_meanwhile(self) -> None:
         """Any answer since the last batch settled ends a backend outage, the one to a flush

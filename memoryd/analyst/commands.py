@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from consumers.batch_retry import BatchRetry
 from consumers.replay import (
     ShadowBatch,
     Step,
@@ -22,7 +23,6 @@ from consumers.replay import (
     unredacted,
 )
 from consumers.replay_result import ReplayStopped
-from consumers.replay_retry import ShadowRetry
 from domain.ids import MemoryKey
 from domain.model import FactStatus, LoggedRun
 from memoryd import wiring
@@ -211,7 +211,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
                 embedder=c.embedder,
                 policy=c.settings.processor.candidates,
                 max_split_calls=c.settings.processor.max_split_calls,
-                retry=ShadowRetry.of(c.settings.processor),
+                retry=BatchRetry.of(c.settings.processor),
             )
         except ReplayStopped as e:
             return _stopped(e)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from consumers.batch_retry import BatchRetry
 from consumers.replay import (
     ShadowBatch,
     batches_by_size,
@@ -17,7 +18,6 @@ from consumers.replay import (
     shadow_consolidate,
 )
 from consumers.replay_result import ShadowResult
-from consumers.replay_retry import ShadowRetry
 from domain.model import (
     MAX_LEARNED_INFO,
     Fact,
@@ -444,7 +444,7 @@ def test_shadow_retries_transient_errors_and_skips_batches_the_backend_cannot_do
         ]
     )
     slept: list[float] = []
-    retry = ShadowRetry(attempts=3, backoff=Backoff(1.0, 8.0, jitter=0.0), asked_max_s=120.0)
+    retry = BatchRetry(attempts=3, backoff=Backoff(1.0, 8.0, jitter=0.0), asked_max_s=120.0)
     result = shadow_consolidate(
         key_of(USER), batches, backend, consolidator(), sleep=slept.append, retry=retry
     )
