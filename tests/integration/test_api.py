@@ -229,10 +229,10 @@ def test_a_deleted_fact_is_gone_and_a_corrected_one_leaves_retrieval(
         assert receipt["removed"]["postgres"]["memory_facts"] == 1
         assert receipt["removed"]["chroma"]["vectors"] == 1
         assert receipt["removed"]["redacted"]["context_events"] == 1  # its observation
-        # Asked again with the same key: the same erasure, the same receipt; without it, 404.
+        # Asked again, with the same key or none: the erasure that removed it, its receipt.
         again = client.delete(f"/v1/users/ada/facts/{dog}?idempotency_key=k1", headers=A)
         assert again.json() == receipt
-        assert client.delete(f"/v1/users/ada/facts/{dog}", headers=A).status_code == 404
+        assert client.delete(f"/v1/users/ada/facts/{dog}", headers=A).json() == receipt
         corrected = client.post(
             f"/v1/users/ada/facts/{city}/correction",
             json={"content": "I live in Porto now"},
@@ -310,7 +310,7 @@ def test_a_fact_erasure_chroma_refused_is_a_503_and_its_retry_finishes_it(
         assert retried.json()["removed"]["postgres"]["memory_facts"] == 1
         assert retried.json()["removed"]["chroma"] == {"vectors": 1}
         assert c.index.embeddings([dog]) == {}
-        assert client.delete(f"/v1/users/ada/facts/{dog}", headers=A).status_code == 404
+        assert client.delete(f"/v1/users/ada/facts/{dog}", headers=A).json() == retried.json()
 
 
 def test_a_forget_chroma_refused_is_a_503_and_asked_again_completes(
