@@ -102,6 +102,7 @@ class UserFlusher:
 
     def close(self) -> None:
         """Index what finished runs changed, then stop the index thread."""
+        self._kept.close()
         self._index_queue.close()
 
     def flush(self, key: MemoryKey, items: Sequence[BufferedEvent], attempt: int) -> FlushResult:
@@ -241,10 +242,7 @@ class UserFlusher:
         except (StaleMemoryVersion, EventsAlreadyConsolidated) as e:
             # Not applied (another run changed the memory first; the processor plans again),
             # but the call was made: it is recorded as discarded and its tokens are booked.
-            why = f"not applied: {e}"
-            self._unapplied.discarded(
-                request, attempt, now, response, duration_ms, why, run_id=answer.run_id
-            )
+            self._kept.discard(answer, attempt, f"not applied: {e}", self._unapplied)
             raise
         except DatabaseUnavailable:
             raise  # not the answer's fault: kept, it is booked with the run that lands
@@ -351,12 +349,7 @@ class UserFlusher:
 
         def discard(a: KeptAnswer) -> None:
             credit.booked(a.response)
-            if not self._kept.booked(a):
-                self._unapplied.discarded(
-                    a.request, attempt, a.request.now, a.response, a.duration_ms, PROBE_NOTE,
-                    run_id=a.run_id,
-                )  # fmt: skip
-                self._kept.book(a)
+            self._kept.discard(a, attempt, PROBE_NOTE, self._unapplied)
 
         def applied(update: MemoryUpdate) -> MemoryUpdate:
             updates.append(update)
@@ -364,7 +357,7 @@ class UserFlusher:
 
         found = consolidate_isolated(
             fresh, str(error), probe, consolidate, self._max_split_calls,
-            reuse=reuse, discard=discard,
+            reuse=reuse, discard=discard, keeps=DatabaseUnavailable,
         )  # fmt: skip
         return FlushResult.bisected(len(fresh), updates, found, skip_embeddings=credit.spent)
 

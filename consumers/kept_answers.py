@@ -85,7 +85,9 @@ class _Answers:
 
     earlier: list[Kept] = field(default_factory=list)  # the tries before's, not taken yet
     made: list[Kept] = field(default_factory=list)  # this try's (or taken), in order
-    booked: set[uuid.UUID] = field(default_factory=set)  # run ids recorded
+    # Run ids recorded as failed or discarded runs. A usable answer among them is never
+    # applied after that: the call would be booked twice, as discarded and with the run.
+    booked: set[uuid.UUID] = field(default_factory=set)
 
 
 class KeptAnswers:
@@ -118,10 +120,12 @@ class KeptAnswers:
     def take(
         self, key: MemoryKey, version: int, event_ids: Iterable[uuid.UUID], *, probe: bool
     ) -> Kept | None:
-        """The first answer kept for exactly these events at this version, now this try's."""
+        """The first answer kept for exactly these events at this version, now this try's;
+        a usable one only if no try recorded it as not applied."""
         answers, ids = self._flushing[key], frozenset(event_ids)
         for n, answer in enumerate(answers.earlier):
-            if _answers(answer, version, ids, probe):
+            spent = isinstance(answer, KeptAnswer) and answer.run_id in answers.booked
+            if not spent and _answers(answer, version, ids, probe):
                 del answers.earlier[n]
                 answers.made.append(answer)
                 log.info("taking the answer kept from a refused write", extra=key_fields(key))
@@ -144,6 +148,17 @@ class KeptAnswers:
         """The answer's failed or discarded run is recorded: a retry does not record it again."""
         self._flushing[answer.request.key].booked.add(answer.run_id)
 
+    def discard(self, answer: KeptAnswer, attempt: int, why: str, unapplied: UnappliedRuns) -> None:
+        """Record a usable answer as not applied for `why` (once; never applied after)."""
+        if self.booked(answer):
+            return
+        request = answer.request
+        unapplied.discarded(
+            request, attempt, request.now, answer.response, answer.duration_ms, why,
+            run_id=answer.run_id,
+        )  # fmt: skip
+        self.book(answer)
+
     def keep(self, key: MemoryKey) -> None:
         """The flush raised an outage: its answers wait for its retry."""
         with self._lock:
@@ -165,13 +180,14 @@ class KeptAnswers:
         unapplied: UnappliedRuns,
     ) -> None:
         """Under the memory's lock, once its flush is over: the kept answers it did not take
-        (the memory moved on, or their own write's COMMIT was lost) are booked as discarded or
-        failed runs, unless applied or booked already. `events`: the batch's, less those an
-        erasure forgot; the answer to one forgotten is not recorded."""
+        (the memory moved on, or their own write's COMMIT was lost), and this try's answers
+        neither applied nor recorded (an error between the call and the record), are booked
+        as discarded or failed runs (idempotent on their run ids). `events`: the batch's, less
+        those an erasure forgot; the answer to one forgotten is not recorded."""
         with self._lock:
             answers = self._flushing.pop(key, None) or _Answers()
         left = frozenset(events)
-        for kept in answers.earlier:
+        for kept in [*answers.earlier, *answers.made]:
             if kept.run_id in answers.booked:
                 continue
             if not kept.request.event_ids <= left:
@@ -190,6 +206,16 @@ class KeptAnswers:
                     "not applied: the batch was not the same when its write was tried again",
                     run_id=kept.run_id,
                 )
+
+    def close(self) -> None:
+        """The processor stops: the answers still kept (their batches waiting out an outage,
+        or gone with their partitions) are paid for and will never be booked: said so."""
+        with self._lock:
+            kept, self._kept = self._kept, OrderedDict()
+        for answers in kept.values():
+            for answer in answers.earlier:
+                if answer.run_id not in answers.booked:
+                    _unbooked(answer, "the processor stopped with it kept")
 
 
 def _unbooked(answer: Kept, why: str) -> None:

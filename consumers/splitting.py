@@ -122,6 +122,7 @@ def consolidate_isolated(
     *,
     reuse: Callable[[Sequence[T], A], R | None],
     discard: Callable[[A], None],
+    keeps: type[BaseException] | tuple[type[BaseException], ...] = (),
 ) -> Consolidated[T, R]:
     """`isolate` the events at fault in `items`, then consolidate what answered usably.
 
@@ -133,7 +134,9 @@ def consolidate_isolated(
     would, or returns None when the memory changed since the probe (then the group is
     consolidated); an answer given to `reuse` is its to record, should it raise. `discard`
     records a probe's answer that is not applied: every other answer is, whatever is
-    raised. Any other error of `probe`, `consolidate` or `reuse` is raised.
+    raised, but `keeps`: the caller keeps the answers held when one of these is raised (a
+    database outage: the retry applies them, so recording one as not applied would book its
+    call twice). Any other error of `probe`, `consolidate` or `reuse` is raised.
     """
     held: list[tuple[tuple[T, ...], A]] = []  # at most one: it may still be reused
     several = False
@@ -163,6 +166,9 @@ def consolidate_isolated(
             if reused is not None:
                 return Consolidated((reused,), found.failing)
             discard(answer)
+    except keeps:
+        held.clear()  # the caller's now
+        raise
     finally:
         while held:
             discard(held.pop()[1])

@@ -198,3 +198,51 @@ def test_an_unusable_answer_the_retry_does_not_take_is_booked_as_failed(
     failed = [logged.run for logged in m.runs.runs(ADA) if is_failed(logged.run)]
     assert [r.started_at for r in failed] == [BASE_TIME, m.now]  # the kept one is booked
     assert_each_call_booked_once(m, 2)
+
+
+def test_a_discarded_probe_answer_is_not_applied_by_the_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """[A, poison]: the probe of A answers and is held; the poison probe's failed run is
+    refused, and the held answer is recorded as discarded as the bisection ends (that write
+    goes through: a dropped connection, not a read-only database). The retry must not apply
+    A's kept answer as its run: the call would be booked twice."""
+    events = notes(2, poison_at=1)
+    m = InMemoryMemoryd()
+    failed = [0]
+
+    def the_second_failed(run: Any) -> bool:
+        failed[0] += is_failed(run)
+        return is_failed(run) and failed[0] == 2
+
+    left = refuse(m, monkeypatch, "record_run", 1, the_second_failed)
+    backend = Counting()
+    flusher = m.flusher(backend)
+    with pytest.raises(DatabaseRefused):
+        flusher.flush(ADA, buffered(events), attempt=0)
+    result = flusher.flush(ADA, buffered(events), attempt=0)
+    flusher.close()
+    assert left == [0]
+    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 1)
+    assert backend.calls == calls_of_one_flush(events) == 3
+    booked = [(e.run_id, e.units) for e in m.db.ledger.values() if e.operation == "llm"]
+    runs = [(lg.run.run_id, lg.run.status, lg.run.usage.total) for lg in m.runs.runs(ADA)]
+    assert len(booked) == backend.calls, (booked, runs)
+
+
+def test_answers_kept_at_close_are_logged_unbooked(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flush whose write is refused keeps its answer; the processor then stops (shutdown
+    during the outage): the call was paid and is never booked, which the log says."""
+    events = notes(2, poison_at=99)
+    m = InMemoryMemoryd()
+    refuse(m, monkeypatch, "apply", 1)
+    backend = Counting()
+    flusher = m.flusher(backend)
+    with pytest.raises(DatabaseRefused):
+        flusher.flush(ADA, buffered(events), attempt=0)
+    flusher.close()
+    assert backend.calls == 1
+    assert not list(m.runs.runs(ADA))
+    assert any("not booked" in r.getMessage() for r in caplog.records), caplog.text
