@@ -23,9 +23,11 @@ typecheck:
 # stop and kill services and processes, and take minutes). Each says how long it took.
 # The first runs in TEST_WORKERS processes (pytest-xdist), a test module's tests in one, each
 # process with its own broker, database and Chroma: most integration tests wait on services,
-# so two processes on two cores take about 60 % of the time of one. The fault tests run in one
-# process: they time outages.
-TEST_WORKERS ?= 2
+# so two processes on two cores take about 60 % of the time of one. Services given through
+# MEMORYD_TEST_* are shared by every process, and some tests count or end the server's
+# sessions as a whole: one process then. The fault tests run in one process: they time outages.
+SHARED_SERVICES := $(MEMORYD_TEST_KAFKA_BOOTSTRAP)$(MEMORYD_TEST_POSTGRES_DSN)$(MEMORYD_TEST_CHROMA_URL)
+TEST_WORKERS ?= $(if $(SHARED_SERVICES),1,2)
 pytest:
 	@rc=0; $(MAKE) --no-print-directory pytest-main || rc=1; \
 	  $(MAKE) --no-print-directory pytest-faults || rc=1; exit $$rc
