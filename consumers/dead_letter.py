@@ -167,6 +167,9 @@ class KafkaDeadLetterSink:
         self._transactional_id = f"memoryd-{consumer_name}-dlq-{uuid.uuid4().hex}"
         self._producer: Any = self._new_producer()
         self._initialised = False
+        # The letters of a transaction begun and not yet committed or aborted: a send cut short
+        # by an error of no Kafka kind leaves it open, for `close` to abort.
+        self._open: Sequence[DeadLetter] = ()
 
     def send(
         self, letters: Sequence[DeadLetter], consumed: Mapping[TopicPartition, int], group: Any
@@ -227,6 +230,7 @@ class KafkaDeadLetterSink:
         offsets, then the commit; raises `_Refused` or the `KafkaError` that stopped it."""
         producer = self._ready()
         producer.begin_transaction()
+        self._open = letters
         futures = []
         for i, letter in enumerate(letters):
             future, sent_bare = self._send_one(producer, letter, bare=i in bare)
@@ -266,6 +270,7 @@ class KafkaDeadLetterSink:
     def _commit(self, producer: Any) -> None:
         try:
             bounded(lambda t: t.begin_commit(), producer, self._timeout_s)
+            self._open = ()
         except KafkaTimeoutError:
             # Committing, the transaction can no longer be aborted: the next producer's
             # init_transactions (same id) waits for it to end either way. If it did commit,
@@ -330,6 +335,7 @@ class KafkaDeadLetterSink:
 
     def _drop(self) -> None:
         producer, self._producer, self._initialised = self._producer, None, False
+        self._open = ()
         if producer is None:
             return
         try:
@@ -338,8 +344,26 @@ class KafkaDeadLetterSink:
             log.warning("dead-letter producer not closed: %r", e)
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.close()
+        """Drop the producer, waiting on its broker at most twice `timeout_s`.
+
+        Each send ends its transaction, so the producer holds nothing when the consumer stops,
+        unless an error of no Kafka kind cut a send short: kafka-python's own `close()` then
+        waited for that transaction's letters with no limit, and with the broker away the
+        consumer's process never exited. The transaction is aborted instead: neither its
+        letters nor its offsets commit, and their records are read again."""
+        if self._open:
+            first = self._open[0]
+            log.warning(
+                "dead-letter sink closed with %d letter(s) not committed, from %s/%d@%d on:"
+                " given up, their records are read again",
+                len(self._open),
+                first.topic,
+                first.partition,
+                first.offset,
+            )
+            self._abort()
+        else:
+            self._drop()
 
 
 # kafka-python 3.0.12 offers no bounded way to end a transaction: the function below does it with

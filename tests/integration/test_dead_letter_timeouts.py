@@ -60,17 +60,21 @@ def send_in_time(
     return outcome[0]
 
 
+def make_topics(bootstrap: str, *topics: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(t, 1, 1) for t in topics])
+    finally:
+        admin.close()
+
+
 def test_a_send_while_the_broker_is_away_fails_in_time_and_the_sink_recovers(
     own_kafka: LocalKafka, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Captured, kafka-python's records of refused connections keep the sockets (tracebacks).
     caplog.set_level(logging.CRITICAL, logger="kafka")
     source, dlq = "events", "dlq"
-    admin = KafkaAdminClient(bootstrap_servers=own_kafka.bootstrap)
-    try:
-        admin.create_topics([NewTopic(t, 1, 1) for t in (source, dlq)])
-    finally:
-        admin.close()
+    make_topics(own_kafka.bootstrap, source, dlq)
     sink = KafkaDeadLetterSink(own_kafka.bootstrap, dlq, "timeouts", timeout_s=TIMEOUT_S)
     first, second = (
         DeadLetter(None, b"not json", "decode", "not JSON", source, 0, i) for i in (0, 1)
@@ -93,3 +97,38 @@ def test_a_send_while_the_broker_is_away_fails_in_time_and_the_sink_recovers(
     assert sorted(x.source for x in seen) == [(source, 0, 0), (source, 0, 1)]
     assert committed(own_kafka.bootstrap, "letters", KafkaTopicPartition(source, 0)) == 2
     gc.collect()  # the refused connections' sockets, while the filter above applies
+
+
+def test_a_sink_closed_with_a_transaction_open_while_the_broker_is_away_closes_in_time(
+    own_kafka: LocalKafka, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.CRITICAL, logger="kafka")  # as above
+    # Its own records captured again: the call above left the capture at CRITICAL.
+    caplog.set_level(logging.WARNING, logger="consumers.dead_letter")
+    source, dlq = "events", "dlq"
+    make_topics(own_kafka.bootstrap, source, dlq)
+    sink = KafkaDeadLetterSink(own_kafka.bootstrap, dlq, "closing", timeout_s=TIMEOUT_S)
+    letter = DeadLetter(None, b"not json", "decode", "not JSON", source, 0, 0)
+    assert send_in_time(sink, letter, source) is None  # transactions initialised, metadata known
+
+    own_kafka.stop()
+    # A reason no UTF-8 holds (a lone surrogate) fails the send with an error of no Kafka
+    # kind, after the letter before it went into the transaction: the transaction stays open.
+    sent, unencodable = (
+        DeadLetter(None, b"not json", "decode", reason, source, 0, i)
+        for i, reason in ((1, "not JSON"), (2, "not JSON \udc80"))
+    )
+    with pytest.raises(UnicodeEncodeError):
+        sink.send([sent, unencodable], {TopicPartition(source, 0): 3}, "letters")
+
+    closing = threading.Thread(target=sink.close, daemon=True)
+    started = time.monotonic()
+    closing.start()
+    # The abort, then the I/O thread's end: each waits at most TIMEOUT_S. Unbounded, close()
+    # waited for the open transaction's letter until the broker came back.
+    closing.join(2 * TIMEOUT_S + 10)
+    waited = time.monotonic() - started
+    assert not closing.is_alive(), f"sink.close still waiting after {waited:.0f}s"
+    assert not [t for t in threading.enumerate() if t.name == "closing-dlq-network-thread"]
+    assert "closed with 2 letter(s) not committed, from events/0@1 on" in caplog.text
+    gc.collect()  # as above
