@@ -68,13 +68,22 @@ def was_aborted(future: Any) -> bool:
     return result is not None and result[0] == -1
 
 
+def unanswered(producer: Any) -> int:
+    """How many records `producer` holds that neither the broker nor a timeout answered yet."""
+    held: int = sum(batch.record_count for batch in producer._accumulator._incomplete.all())
+    return held
+
+
 def close_now(producer: Any, timeout_s: float) -> None:
-    """Close `producer` without waiting for its broker.
+    """Close `producer` without waiting for its broker; the records it still holds fail.
 
     kafka-python 3.0.12's `close(timeout=0)` flushes first and raises KafkaTimeoutError while a
     record is unanswered (the broker away), before it stops the I/O thread: thread and sockets
-    stayed, one set per failed attempt. Forced to close, the thread fails those records and
-    ends (within `timeout_s`), then `close` finds nothing to wait for."""
+    stayed, one set per failed attempt. Its `close()` waits for those records with no limit,
+    and some never expire: an idempotent producer whose broker stopped answering resets its
+    producer id and sends nothing, nor expires anything, until the broker answers again.
+    Forced to close, the thread fails those records and ends (within `timeout_s`), then
+    `close` finds nothing to wait for."""
     producer._sender.force_close()
     producer._sender.join(timeout_s)
     producer.close(timeout=0)

@@ -20,7 +20,13 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 
 from producers.contract import SCHEMA_VERSION, ContextEvent, MemoryTombstone
 from producers.errors import PublishError, Undelivered
-from producers.kafka_clients import close_now, has_failed_for_good, open_client, was_aborted
+from producers.kafka_clients import (
+    close_now,
+    has_failed_for_good,
+    open_client,
+    unanswered,
+    was_aborted,
+)
 from producers.partitioner import RememberingPartitioner
 
 log = logging.getLogger(__name__)
@@ -217,7 +223,21 @@ class KafkaEventPublisher:
         return TombstonePosition(metadata.topic, metadata.partition, metadata.offset)
 
     def close(self) -> None:
-        self._producer.close()
+        """Close the producer within its request timeout, whatever its broker does.
+
+        A record it still holds belongs to a `publish` that raised `PublishError` for it, or
+        will (each waits for its own events, up to the delivery timeout): waiting longer would
+        deliver nothing a caller waits for, and kafka-python's own `close()` waited without a
+        limit, so a process stopping while its broker hung never exited. Such records are
+        given up."""
+        given_up = unanswered(self._producer)
+        close_now(self._producer, self._settings.request_timeout_ms / 1000)
+        if given_up:
+            log.warning(
+                "Kafka producer closed with %d record(s) unacknowledged: given up (their"
+                " publish was answered as failed)",
+                given_up,
+            )
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,11 @@ class LocalKafka:
         return f"{_HOST}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The broker process this object started or adopted; None while stopped."""
+        return self._pid
+
+    @property
     def _props(self) -> Path:
         return self.home / "server.properties"
 

@@ -7,6 +7,8 @@ or anything else on the machine, may take it in between. A start that finds its 
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,3 +83,15 @@ def local_kafka(home: Path, ports: tuple[int, int] | None = None) -> LocalKafka:
         jars_cache=default_cache_dir() / "kafka-jars",
         stop_on_exit=True,
     )
+
+
+@contextmanager
+def frozen(kafka: LocalKafka) -> Iterator[None]:
+    """The broker stopped with SIGSTOP for the block, then continued: it keeps its ports and
+    connections but answers nothing, as a hung broker or a network that drops every packet."""
+    assert kafka.pid is not None, "the broker is not running"
+    os.kill(kafka.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(kafka.pid, signal.SIGCONT)  # a stopped process cannot handle the SIGTERM of stop
