@@ -252,6 +252,7 @@ class UserFlusher:
             self._unapplied.discarded_unless_applied(
                 request, attempt, now, response, duration_ms, why, run_id=answer.run_id
             )
+            self._kept.book(answer)  # or said it is not: settled, not recorded again
             raise
         self._kept.applied(answer)
         self._observer.consolidated(update.run)
@@ -339,7 +340,11 @@ class UserFlusher:
             return Answered(answer)
 
         def reuse(group: Sequence[ContextEvent], answer: KeptAnswer) -> MemoryUpdate | None:
-            if self._store.load_state(state.key).version != state.version:
+            # Recorded as discarded by an earlier try: applied, its call would be booked twice.
+            if (
+                self._kept.booked(answer)
+                or self._store.load_state(state.key).version != state.version
+            ):
                 return None
             credit.booked(answer.response)  # with the run, or kept if its write is refused
             update = self._attempt(

@@ -120,11 +120,13 @@ class KeptAnswers:
     def take(
         self, key: MemoryKey, version: int, event_ids: Iterable[uuid.UUID], *, probe: bool
     ) -> Kept | None:
-        """The first answer kept for exactly these events at this version, now this try's;
-        a usable one only if no try recorded it as not applied."""
+        """The first answer kept for exactly these events at this version, now this try's. A
+        usable answer a try recorded as not applied is not one to apply: a probe's is taken
+        (its bisection goes through again without a call; `booked` tells it not to apply it),
+        a run's is not."""
         answers, ids = self._flushing[key], frozenset(event_ids)
         for n, answer in enumerate(answers.earlier):
-            spent = isinstance(answer, KeptAnswer) and answer.run_id in answers.booked
+            spent = isinstance(answer, KeptAnswer) and not probe and answer.run_id in answers.booked
             if not spent and _answers(answer, version, ids, probe):
                 del answers.earlier[n]
                 answers.made.append(answer)

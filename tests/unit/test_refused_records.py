@@ -204,9 +204,9 @@ def test_a_discarded_probe_answer_is_not_applied_by_the_retry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """[A, poison]: the probe of A answers and is held; the poison probe's failed run is
-    refused, and the held answer is recorded as discarded as the bisection ends (that write
-    goes through: a dropped connection, not a read-only database). The retry must not apply
-    A's kept answer as its run: the call would be booked twice."""
+    refused once (a dropped connection: the next write goes through). The held answer must
+    not be recorded as discarded as the bisection ends, and then applied by the retry as its
+    run: the call would be booked twice. It stays kept, and the retry applies it once."""
     events = notes(2, poison_at=1)
     m = InMemoryMemoryd()
     failed = [0]
@@ -246,3 +246,47 @@ def test_answers_kept_at_close_are_logged_unbooked(
     assert backend.calls == 1
     assert not list(m.runs.runs(ADA))
     assert any("not booked" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_a_bisection_whose_run_is_refused_goes_through_again_without_a_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three clean groups answer as probes (several answered: each probe answer is recorded
+    as discarded), then the run of them together is refused. The retry's bisection takes the
+    kept probe answers instead of asking again, and applies the kept run."""
+    events = notes(8, poison_at=5)
+    m = InMemoryMemoryd()
+    left = refuse(m, monkeypatch, "apply", 1)
+    backend = Counting()
+    result = through_outage(m, backend, events)
+    assert left == [0]
+    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 7)
+    assert backend.calls == calls_of_one_flush(events)
+    assert_each_call_booked_once(m, backend.calls)
+
+
+def test_an_answer_a_failed_write_discarded_is_charged_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A write failing with an error of no database kind (a planning bug, an unmapped driver
+    error): the answer is recorded as discarded, and the cost metrics count its call once."""
+    m = InMemoryMemoryd()
+    write = m.memory.apply
+    failures = [1]
+
+    def fails_once(*args: Any) -> Any:
+        if failures[0]:
+            failures[0] -= 1
+            raise RuntimeError("a bug")
+        return write(*args)
+
+    monkeypatch.setattr(m.memory, "apply", fails_once)
+    backend = Counting()
+    flusher = m.flusher(backend)
+    with pytest.raises(RuntimeError):
+        flusher.flush(ADA, buffered(notes(2, poison_at=99)), attempt=0)
+    flusher.close()
+    assert backend.calls == 1
+    charged = [r.run_id for r in m.observer.charged_runs if r.usage.total]
+    assert len(charged) == 1
+    assert_each_call_booked_once(m, 1)
