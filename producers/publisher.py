@@ -223,19 +223,26 @@ class KafkaEventPublisher:
         return TombstonePosition(metadata.topic, metadata.partition, metadata.offset)
 
     def close(self) -> None:
-        """Close the producer within its request timeout, whatever its broker does.
+        """Close the producer within twice its request timeout, whatever its broker does.
 
-        A record it still holds belongs to a `publish` that raised `PublishError` for it, or
-        will (each waits for its own events, up to the delivery timeout): waiting longer would
-        deliver nothing a caller waits for, and kafka-python's own `close()` waited without a
-        limit, so a process stopping while its broker hung never exited. Such records are
-        given up."""
+        The records it holds first get the request timeout to be delivered: a publish of
+        another thread may be waiting for them, and a healthy broker takes them. kafka-python's
+        own `close()` waited for them without a limit, and an idempotent producer whose broker
+        stopped answering neither sends nor expires them, so a process stopping then never
+        exited: those still held after the wait are given up (each belongs to a publish that
+        raises PublishError for it) and the producer is closed by force."""
+        timeout_s = self._settings.request_timeout_ms / 1000
+        with contextlib.suppress(KafkaError):
+            self._producer.flush(timeout=timeout_s)
         given_up = unanswered(self._producer)
-        close_now(self._producer, self._settings.request_timeout_ms / 1000)
+        try:
+            close_now(self._producer, timeout_s)
+        except KafkaError as e:  # its I/O thread did not end in time: left to the process's end
+            log.warning("Kafka producer not closed: %r", e)
         if given_up:
             log.warning(
                 "Kafka producer closed with %d record(s) unacknowledged: given up (their"
-                " publish was answered as failed)",
+                " publish is answered as failed)",
                 given_up,
             )
 
