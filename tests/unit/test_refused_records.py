@@ -124,57 +124,57 @@ def test_an_unusable_answer_whose_failed_run_is_refused_is_not_asked_again(
     assert_each_call_booked_once(m, 1)
 
 
-def test_a_bisection_whose_failed_runs_are_refused_asks_each_probe_once(
+def later_failed_runs() -> Callable[[Any], bool]:
+    """Picks the failed runs after the first (the whole batch's)."""
+    seen = [0]
+
+    def which(run: Any) -> bool:
+        seen[0] += is_failed(run)
+        return is_failed(run) and seen[0] > 1
+
+    return which
+
+
+def every_write() -> Callable[[Any], bool]:
+    return lambda _: True
+
+
+@pytest.mark.parametrize(
+    ("n", "poison_at", "method", "times", "which", "calls"),
+    [
+        # The batch's failed run is recorded, a later probe's is refused: the retry goes
+        # through the bisection again on the answers kept, without a call, up to where it
+        # stopped.
+        pytest.param(8, 5, "record_run", REFUSED_TRIES, later_failed_runs, 7, id="probe-failed"),
+        # A held probe answer whose discarded run is refused is booked once.
+        pytest.param(8, 5, "record_run", REFUSED_TRIES, lambda: is_discarded, 7, id="held-probe"),
+        # [A, poison]: A's probe answer is its run; that run's write is refused: not bisected
+        # again.
+        pytest.param(2, 1, "apply", REFUSED_TRIES, every_write, 3, id="reused-probe"),
+        # Three clean groups answer as probes (several answered: each probe answer is recorded
+        # as discarded), then the run of them together is refused: the retry's bisection takes
+        # the kept probe answers instead of asking again, and applies the kept run.
+        pytest.param(8, 5, "apply", 1, every_write, 7, id="run-after-probes"),
+    ],
+)
+def test_a_bisection_through_refused_writes_costs_the_calls_of_one_flush(
     monkeypatch: pytest.MonkeyPatch,
+    n: int,
+    poison_at: int,
+    method: str,
+    times: int,
+    which: Callable[[], Callable[[Any], bool]],
+    calls: int,
 ) -> None:
-    """The batch's failed run is recorded, a later probe's is refused: the retry goes through
-    the bisection again on the answers kept, without a call, up to where it stopped."""
-    events = notes(8, poison_at=5)
+    events = notes(n, poison_at=poison_at)
     m = InMemoryMemoryd()
-    failed_runs = [0]
-
-    def after_the_first(run: Any) -> bool:
-        failed_runs[0] += is_failed(run)
-        return is_failed(run) and failed_runs[0] > 1
-
-    left = refuse(m, monkeypatch, "record_run", REFUSED_TRIES, after_the_first)
+    left = refuse(m, monkeypatch, method, times, which())
     backend = Counting()
     result = through_outage(m, backend, events)
     assert left == [0]  # the outage was waited out to its end
 
-    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 7)
-    assert backend.calls == calls_of_one_flush(events)
-    assert_each_call_booked_once(m, backend.calls)
-
-
-def test_a_held_probe_answer_whose_discarded_run_is_refused_is_booked_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    events = notes(8, poison_at=5)
-    m = InMemoryMemoryd()
-    left = refuse(m, monkeypatch, "record_run", REFUSED_TRIES, is_discarded)
-    backend = Counting()
-    result = through_outage(m, backend, events)
-    assert left == [0]  # the outage was waited out to its end
-
-    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 7)
-    assert backend.calls == calls_of_one_flush(events)
-    assert_each_call_booked_once(m, backend.calls)
-
-
-def test_a_reused_probe_answer_whose_write_is_refused_is_not_bisected_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """[A, poison]: A's probe answer is its run; that run's write is refused."""
-    events = notes(2, poison_at=1)
-    m = InMemoryMemoryd()
-    left = refuse(m, monkeypatch, "apply", REFUSED_TRIES)
-    backend = Counting()
-    result = through_outage(m, backend, events)
-    assert left == [0]  # the outage was waited out to its end
-
-    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 1)
-    assert backend.calls == calls_of_one_flush(events) == 3
+    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, n - 1)
+    assert backend.calls == calls_of_one_flush(events) == calls
     assert_each_call_booked_once(m, backend.calls)
 
 
@@ -246,23 +246,6 @@ def test_answers_kept_at_close_are_logged_unbooked(
     assert backend.calls == 1
     assert not list(m.runs.runs(ADA))
     assert any("not booked" in r.getMessage() for r in caplog.records), caplog.text
-
-
-def test_a_bisection_whose_run_is_refused_goes_through_again_without_a_call(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Three clean groups answer as probes (several answered: each probe answer is recorded
-    as discarded), then the run of them together is refused. The retry's bisection takes the
-    kept probe answers instead of asking again, and applies the kept run."""
-    events = notes(8, poison_at=5)
-    m = InMemoryMemoryd()
-    left = refuse(m, monkeypatch, "apply", 1)
-    backend = Counting()
-    result = through_outage(m, backend, events)
-    assert left == [0]
-    assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, 7)
-    assert backend.calls == calls_of_one_flush(events)
-    assert_each_call_booked_once(m, backend.calls)
 
 
 def test_an_answer_a_failed_write_discarded_is_charged_once(
