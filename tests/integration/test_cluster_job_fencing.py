@@ -23,6 +23,7 @@ from store.postgres import make_pool, transaction
 from store.write.cluster_jobs import JOB_LOCK_NAMESPACE, RETRY_AFTER_FAILURE, ClusterJobs
 from store.write.memory_store import PostgresMemoryStore
 from tests.support.builders import make_fact, seed
+from tests.support.deployment import end_advisory_lock_session
 
 pytestmark = pytest.mark.integration
 
@@ -64,15 +65,7 @@ Step = Callable[[ConnectionPool, str, int], None]
 
 def terminate_lock_session(superuser_dsn: str, dbname: str) -> None:
     """End the session that holds the job's advisory lock, as a pooler restart would."""
-    with psycopg.connect(superuser_dsn, autocommit=True) as conn:
-        ended = conn.execute(
-            "SELECT pg_terminate_backend(l.pid, 10000) FROM pg_locks l"
-            " JOIN pg_database d ON d.oid = l.database WHERE l.locktype = 'advisory'"
-            " AND l.granted AND d.datname = %s AND l.classid::bigint = %s"
-            " AND l.objid::bigint = %s",
-            (dbname, JOB_LOCK_NAMESPACE, zlib.crc32(JOB.encode())),
-        ).fetchall()
-    assert ended == [(True,)]
+    end_advisory_lock_session(superuser_dsn, dbname, JOB_LOCK_NAMESPACE, zlib.crc32(JOB.encode()))
 
 
 @pytest.mark.parametrize("write_step", [step_in_a_transaction, step_as_a_memory_run])

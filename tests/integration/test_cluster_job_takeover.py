@@ -29,7 +29,13 @@ from memoryd.jobs import (
 from store.chroma.reconnecting_index import ReconnectingIndex
 from store.write.locks import memory_lock_key
 from tests.support.builders import make_fact
-from tests.support.deployment import Deployment, seed_core, topic_size, wait_until
+from tests.support.deployment import (
+    Deployment,
+    end_advisory_lock_session,
+    seed_core,
+    topic_size,
+    wait_until,
+)
 from tests.support.erasure import memory_row_counts, open_memory_erasure, rows
 
 pytestmark = pytest.mark.integration
@@ -39,17 +45,9 @@ ADA = MemoryKey("org-a", "ada")
 
 
 def terminate_lock_session(superuser_dsn: str, dsn: str, lock: int) -> None:
-    """End the session that holds advisory lock `lock` (a bigint key), as a pooler restart
-    would: the process that took it goes on with its job through its other connections."""
-    with psycopg.connect(superuser_dsn, autocommit=True) as conn:
-        ended = conn.execute(
-            "SELECT pg_terminate_backend(l.pid, 10000) FROM pg_locks l"
-            " JOIN pg_database d ON d.oid = l.database WHERE l.locktype = 'advisory'"
-            " AND l.granted AND d.datname = %s AND l.classid::bigint = %s"
-            " AND l.objid::bigint = %s",
-            (conninfo_to_dict(dsn)["dbname"], lock >> 32, lock & 0xFFFFFFFF),
-        ).fetchall()
-    assert ended == [(True,)]
+    """End the session that holds advisory lock `lock` (a bigint key)."""
+    dbname = conninfo_to_dict(dsn)["dbname"]
+    end_advisory_lock_session(superuser_dsn, dbname, lock >> 32, lock & 0xFFFFFFFF)
 
 
 def lock_waits(dsn: str) -> int:

@@ -161,6 +161,20 @@ def letter_count(bootstrap: str, topic: str) -> int:
     return len(read_dead_letters(bootstrap, topic))
 
 
+def end_advisory_lock_session(superuser_dsn: str, dbname: str, classid: int, objid: int) -> None:
+    """End the session holding the advisory lock (`classid`, `objid`) in `dbname`, as a
+    pooler restart would: the process that took it goes on through its other connections."""
+    with psycopg.connect(superuser_dsn, autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT pg_terminate_backend(l.pid, 10000) FROM pg_locks l"
+            " JOIN pg_database d ON d.oid = l.database WHERE l.locktype = 'advisory'"
+            " AND l.granted AND d.datname = %s AND l.classid::bigint = %s"
+            " AND l.objid::bigint = %s",
+            (dbname, classid, objid),
+        ).fetchall()
+    assert ended == [(True,)]
+
+
 def limit_message_bytes(admin: Any, topic: str, limit: int) -> None:
     """Give a topic this max.message.bytes, and wait until its broker applies it."""
     resource = ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": str(limit)})
