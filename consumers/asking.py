@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from consumers.foreground import ForegroundWork
 from consumers.kept_answers import KeptAnswer, KeptAnswers, KeptFailure
+from consumers.observers import FlushObserver
 from consumers.unapplied_runs import UnappliedRuns
 from domain.model import MemoryState
 from processors.consolidate import Consolidator
@@ -30,12 +31,14 @@ class Asking:
         foreground: ForegroundWork,
         kept: KeptAnswers,
         unapplied: UnappliedRuns,
+        observer: FlushObserver,
     ) -> None:
         self._backend = backend
         self._consolidator = consolidator
         self._foreground = foreground
         self._kept = kept
         self._unapplied = unapplied
+        self._observer = observer
         self._answers = 0
         self._lock = threading.Lock()  # flushes of several memories call at once
 
@@ -86,12 +89,16 @@ class Asking:
             # Here, not only in `plan`: a bisection's probe must refuse the same answers.
             self._consolidator.check(request, response)
         except UnusableAnswer as e:
-            self._answered()
+            self._answered(probe, usable=False)
             return KeptFailure(request, e, _ms_since(started), generation, probe)
-        self._answered()
+        self._answered(probe, usable=True)
         return KeptAnswer(request, response, _ms_since(started), degraded, generation, probe)
 
-    def _answered(self) -> None:
+    def _answered(self, probe: bool, *, usable: bool) -> None:
+        # Counted here, where the backend answered: a probe's answer kept from a refused write
+        # and taken by the retry is no call.
+        if probe:
+            self._observer.probed(usable=usable)
         with self._lock:
             self._answers += 1
 

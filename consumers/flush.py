@@ -88,7 +88,7 @@ class UserFlusher:
         self._unapplied = UnappliedRuns(store, backend, consolidator.prices, observer)
         self._kept = KeptAnswers()
         self._asking = Asking(
-            backend, consolidator, index_queue.foreground, self._kept, self._unapplied
+            backend, consolidator, index_queue.foreground, self._kept, self._unapplied, observer
         )
 
     @property
@@ -125,11 +125,9 @@ class UserFlusher:
                     self._kept.keep(key)  # its answers wait for the retry after the outage
                     raise
                 except Exception:
-                    self._kept.settle(
-                        key, attempt, (i.event.event_id for i in kept), self._unapplied
-                    )
+                    self._kept.settle(key, attempt, _ids(items), _ids(kept), self._unapplied)
                     raise
-                self._kept.settle(key, attempt, (i.event.event_id for i in kept), self._unapplied)
+                self._kept.settle(key, attempt, _ids(items), _ids(kept), self._unapplied)
                 result = replace(result, forgotten=len(items) - len(kept))
         finally:
             # A flush that raised (a timeout, a backend error) took its time too.
@@ -333,9 +331,7 @@ class UserFlusher:
                     lambda: self._request(state, group, now, None), probe=True,
                 )  # fmt: skip
             except UnusableAnswer as e:
-                self._observer.probed(usable=False)
                 return str(e)
-            self._observer.probed(usable=True)
             credit.held(answer.response)
             return Answered(answer)
 
@@ -392,3 +388,7 @@ def _with_output(update: MemoryUpdate, **notes: str) -> MemoryUpdate:
     """The run's output says what shaped it (a budget policy, a degraded search), for audit."""
     output = {**(update.run.output or {}), **notes}
     return replace(update, run=replace(update.run, output=output))
+
+
+def _ids(items: Sequence[BufferedEvent]) -> list[uuid.UUID]:
+    return [i.event.event_id for i in items]

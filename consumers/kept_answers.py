@@ -178,21 +178,27 @@ class KeptAnswers:
         self,
         key: MemoryKey,
         attempt: int,
-        events: Iterable[uuid.UUID],
+        batch: Iterable[uuid.UUID],
+        left: Iterable[uuid.UUID],
         unapplied: UnappliedRuns,
     ) -> None:
         """Under the memory's lock, once its flush is over: the kept answers it did not take
         (the memory moved on, or their own write's COMMIT was lost), and this try's answers
         neither applied nor recorded (an error between the call and the record), are booked
-        as discarded or failed runs (idempotent on their run ids). `events`: the batch's, less
-        those an erasure forgot; the answer to one forgotten is not recorded."""
+        as discarded or failed runs (idempotent on their run ids). `batch`: the events of the
+        batch flushed; `left`: those of them no erasure forgot. The answer to a forgotten
+        event is not recorded (its record would bring the erased text back), nor one to events
+        of another batch (kept when its partitions left this processor, or from a batch cut
+        otherwise): whether an erasure came between is not known."""
         with self._lock:
             answers = self._flushing.pop(key, None) or _Answers()
-        left = frozenset(events)
+        ours, kept_events = frozenset(batch), frozenset(left)
         for kept in [*answers.earlier, *answers.made]:
             if kept.run_id in answers.booked:
                 continue
-            if not kept.request.event_ids <= left:
+            if not kept.request.event_ids <= ours:
+                _unbooked(kept, "its batch left this processor before the call was written")
+            elif not kept.request.event_ids <= kept_events:
                 _unbooked(kept, "some of its events were forgotten since the call")
             elif isinstance(kept, KeptFailure):
                 unapplied.failed_unless_recorded(

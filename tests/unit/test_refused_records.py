@@ -85,12 +85,17 @@ def through_outage(
         flusher.close()
 
 
-def calls_of_one_flush(events: list[ContextEvent]) -> int:
-    backend = Counting()
-    flusher = InMemoryMemoryd().flusher(backend)
+def one_flush(events: list[ContextEvent]) -> tuple[int, list[bool]]:
+    """The calls one flush with no outage makes, and its probes' answers (usable or not)."""
+    backend, m = Counting(), InMemoryMemoryd()
+    flusher = m.flusher(backend)
     flusher.flush(ADA, buffered(events), attempt=0)
     flusher.close()
-    return backend.calls
+    return backend.calls, m.observer.probes
+
+
+def calls_of_one_flush(events: list[ContextEvent]) -> int:
+    return one_flush(events)[0]
 
 
 def assert_each_call_booked_once(m: InMemoryMemoryd, calls: int) -> None:
@@ -176,6 +181,8 @@ def test_a_bisection_through_refused_writes_costs_the_calls_of_one_flush(
     assert (result.kind, result.events) == (FlushKind.CONSOLIDATED, n - 1)
     assert backend.calls == calls_of_one_flush(events) == calls
     assert_each_call_booked_once(m, backend.calls)
+    # A probe's answer taken from the kept ones is no backend call: not counted again.
+    assert m.observer.probes == one_flush(events)[1]
 
 
 def test_an_unusable_answer_the_retry_does_not_take_is_booked_as_failed(

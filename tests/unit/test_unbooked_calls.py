@@ -66,3 +66,32 @@ def test_a_discarded_run_the_store_failed_to_record_says_so_alike(
     assert unbooked_lines(caplog) == [
         (logging.ERROR, "a call's 340 token(s) are not booked: connection lost", "ada")
     ]
+
+
+@pytest.mark.parametrize(
+    ("forgotten", "why"),
+    [
+        (False, "its batch left this processor before the call was written"),
+        (True, "some of its events were forgotten since the call"),
+    ],
+)
+def test_a_kept_answer_not_taken_says_why_it_is_not_booked(
+    caplog: pytest.LogCaptureFixture, forgotten: bool, why: str
+) -> None:
+    """An answer kept for a batch whose partitions left, met by the memory's next flush of
+    other events, is not one an erasure forgot: the line must not send an operator after one."""
+    kept, key, refused = KeptAnswers(), key_of("ada"), answer("ada")
+    kept.begin(key, None)
+    kept.made(refused)
+    kept.keep(key)  # the write was refused; then the partition left
+    (event_id,) = refused.request.event_ids
+    batch = [event_id] if forgotten else [make_event("ada", "I moved to Porto").event_id]
+    m = InMemoryMemoryd()
+    kept.begin(key, None)
+    with caplog.at_level(logging.ERROR):
+        kept.settle(
+            key, 1, batch, [], UnappliedRuns(m.memory, FlakyBackend(), PriceTable({}), m.observer)
+        )
+    assert unbooked_lines(caplog) == [
+        (logging.ERROR, f"a call's 340 token(s) are not booked: {why}", "ada")
+    ]
