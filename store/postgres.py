@@ -10,6 +10,7 @@ must not retry.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -20,6 +21,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg.rows import RowFactory, tuple_row
 from psycopg_pool import ConnectionPool
@@ -38,6 +40,21 @@ _NO_PRIVILEGE = "42501"
 # tried would end on the refusal, with one line saying so, as on any other.)
 _READ_ONLY = "25006"
 LOCK_CONNECT_TIMEOUT_S = 10
+# libpq's TCP keepalives, unless the DSN sets its own. A flush holds its memory's lock on a
+# pooled connection through the model's calls (minutes), sending nothing: without probes, a
+# server or a network path gone meanwhile is found only at the next statement, after the
+# kernel's retransmissions (some 15 minutes), and a NAT or firewall on the way may drop the
+# idle connection unseen. With them, a dead peer is known within about a minute (30 s idle,
+# then 3 probes 10 s apart), and the connection's next use fails at once as
+# DatabaseUnavailable. Client side only: a pooler (PgBouncer) refuses a server setting sent
+# as a startup option.
+KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "connect_timeout": str(LOCK_CONNECT_TIMEOUT_S),
+}
 
 Fence = Callable[[psycopg.Connection[Any]], None]
 # The fence of the cluster-job run this thread executes (store.write.cluster_jobs), checked by
@@ -52,7 +69,7 @@ def make_pool(
 ) -> ConnectionPool:
     """Open a pool and wait until it has a working connection, or raise DatabaseUnavailable."""
     pool = ConnectionPool(
-        dsn,
+        with_keepalives(dsn),
         min_size=min_size,
         max_size=max_size,
         name=name,
@@ -67,6 +84,14 @@ def make_pool(
         pool.close()
         raise DatabaseUnavailable(f"cannot connect to Postgres: {e}") from e
     return pool
+
+
+def with_keepalives(dsn: str) -> str:
+    """`dsn` with `KEEPALIVES` where neither it nor libpq's environment sets them."""
+    given = conninfo_to_dict(dsn)
+    if "PGCONNECT_TIMEOUT" in os.environ:
+        given["connect_timeout"] = os.environ["PGCONNECT_TIMEOUT"]
+    return make_conninfo(dsn, **{k: v for k, v in KEEPALIVES.items() if k not in given})
 
 
 class ReuseCheck:

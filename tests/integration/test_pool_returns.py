@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from store.errors import DatabaseUnavailable
 from store.postgres import make_pool, statement
@@ -47,3 +48,22 @@ def test_a_statement_on_a_connection_the_server_dropped_is_the_database_unavaila
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         pool.close()
+
+
+def test_pooled_connections_send_tcp_keepalives_unless_the_dsn_sets_its_own(
+    fresh_database: str,
+) -> None:
+    # A flush's lock connection idles through the model's calls: without keepalives a server
+    # gone meanwhile is found some 15 minutes late. A DSN's own values win.
+    for dsn, idle in (
+        (fresh_database, "30"),
+        (make_conninfo(fresh_database, keepalives_idle=7), "7"),
+    ):
+        pool = make_pool(dsn, min_size=1, max_size=1)
+        try:
+            with pool.connection() as conn:
+                params = conn.info.get_parameters()
+                assert (params.get("keepalives"), params.get("keepalives_idle")) == ("1", idle)
+                assert params.get("connect_timeout") == "10"
+        finally:
+            pool.close()
