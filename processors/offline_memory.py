@@ -202,6 +202,12 @@ def build_working_memory(
     )
     for opening, key, limit in _LIST_SECTIONS:
         tell(opening, _latest(scaffold, key), limit)
+    if not paragraphs:
+        # Nothing to tell from what is believed now: W told drafts the write gate then
+        # discarded (too short to be a fact), or facts of one connection came since. An
+        # empty W over a told one is refused as a wipe (`wiping_answer`), and the batch's
+        # events would be dead-lettered for it: W stays as it was.
+        return request.state.working_memory
     return _fit(paragraphs, MAX_WORKING_MEMORY_WORDS, MAX_WORKING_MEMORY_CHARS)
 
 

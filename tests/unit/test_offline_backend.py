@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from consumers.flush_result import FlushKind
 from domain.ids import MemoryKey, fact_id_for
 from domain.model import Fact, FactStatus, FactType, MemoryState, Provenance, SurfacePolicy
 from processors.consolidate import patched_scaffold
@@ -27,7 +28,9 @@ from processors.schema import (
     scaffold_size,
 )
 from producers.contract import ContextEvent, EventType, Source, SourceMetadata
-from tests.support.fakes import BagOfWordsEmbedder
+from tests.support.builders import buffered, key_of, make_event
+from tests.support.fakes import BagOfWordsEmbedder, FlakyBackend
+from tests.support.inmemory import InMemoryMemoryd
 
 BASE = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 USER, ORG = "u-maya", "northwind"
@@ -738,3 +741,22 @@ def test_a_speakers_next_line_goes_on_with_their_fact_from_an_earlier_batch(
     assert proposal.op is op
     assert proposal.target_fact_id == (str(stored.fact_id) if op is FactOp.UPDATE else None)
     assert proposal.content == "Caroline adopted a puppy from the shelter, named Oscar."
+
+
+def test_a_batch_with_nothing_to_tell_leaves_the_working_memory_as_it_was() -> None:
+    """W told "ok" (a draft the write gate discarded: no fact of it), then a remark inside a
+    connection, which W never tells: rebuilt from what is believed, W would be empty, an
+    answer refused as a wipe, and the remark dead-lettered. It is consolidated; W stays."""
+    m = InMemoryMemoryd()
+    flusher = m.flusher(FlakyBackend())
+    ada = key_of("ada")
+    try:
+        flusher.flush(ada, buffered([make_event("ada", "ok")]), attempt=0)
+        told = m.memory.load_state(ada).working_memory
+        remark = make_event("ada", "thanks", connection_id="c1")
+        result = flusher.flush(ada, buffered([remark]), attempt=0)
+    finally:
+        flusher.close()
+    assert told.strip()
+    assert (result.kind, result.rejected) == (FlushKind.CONSOLIDATED, ())
+    assert m.memory.load_state(ada).working_memory == told
