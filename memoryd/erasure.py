@@ -17,6 +17,11 @@ out the same (the counts were recorded by the step that removed the rows). Asked
 completed, it starts a new erasure, which finds nothing but what came since; with the same
 `request_id` it returns the first receipt instead. Asked while another erasure of the memory
 runs, it waits for it and answers its receipt.
+
+The API waits for the memory's lock a bounded time (`forget_or_accept`): a flush holds it
+through its model calls, for minutes. An erasure that did not get it is audited all the same
+and left open (`ErasureAccepted`): the open erasure of a memory holds back its next flushes,
+and the processors' resumption (`resume_pending`) finishes it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -35,7 +41,7 @@ from domain.ports import VectorIndex
 from producers.contract import MemoryTombstone
 from producers.errors import PublishError
 from producers.publisher import TombstonePosition
-from store.errors import StoreError
+from store.errors import MemoryBusy, StoreError
 from store.write.erasure_log import ErasureRecord, PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore
 
@@ -58,6 +64,20 @@ class ErasureRequest:
 
 
 @dataclass(frozen=True)
+class ErasureAccepted:
+    """An erasure audited and not completed, left for the processors to finish: its memory's
+    lock was not had within `lock_wait_s`. Asked again, the request finds it (its request id
+    names it; without one, it joins the open erasure of its target)."""
+
+    erasure_id: uuid.UUID
+    scope: ErasureScope
+    subject: str
+
+
+Outcome = ErasureReceipt | ErasureAccepted
+
+
+@dataclass(frozen=True)
 class Eraser:
     erasures: PostgresErasureLog
     memory: PostgresMemoryStore
@@ -67,9 +87,9 @@ class Eraser:
     subjects: SubjectHasher
     clock: Callable[[], datetime]
     on_erased: Callable[[MemoryKey], None] = lambda _key: None
-    # How long an erasure waits for the memory's lock, which a flush holds through its model
-    # call: None, as long as it takes (the CLI, the resumption of open erasures); the API
-    # answers 503 instead, with nothing of the erasure done.
+    # How long `forget_or_accept` and `erase_fact_or_accept` (the API) wait for the memory's
+    # lock, which a flush holds through its model calls; `forget` and `erase_fact` (the CLI)
+    # wait as long as it takes.
     lock_wait_s: float | None = None
 
     # -- a whole memory -------------------------------------------------------------------
@@ -77,18 +97,43 @@ class Eraser:
     def forget(self, key: MemoryKey, request: ErasureRequest) -> ErasureReceipt:
         """Erase the memory everywhere and return the receipt (resuming an open erasure).
 
-        Audited under the memory's lock, so one that gives up waiting has done nothing. Without
-        a request id, an erasure of the memory that was open when this request came, or was
-        audited since, is this request's too: concurrent forgets share one receipt.
+        Without a request id, an erasure of the memory that was open when this request came,
+        or was audited since, is this request's too: concurrent forgets share one receipt.
         """
-        scope = ErasureScope.MEMORY
-        seen = self.erasures.latest(self.subjects(key), scope)
-        with self.memory.memory_lock(key, self.lock_wait_s):
-            erasure_id = self._earlier(key, scope, None, request) or self._since(key, seen, request)
-            if erasure_id is None:
-                erasure_id = self._new_id(key, scope, None, request)
-            record = self._open(key, scope, None, request, erasure_id)
-            return self._steps(key, None, record)
+        seen = self.erasures.latest(self.subjects(key), ErasureScope.MEMORY)
+        with self.memory.memory_lock(key):
+            return self._steps(key, None, self._audit_forget(key, request, seen))
+
+    def forget_or_accept(self, key: MemoryKey, request: ErasureRequest) -> Outcome:
+        """`forget`, or the erasure accepted if the memory's lock is not had in `lock_wait_s`."""
+        seen = self.erasures.latest(self.subjects(key), ErasureScope.MEMORY)
+        return self._within(key, None, lambda: self._audit_forget(key, request, seen))
+
+    def _audit_forget(
+        self, key: MemoryKey, request: ErasureRequest, seen: ErasureRecord | None
+    ) -> ErasureRecord:
+        erasure_id = self._earlier(key, ErasureScope.MEMORY, None, request)
+        return self._open(
+            key, ErasureScope.MEMORY, None, request, erasure_id or self._since(key, seen, request)
+        )
+
+    def _within(
+        self, key: MemoryKey, fact_id: uuid.UUID | None, audit: Callable[[], ErasureRecord]
+    ) -> Outcome:
+        """The audited erasure's steps under the memory's lock if it is had in `lock_wait_s`;
+        otherwise the erasure audited and left open, which the caller need not wait for."""
+        with ExitStack() as held:
+            try:
+                held.enter_context(self.memory.memory_lock(key, self.lock_wait_s))
+            except MemoryBusy:
+                # Audited without the lock: the flush that holds it writes its run, and the
+                # erasure, taken up under the lock later, removes that too.
+                record = audit()
+                if record.status is ErasureStatus.COMPLETED:  # finished while this one waited
+                    return record.receipt()
+                log.info("erasure %s: accepted, its memory is busy", record.erasure_id)
+                return ErasureAccepted(record.erasure_id, record.scope, record.subject)
+            return self._steps(key, fact_id, audit())
 
     def _since(
         self, key: MemoryKey, seen: ErasureRecord | None, request: ErasureRequest
@@ -119,7 +164,7 @@ class Eraser:
     def _resume(
         self, key: MemoryKey, fact_id: uuid.UUID | None, erasure_id: uuid.UUID
     ) -> ErasureReceipt:
-        with self.memory.memory_lock(key, self.lock_wait_s):
+        with self.memory.memory_lock(key):
             # Read under the lock: another process may have moved it on meanwhile.
             record = self.erasures.get(erasure_id)
             if record is None:
@@ -179,19 +224,29 @@ class Eraser:
         fact id alone, so without this check a fact id of another memory, even of the same
         user id in another organization, would lose its vector here.
         """
-        scope = ErasureScope.FACT
-        seen = self._earlier(key, scope, fact_id, request)
+        seen = self._earlier(key, ErasureScope.FACT, fact_id, request)
         self._held_or_audited(key, fact_id, seen)  # refused before any wait for the lock
-        with self.memory.memory_lock(key, self.lock_wait_s):
-            # Again under the lock: the erasure seen open may have completed meanwhile (its
-            # receipt is the answer), or another may have erased the fact since.
-            erasure_id = self._held_or_audited(
-                key, fact_id, self._earlier(key, scope, fact_id, request) or seen
-            )
-            if erasure_id is None:
-                erasure_id = self._new_id(key, scope, fact_id, request)
-            record = self._open(key, scope, fact_id, request, erasure_id)
-            return self._steps(key, fact_id, record)
+        with self.memory.memory_lock(key):
+            return self._steps(key, fact_id, self._audit_fact(key, fact_id, request, seen))
+
+    def erase_fact_or_accept(
+        self, key: MemoryKey, fact_id: uuid.UUID, request: ErasureRequest
+    ) -> Outcome:
+        """`erase_fact`, or the erasure accepted if the memory's lock is not had in
+        `lock_wait_s`; an unknown fact is refused all the same."""
+        seen = self._earlier(key, ErasureScope.FACT, fact_id, request)
+        self._held_or_audited(key, fact_id, seen)
+        return self._within(key, fact_id, lambda: self._audit_fact(key, fact_id, request, seen))
+
+    def _audit_fact(
+        self, key: MemoryKey, fact_id: uuid.UUID, request: ErasureRequest, seen: uuid.UUID | None
+    ) -> ErasureRecord:
+        # Again after the wait: the erasure seen open may have completed meanwhile (its
+        # receipt is the answer), or another may have erased the fact since.
+        erasure_id = self._held_or_audited(
+            key, fact_id, self._earlier(key, ErasureScope.FACT, fact_id, request) or seen
+        )
+        return self._open(key, ErasureScope.FACT, fact_id, request, erasure_id)
 
     def _held_or_audited(
         self, key: MemoryKey, fact_id: uuid.UUID, erasure_id: uuid.UUID | None
@@ -281,24 +336,13 @@ class Eraser:
         request: ErasureRequest,
     ) -> uuid.UUID | None:
         """The audited erasure this request goes on with: the one made with its request id,
-        or without one, the erasure of the same target a crash left open."""
+        or without one, the erasure of the same target open (a crash left it, or a flush held
+        its memory when it was asked for)."""
         if request.request_id is not None:
             erasure_id = self._erasure_id(key, scope, fact_id, request.request_id)
             return erasure_id if self.erasures.get(erasure_id) is not None else None
         running = self.erasures.open_erasure(self.subjects(key), scope, fact_id)
         return None if running is None else running.erasure_id
-
-    def _new_id(
-        self,
-        key: MemoryKey,
-        scope: ErasureScope,
-        fact_id: uuid.UUID | None,
-        request: ErasureRequest,
-    ) -> uuid.UUID:
-        """A request id names its erasure; without one, every erasure is its own."""
-        if request.request_id is not None:
-            return self._erasure_id(key, scope, fact_id, request.request_id)
-        return uuid.uuid4()
 
     def _open(
         self,
@@ -306,8 +350,18 @@ class Eraser:
         scope: ErasureScope,
         fact_id: uuid.UUID | None,
         request: ErasureRequest,
-        erasure_id: uuid.UUID,
+        erasure_id: uuid.UUID | None,
     ) -> ErasureRecord:
+        """Audit the erasure `erasure_id`, or a new one: a request id names its erasure;
+        without one, the request joins an erasure of its target open by now, else it is its
+        own."""
+        join_open = erasure_id is None and request.request_id is None
+        if erasure_id is None:
+            erasure_id = (
+                uuid.uuid4()
+                if request.request_id is None
+                else self._erasure_id(key, scope, fact_id, request.request_id)
+            )
         return self.erasures.start(
             erasure_id,
             subject=self.subjects(key),
@@ -317,4 +371,5 @@ class Eraser:
             actor=request.actor,
             reason=request.reason,
             target=None if fact_id is None else self.subjects.fact(key, fact_id),
+            join_open=join_open,
         )

@@ -96,7 +96,8 @@ class ChromaSettings(BaseModel):
 # books nothing, nor do its retries, which fare alike: the timeout lets the largest allowed
 # answer finish. Nothing else cuts a call shorter: the processor polls on while flushes run
 # (kafka.max_poll_interval_ms does not bound them), an erasure waiting for the memory's lock
-# answers 503 after api.erasure_lock_wait_s, and a shutdown waits for the calls under way.
+# is accepted (202) after api.erasure_lock_wait_s and finished by the processors once the
+# flush is done, and a shutdown waits for the calls under way.
 FIRST_TOKEN_S = 30
 SLOWEST_TOKENS_PER_S = 100
 
@@ -203,11 +204,11 @@ class ApiSettings(BaseModel):
     # turn. An erasure waits for its memory's lock, which a flush holds through its model
     # call: on the shared thread pool, a burst of them would leave no thread to other routes.
     erasure_threads: int = Field(default=2, ge=1)
-    # Seconds an erasure waits for that lock before it answers 503 with Retry-After, having
-    # done nothing: a flush's model call can take minutes, longer than a client should hang.
-    # Postgres grants a lock's waiters in turn, so the erasure waits out the one flush that
-    # holds it (the memory's next flush queues behind it): most model calls end within 30 s,
-    # and a shorter wait would turn erasures of busy users into repeated 503s.
+    # Seconds an erasure waits for that lock before it is audited and answered 202, left open
+    # for the processors to finish: a flush's model call can take minutes, longer than a
+    # client should hang. Postgres grants a lock's waiters in turn, so the erasure waits out
+    # the one flush that holds it (the memory's next flush queues behind it): most model calls
+    # end within 30 s, and most erasures are answered with their receipt.
     erasure_lock_wait_s: float = Field(default=30.0, gt=0, le=300)
     # Each worker's cyclic GC thresholds (memoryd.ops.heap): young collections every 10,000 net
     # allocations instead of 700 promote far fewer turns in flight, so full collections are rare.

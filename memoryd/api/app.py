@@ -12,13 +12,13 @@ A chat turn's `POST /v1/context` that FastAPI would accept is answered by
 to it, and every other route, is FastAPI's.
 Corrections and events go to Kafka as events, never to Postgres directly: the API answers
 202 once Kafka has them, and memory changes when the pipeline has run. Erasures (a user, a
-fact) are done before the answer, which carries their receipt.
+fact) are done before the answer, which carries their receipt; one whose memory a flush holds
+past `API__ERASURE_LOCK_WAIT_S` is audited, answered 202, and finished by the processors.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -26,7 +26,7 @@ from functools import partial
 from typing import Annotated, Any
 
 from anyio import CapacityLimiter, to_thread
-from fastapi import FastAPI, HTTPException, Query, Request, status
+from fastapi import FastAPI, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -62,13 +62,13 @@ from memoryd.api.models import (
 )
 from memoryd.api.pages import DEFAULT_PAGE, Cursor, PageSize, cursor_of, position
 from memoryd.api.turn_lane import TurnLane
-from memoryd.erasure import ErasureIncomplete, ErasureRequest, UnknownFact
+from memoryd.erasure import ErasureIncomplete, ErasureRequest, Outcome, UnknownFact
 from memoryd.ops.health import HealthMonitor
 from memoryd.settings import MAX_BODY_BYTES
 from producers.contract import ContextEvent
 from producers.corrections import FactCorrections
 from producers.errors import PublishError
-from store.errors import DatabaseUnavailable, MemoryBusy, VectorIndexUnavailable
+from store.errors import DatabaseUnavailable, VectorIndexUnavailable
 
 API_VERSION = "1.0.0"
 
@@ -77,16 +77,15 @@ API_VERSION = "1.0.0"
 _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 503: {"model": Problem}}
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {**_UNAUTHORIZED, 404: {"model": Problem}}
 _WITH_BODY: dict[int | str, dict[str, Any]] = {400: {"model": Problem}, 413: {"model": Problem}}
-# An erasure's memory held by a flush past `API__ERASURE_LOCK_WAIT_S` (or a dependency away).
-_BUSY: dict[int | str, dict[str, Any]] = {
-    503: {
-        "model": Problem,
-        "description": "the memory is being consolidated (nothing was erased: ask again after"
-        " Retry-After), or a dependency is away",
-        "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
+# An erasure's memory held by a flush past `API__ERASURE_LOCK_WAIT_S`.
+_STARTED: dict[int | str, dict[str, Any]] = {
+    202: {
+        "model": ErasureOut,
+        "description": "the memory is being consolidated: the erasure is audited and memoryd"
+        ' finishes it (`status` "started"); the same request again answers its receipt (200)'
+        " once it is completed",
     }
 }
-BEING_CONSOLIDATED = "the memory is being consolidated; nothing was erased, ask again later"
 
 
 def _known(deps: ApiDependencies, key: MemoryKey) -> None:
@@ -122,9 +121,10 @@ def create_app(
 
     Chat turns' reads run on at most `turn_threads` threads, erasures on at most
     `erasure_threads`; the other routes on the server's shared thread pool. An erasure waits
-    for its memory's lock while a flush holds it (through the flush's model call), up to its
-    eraser's `lock_wait_s`, then answers 503 with Retry-After: on the shared pool, a burst of
-    erasures would hold every thread, and every other tenant's requests would wait for them.
+    for its memory's lock while a flush holds it (through the flush's model calls), up to its
+    eraser's `lock_wait_s`, then is audited and answered 202, left for the processors to
+    finish: on the shared pool, a burst of erasures would hold every thread, and every other
+    tenant's requests would wait for them.
 
     `on_shutdown` runs in the server's graceful shutdown: uvicorn re-raises SIGTERM once it
     has stopped, so code after `uvicorn.run` never runs and cannot be where the audit rows
@@ -157,13 +157,6 @@ def create_app(
     @app.exception_handler(DatabaseUnavailable)
     def _database_down(_request: Request, e: DatabaseUnavailable) -> JSONResponse:
         return _database_unavailable(e)
-
-    @app.exception_handler(MemoryBusy)
-    def _memory_busy(request: Request, _e: MemoryBusy) -> JSONResponse:
-        # Only an erasure takes a memory's lock here, and it gave up waiting having done nothing.
-        wait_s = request.app.state.deps.eraser.lock_wait_s or 1.0
-        retry = {"Retry-After": str(max(1, math.ceil(wait_s)))}
-        return JSONResponse({"detail": BEING_CONSOLIDATED}, status_code=503, headers=retry)
 
     @app.exception_handler(PublishError)
     def _kafka_down(_request: Request, e: PublishError) -> JSONResponse:
@@ -301,13 +294,16 @@ def _add_erasure_routes(app: FastAPI, erasures: CapacityLimiter) -> None:
     """The DELETE routes, run on the `erasures` threads only."""
 
     @app.delete(
-        "/v1/users/{user_id}/facts/{fact_id}", tags=["erase"], responses={**_NOT_FOUND, **_BUSY}
+        "/v1/users/{user_id}/facts/{fact_id}",
+        tags=["erase"],
+        responses={**_NOT_FOUND, **_STARTED},
     )
     async def delete_fact(
         user_id: UserId,
         fact_id: uuid.UUID,
         deps: Deps,
         org: Organization,
+        response: Response,
         idempotency_key: IdempotencyKey = None,
         reason: Reason = "deleted through the API",
     ) -> ErasureOut:
@@ -315,13 +311,14 @@ def _add_erasure_routes(app: FastAPI, erasures: CapacityLimiter) -> None:
         memory kept a copy (runs, W, S, the observations it came from). Not an archive."""
         request = ErasureRequest(f"api:{org}", reason, idempotency_key)
         erase = partial(_erase_fact, deps, MemoryKey(org, user_id), fact_id, request)
-        return await to_thread.run_sync(erase, limiter=erasures)
+        return _answered(await to_thread.run_sync(erase, limiter=erasures), user_id, response)
 
-    @app.delete("/v1/users/{user_id}", tags=["erase"], responses={**_UNAUTHORIZED, **_BUSY})
+    @app.delete("/v1/users/{user_id}", tags=["erase"], responses={**_UNAUTHORIZED, **_STARTED})
     async def forget_user(
         user_id: UserId,
         deps: Deps,
         org: Organization,
+        response: Response,
         idempotency_key: IdempotencyKey = None,
         reason: Reason = "erasure request",
     ) -> ErasureOut:
@@ -329,9 +326,15 @@ def _add_erasure_routes(app: FastAPI, erasures: CapacityLimiter) -> None:
         connections, audit rows, vectors, and (through a tombstone on Kafka) every consumer's
         buffers and any later replay. The ledger keeps its amounts under a pseudonym."""
         request = ErasureRequest(f"api:{org}", reason, idempotency_key)
-        forget = partial(deps.eraser.forget, MemoryKey(org, user_id), request)
-        receipt = await to_thread.run_sync(forget, limiter=erasures)
-        return ErasureOut.of(receipt, user_id)
+        forget = partial(deps.eraser.forget_or_accept, MemoryKey(org, user_id), request)
+        return _answered(await to_thread.run_sync(forget, limiter=erasures), user_id, response)
+
+
+def _answered(outcome: Outcome, user_id: str, response: Response) -> ErasureOut:
+    out = ErasureOut.of(outcome, user_id)
+    if out.status == "started":
+        response.status_code = status.HTTP_202_ACCEPTED
+    return out
 
 
 def _database_unavailable(e: DatabaseUnavailable) -> JSONResponse:
@@ -356,19 +359,18 @@ def _own_fact(deps: ApiDependencies, key: MemoryKey, fact_id: uuid.UUID) -> Fact
 
 def _erase_fact(
     deps: ApiDependencies, key: MemoryKey, fact_id: uuid.UUID, request: ErasureRequest
-) -> ErasureOut:
+) -> Outcome:
     if request.request_id is not None:
         # A retried request: the fact is gone, its erasure's receipt is the answer.
         earlier = deps.eraser.earlier_receipt(key, fact_id, request.request_id)
         if earlier is not None:
-            return ErasureOut.of(earlier, key.user_id)
+            return earlier
     _known(deps, key)
     try:
         # A retry of an erasure a crash left midway finishes it (its fact may be gone).
-        receipt = deps.eraser.erase_fact(key, fact_id, request)
+        return deps.eraser.erase_fact_or_accept(key, fact_id, request)
     except UnknownFact as e:
         raise _no_such_fact(key, fact_id) from e
-    return ErasureOut.of(receipt, key.user_id)
 
 
 def _implicit_key(fact: Fact, content: str) -> str:

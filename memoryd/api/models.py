@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -18,6 +18,7 @@ from pydantic import (
 from domain.erasure import ErasureReceipt
 from domain.ids import TurnRequest
 from domain.model import Fact, FactStatus, FactType, SurfacePolicy
+from memoryd.erasure import ErasureAccepted
 from producers.contract import (
     MAX_CONTENT_CHARS,
     ConnectionId,
@@ -277,7 +278,12 @@ class TombstoneOut(BaseModel):
 
 class ErasureOut(BaseModel):
     """The receipt of an erasure: what was removed where. memoryd keeps the same receipt in
-    its erasure audit, without the user id (a keyed digest, `subject`, stands for it)."""
+    its erasure audit, without the user id (a keyed digest, `subject`, stands for it).
+
+    `status` is "completed" for a receipt (200). An erasure whose memory was being
+    consolidated is answered "started" (202): audited, and finished by memoryd, with no
+    tombstone, nothing `removed` and no `digest` yet; the same request again answers the
+    receipt once it is completed."""
 
     user_id: str
     erasure_id: uuid.UUID
@@ -285,21 +291,34 @@ class ErasureOut(BaseModel):
     subject: str
     tombstone: TombstoneOut | None
     removed: dict[str, Any]
-    digest: str
+    digest: str | None
+    status: Literal["completed", "started"]
 
     @classmethod
-    def of(cls, receipt: ErasureReceipt, user_id: str) -> ErasureOut:
-        t = receipt.tombstone
+    def of(cls, outcome: ErasureReceipt | ErasureAccepted, user_id: str) -> ErasureOut:
+        if isinstance(outcome, ErasureAccepted):
+            return cls(
+                user_id=user_id,
+                erasure_id=outcome.erasure_id,
+                scope=outcome.scope.value,
+                subject=outcome.subject,
+                tombstone=None,
+                removed={},
+                digest=None,
+                status="started",
+            )
+        t = outcome.tombstone
         return cls(
             user_id=user_id,
-            erasure_id=receipt.erasure_id,
-            scope=receipt.scope.value,
-            subject=receipt.subject,
+            erasure_id=outcome.erasure_id,
+            scope=outcome.scope.value,
+            subject=outcome.subject,
             tombstone=None
             if t is None
             else TombstoneOut(topic=t.topic, partition=t.partition, offset=t.offset),
-            removed=dict(receipt.removed),
-            digest=receipt.digest,
+            removed=dict(outcome.removed),
+            digest=outcome.digest,
+            status="completed",
         )
 
 

@@ -25,11 +25,18 @@ from domain.erasure import ErasureReceipt, ErasureScope, ErasureStatus, Tombston
 from domain.ids import MemoryKey
 from store.errors import StoreError
 from store.postgres import transaction
-from store.write.locks import log_lock_key
+from store.write.locks import erasure_lock_key, log_lock_key
 
 _AUDIT_COLUMNS = (
     "a.erasure_id, a.scope, a.subject, a.status, a.tombstone_topic, a.tombstone_partition,"
     " a.tombstone_offset, a.removed, a.digest, a.requested_at, a.erased_at"
+)
+
+# The erasure of a memory (or of one of its facts) started and not completed, if any.
+_OPEN_ERASURE = (
+    f"SELECT {_AUDIT_COLUMNS} FROM erasure_audit a JOIN erasure_pending p USING (erasure_id)"
+    " WHERE a.subject = %s AND a.scope = %s AND a.status <> 'completed'"
+    " AND p.fact_id IS NOT DISTINCT FROM %s ORDER BY a.id LIMIT 1"
 )
 
 
@@ -102,13 +109,7 @@ class PostgresErasureLog:
     ) -> ErasureRecord | None:
         """The erasure of this memory (or fact) started and not completed, if any."""
         with self._transaction() as conn:
-            row = conn.execute(
-                f"SELECT {_AUDIT_COLUMNS} FROM erasure_audit a"
-                " JOIN erasure_pending p USING (erasure_id)"
-                " WHERE a.subject = %s AND a.scope = %s AND a.status <> 'completed'"
-                " AND p.fact_id IS NOT DISTINCT FROM %s ORDER BY a.id LIMIT 1",
-                (subject, scope.value, fact_id),
-            ).fetchone()
+            row = conn.execute(_OPEN_ERASURE, (subject, scope.value, fact_id)).fetchone()
         return None if row is None else _record(row)
 
     def latest(self, subject: str, scope: ErasureScope) -> ErasureRecord | None:
@@ -173,13 +174,24 @@ class PostgresErasureLog:
         actor: str,
         reason: str,
         target: str | None = None,
+        join_open: bool = False,
     ) -> ErasureRecord:
         """Audit the erasure before it removes anything; idempotent on `erasure_id`.
 
-        `target` is the keyed digest of the fact a fact erasure removes (`of_target`)."""
+        `target` is the keyed digest of the fact a fact erasure removes (`of_target`). With
+        `join_open`, an erasure of the same memory (or fact) already open is returned instead
+        of a new one audited."""
         if not actor.strip() or not reason.strip():
             raise ValueError("an erasure needs an actor and a reason")
         with self._transaction() as conn:
+            if join_open:
+                # Two requests that found none open may audit at once: one under the memory's
+                # lock, one that gave up waiting for it (a flush holds it). Taken in turn, the
+                # second finds the first's open erasure, committed, and shares it.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (erasure_lock_key(key),))
+                row = conn.execute(_OPEN_ERASURE, (subject, scope.value, fact_id)).fetchone()
+                if row is not None:
+                    return _record(row)
             inserted = conn.execute(
                 "INSERT INTO erasure_audit"
                 " (erasure_id, subject, scope, status, actor, reason, target)"

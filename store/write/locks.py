@@ -11,6 +11,7 @@ from domain.ids import MemoryKey
 
 MEMORY_LOCK_NAMESPACE = b"memoryd-memory"  # apart from the log locks (and from each other)
 LOG_LOCK_NAMESPACE = b"memoryd-log"  # the log writer's inserts against an erasure
+ERASURE_LOCK_NAMESPACE = b"memoryd-erasure"  # audits of a memory's new erasures, one at a time
 
 
 def _lock_key(namespace: bytes, key: MemoryKey) -> int:
@@ -30,6 +31,11 @@ def memory_lock_key(key: MemoryKey) -> int:
 def log_lock_key(key: MemoryKey) -> int:
     """Taken shared by the log writer's insert of a memory's events, exclusively by its erasure."""
     return _lock_key(LOG_LOCK_NAMESPACE, key)
+
+
+def erasure_lock_key(key: MemoryKey) -> int:
+    """Taken for the transaction that audits a new erasure of a memory that joins an open one."""
+    return _lock_key(ERASURE_LOCK_NAMESPACE, key)
 
 
 def take_session_lock(conn: psycopg.Connection[Any], lock: int, wait_s: float | None) -> bool:

@@ -1,6 +1,7 @@
 """Erasures through the API and the memory's lock, on real Kafka, Postgres and Chroma: one
-that waits too long for a flush answers 503 having done nothing, and concurrent forgets of
-one memory, or erasures of one fact, share one erasure."""
+that waits too long for a flush is audited, answered 202 and finished by the processors'
+resumption, and concurrent forgets of one memory, or erasures of one fact, share one
+erasure."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from memoryd import wiring
 from memoryd.api.auth import hash_token
+from memoryd.jobs import resume_erasures_once
 from memoryd.settings import ApiSettings
 from store.write.locks import memory_lock_key
 from tests.support.builders import key_of, make_fact
@@ -59,32 +61,116 @@ def audited(deployment: Deployment) -> list[tuple[object, ...]]:
     return deployment.query("SELECT erasure_id, status FROM erasure_audit ORDER BY id")
 
 
-def test_an_erasure_gives_up_on_a_memory_being_consolidated_having_done_nothing(
+def pending(deployment: Deployment) -> list[tuple[object, ...]]:
+    return [
+        (str(e), *rest)
+        for e, *rest in deployment.query(
+            "SELECT erasure_id, organization_id, user_id, fact_id FROM erasure_pending"
+        )
+    ]
+
+
+def test_a_forget_of_a_memory_being_consolidated_is_accepted_and_finished_by_a_processor(
     deployment: Deployment,
 ) -> None:
-    with api(deployment, lock_wait_s=0.5) as (c, client), ThreadPoolExecutor(2) as callers:
+    with api(deployment, lock_wait_s=0.5) as (c, client):
         (fact,) = c.memory.facts(key_of("ada"))
         with flushing(deployment):
             started = time.monotonic()
-            forget = callers.submit(client.delete, "/v1/users/ada", headers=A)
-            erase = callers.submit(client.delete, f"/v1/users/ada/facts/{fact.fact_id}", headers=A)
-            answers = [forget.result(timeout=HUNG_S), erase.result(timeout=HUNG_S)]
-            waited = time.monotonic() - started
-        for answer in answers:
-            assert answer.status_code == 503, answer.text
-            assert answer.headers["Retry-After"] == "1"
-            assert answer.json() == {
-                "detail": "the memory is being consolidated; nothing was erased, ask again later"
+            accepted = client.delete("/v1/users/ada?idempotency_key=gdpr-1", headers=A)
+            assert time.monotonic() - started < HUNG_S
+            assert accepted.status_code == 202, accepted.text
+            body = accepted.json()
+            erasure_id = body["erasure_id"]
+            assert body == {
+                "user_id": "ada",
+                "erasure_id": erasure_id,
+                "scope": "memory",
+                "subject": body["subject"],
+                "status": "started",
+                "tombstone": None,
+                "removed": {},
+                "digest": None,
             }
-        assert 0.5 <= waited < HUNG_S
-        # Nothing audited, nothing open for a later resumption, the memory whole.
-        assert audited(deployment) == []
-        assert deployment.query("SELECT count(*) FROM erasure_pending") == [(0,)]
-        assert [f.content for f in c.memory.facts(key_of("ada"))] == ["Ada takes her coffee black"]
-        assert list(c.index.embeddings([fact.fact_id])) == [fact.fact_id]
-        # The flush done, the same request goes through.
-        assert client.delete("/v1/users/ada", headers=A).status_code == 200
+            # Audited open, as the locked path audits it: its memory's flushes wait for it.
+            assert [(str(i), s) for i, s in audited(deployment)] == [(erasure_id, "started")]
+            assert pending(deployment) == [(erasure_id, "org-a", "ada", None)]
+            # Asked again while it is open, with its key or none: the same erasure, open.
+            for query in ("?idempotency_key=gdpr-1", ""):
+                again = client.delete(f"/v1/users/ada{query}", headers=A)
+                assert (again.status_code, again.json()) == (202, body), again.text
+            assert len(audited(deployment)) == 1
+            assert [f.content for f in c.memory.facts(key_of("ada"))] == [fact.content]
+        # The flush done, the processors' resumption finishes it.
+        assert resume_erasures_once(c, older_than_s=0) == 1
         assert [s for _, s in audited(deployment)] == ["completed"]
+        assert pending(deployment) == []
+        assert c.memory.facts(key_of("ada")) == []
+        assert list(c.index.embeddings([fact.fact_id])) == []
+        done = client.delete("/v1/users/ada?idempotency_key=gdpr-1", headers=A)
+        assert done.status_code == 200, done.text
+        receipt = done.json()
+        assert (receipt["erasure_id"], receipt["status"]) == (erasure_id, "completed")
+        assert receipt["removed"]["postgres"]["memory_facts"] == 1
+        assert receipt["tombstone"] is not None
+        assert receipt["digest"].startswith("sha256:")
+
+
+def test_a_fact_erasure_of_a_memory_being_consolidated_is_accepted_or_refused_as_unknown(
+    deployment: Deployment,
+) -> None:
+    with api(deployment, lock_wait_s=0.5) as (c, client):
+        (fact,) = c.memory.facts(key_of("ada"))
+        path = f"/v1/users/ada/facts/{fact.fact_id}"
+        with flushing(deployment):
+            # A fact the memory does not hold is refused, busy or not, nothing audited.
+            unknown = client.delete(f"/v1/users/ada/facts/{uuid.uuid4()}", headers=A)
+            assert unknown.status_code == 404, unknown.text
+            assert audited(deployment) == []
+            accepted = client.delete(path, headers=A)
+            assert accepted.status_code == 202, accepted.text
+            body = accepted.json()
+            assert (body["scope"], body["status"], body["removed"]) == ("fact", "started", {})
+            assert body["digest"] is None
+            erasure_id = body["erasure_id"]
+            assert [(str(i), s) for i, s in audited(deployment)] == [(erasure_id, "started")]
+            assert pending(deployment) == [(erasure_id, "org-a", "ada", fact.fact_id)]
+            again = client.delete(path, headers=A)  # no key: it joins the open one
+            assert (again.status_code, again.json()) == (202, body), again.text
+        assert resume_erasures_once(c, older_than_s=0) == 1
+        assert [s for _, s in audited(deployment)] == ["completed"]
+        assert c.memory.facts_by_id([fact.fact_id]) == []
+        assert list(c.index.embeddings([fact.fact_id])) == []
+        done = client.delete(path, headers=A)
+        assert done.status_code == 200, done.text
+        receipt = done.json()
+        assert (receipt["erasure_id"], receipt["status"]) == (erasure_id, "completed")
+        assert receipt["removed"]["postgres"]["memory_facts"] == 1
+        assert receipt["removed"]["chroma"] == {"vectors": 1}
+
+
+def test_forgets_accepted_at_once_of_a_busy_memory_share_one_erasure(
+    deployment: Deployment,
+) -> None:
+    with (
+        api(deployment, lock_wait_s=0.5) as (_c, client),
+        ThreadPoolExecutor(2) as callers,
+        flushing(deployment),
+        psycopg.connect(deployment.dsn) as audit,
+    ):
+        # Both give up waiting for the memory and find no erasure open; their audit rows wait
+        # behind this share lock, so that both have looked when the first is let go.
+        audit.execute("LOCK TABLE erasure_audit IN SHARE MODE")
+        forgets = [callers.submit(client.delete, "/v1/users/ada", headers=A) for _ in range(2)]
+        try:
+            both_waiting(deployment, past_s=1.0)
+        finally:
+            audit.commit()
+        answers = [f.result(timeout=HUNG_S) for f in forgets]
+        assert [a.status_code for a in answers] == [202, 202], [a.text for a in answers]
+        first, second = (a.json() for a in answers)
+        assert first == second
+        assert [(str(i), s) for i, s in audited(deployment)] == [(first["erasure_id"], "started")]
 
 
 def test_concurrent_forgets_of_one_memory_share_one_erasure(deployment: Deployment) -> None:
@@ -138,8 +224,10 @@ def test_erasures_of_one_fact_at_once_or_again_share_the_erasure_that_removed_it
         assert len(audited(deployment)) == 2
 
 
-def both_waiting(deployment: Deployment, timeout_s: float = 30) -> None:
-    """Until two sessions of this database wait for a lock (the table's or the memory's)."""
+def both_waiting(deployment: Deployment, timeout_s: float = 30, past_s: float = 0) -> None:
+    """Until two sessions of this database wait for a lock (the table's or the memory's),
+    looking from `past_s` on (after the waits for the memory that give up)."""
+    time.sleep(past_s)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         ((waiting,),) = deployment.query(
