@@ -162,9 +162,13 @@ class Eraser:
         return record.receipt()
 
     def _resume(
-        self, key: MemoryKey, fact_id: uuid.UUID | None, erasure_id: uuid.UUID
+        self,
+        key: MemoryKey,
+        fact_id: uuid.UUID | None,
+        erasure_id: uuid.UUID,
+        wait_s: float | None = None,
     ) -> ErasureReceipt:
-        with self.memory.memory_lock(key):
+        with self.memory.memory_lock(key, wait_s):
             # Read under the lock: another process may have moved it on meanwhile.
             record = self.erasures.get(erasure_id)
             if record is None:
@@ -306,11 +310,26 @@ class Eraser:
 
     # -- resuming -------------------------------------------------------------------------
 
-    def resume_pending(self) -> list[ErasureReceipt]:
-        """Finish every erasure a crash left open (the processor's scheduler calls it)."""
-        return [
-            self._resume(p.key, p.fact_id, p.record.erasure_id) for p in self.erasures.pending()
-        ]
+    def resume_pending(self, young_since: datetime | None = None) -> list[ErasureReceipt]:
+        """Finish the open erasures: a crash's, and those accepted while their memory was busy.
+
+        One requested after `young_since` may still be running in the process that started
+        it, which holds the memory's lock from its audit to its end: it is finished only if
+        the lock is free now, and left for a later call otherwise, never waited for.
+        """
+        receipts = []
+        for p in self.erasures.pending():
+            erasure_id = p.record.erasure_id
+            if young_since is None or p.record.requested_at <= young_since:
+                receipts.append(self._resume(p.key, p.fact_id, erasure_id))
+                continue
+            try:
+                receipts.append(self._resume(p.key, p.fact_id, erasure_id, wait_s=0))
+            except MemoryBusy:
+                # Running elsewhere, or its memory is being flushed: still open and audited,
+                # so a later call finishes it (or, once old, waits for the lock).
+                log.info("erasure %s: its memory is busy, left for later", erasure_id)
+        return receipts
 
     def earlier_receipt(
         self, key: MemoryKey, fact_id: uuid.UUID | None, request_id: str

@@ -37,7 +37,10 @@ INDEX_DRAIN_LOCK = 0x6D656D6F72796432
 INDEX_DRAIN_EVERY_S = 30
 ERASURE_RESUME_LOCK = 0x6D656D6F72796433
 ERASURE_RESUME_EVERY_S = 60
-# An erasure younger than this is most likely still running in the process that started it.
+# An erasure younger than this is most likely still running in the process that started it,
+# which holds its memory's lock: it is resumed only if that lock is free, never waited for. One
+# the API accepted while a flush held its memory runs nowhere, and holds back the memory's
+# flushes until it is finished: this way the first tick after the flush finishes it.
 ERASURE_RESUME_AFTER_S = 120
 
 T = TypeVar("T")
@@ -63,17 +66,18 @@ def drain_index_once(c: wiring.Core) -> int | None:
 
 
 def resume_erasures_once(c: wiring.Core, older_than_s: float = ERASURE_RESUME_AFTER_S) -> int:
-    """Finish the erasures a crash left open (older than `older_than_s`); returns how many.
+    """Finish the open erasures (a crash's, or accepted while their memory was busy), those
+    younger than `older_than_s` only if their memory's lock is free; returns how many.
 
     Until it is finished, an open erasure holds back the flushes of its memory.
     """
-    cutoff = c.clock() - timedelta(seconds=older_than_s)
-    if not any(p.record.requested_at <= cutoff for p in c.erasures.pending()):
+    if not c.erasures.pending():
         return 0
+    young_since = c.clock() - timedelta(seconds=older_than_s)
 
     def resume() -> int:
         with closing(wiring.publisher(c.settings)) as pub:
-            return len(wiring.eraser(c, pub).resume_pending())
+            return len(wiring.eraser(c, pub).resume_pending(young_since))
 
     return _once(c, ERASURE_RESUME_LOCK, resume) or 0
 
@@ -101,7 +105,7 @@ def _erasure_job(c: wiring.Core) -> None:
         log.warning("resuming erasures failed, retrying next tick: %s", e)
         return
     if n:
-        log.info("finished %d interrupted erasure(s)", n)
+        log.info("finished %d open erasure(s)", n)
 
 
 def start_scheduler(c: wiring.Core) -> BackgroundScheduler:

@@ -100,9 +100,14 @@ def test_a_forget_of_a_memory_being_consolidated_is_accepted_and_finished_by_a_p
                 again = client.delete(f"/v1/users/ada{query}", headers=A)
                 assert (again.status_code, again.json()) == (202, body), again.text
             assert len(audited(deployment)) == 1
+            # Nothing of it done meanwhile; the resumption takes a young erasure only if its
+            # memory is free, and does not wait for the flush.
+            started = time.monotonic()
+            assert resume_erasures_once(c) == 0
+            assert time.monotonic() - started < HUNG_S
             assert [f.content for f in c.memory.facts(key_of("ada"))] == [fact.content]
-        # The flush done, the processors' resumption finishes it.
-        assert resume_erasures_once(c, older_than_s=0) == 1
+        # The flush done, the processors' next resumption finishes it, young as it is.
+        assert resume_erasures_once(c) == 1
         assert [s for _, s in audited(deployment)] == ["completed"]
         assert pending(deployment) == []
         assert c.memory.facts(key_of("ada")) == []
@@ -137,7 +142,7 @@ def test_a_fact_erasure_of_a_memory_being_consolidated_is_accepted_or_refused_as
             assert pending(deployment) == [(erasure_id, "org-a", "ada", fact.fact_id)]
             again = client.delete(path, headers=A)  # no key: it joins the open one
             assert (again.status_code, again.json()) == (202, body), again.text
-        assert resume_erasures_once(c, older_than_s=0) == 1
+        assert resume_erasures_once(c) == 1
         assert [s for _, s in audited(deployment)] == ["completed"]
         assert c.memory.facts_by_id([fact.fact_id]) == []
         assert list(c.index.embeddings([fact.fact_id])) == []
