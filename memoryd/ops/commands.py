@@ -62,12 +62,11 @@ def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
     with analyst_core(settings) as (c, _):
         if args.all:
             keys = MaintenanceQueries(c.pool).memories(args.org)
-            if not keys and args.org:
-                # A mistyped organization: "0 of 0 memories fold" would pass a check that
-                # checked nothing.
-                print(
-                    f"memoryd replay verify: no memory of organization {args.org}", file=sys.stderr
-                )
+            if not keys:
+                # A mistyped organization, or the wrong database: "0 of 0 memories fold" would
+                # pass a check that checked nothing.
+                where = f"of organization {args.org}" if args.org else "in any organization"
+                print(f"memoryd replay verify: no memory {where}", file=sys.stderr)
                 return 1
         else:
             keys = [MemoryKey(args.org, args.user)]

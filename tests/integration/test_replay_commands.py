@@ -190,9 +190,15 @@ def test_a_replay_with_no_failed_batch_and_no_paid_model_exits_0_quietly(
     assert err == ""
 
 
-def test_verify_of_an_organization_with_no_memory_is_refused_not_passed(
+def test_verify_of_a_deployment_or_an_organization_with_no_memory_is_refused_not_passed(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # The wrong database, or one not yet written: "0 of 0 memories fold" checked nothing.
+    code = memoryd(deployment, monkeypatch, "replay", "verify", "--all")
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "memoryd replay verify: no memory in any organization\n")
+    assert code == 1
+
     deployment.with_core(lambda c: c.events.append([(make_event("ada", SAID[0]), None)]))
 
     assert memoryd(deployment, monkeypatch, "replay", "verify", "--all", "--org", ORG) == 0
