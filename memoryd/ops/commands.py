@@ -91,7 +91,7 @@ def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _nothing_of(c: wiring.Core, key: MemoryKey) -> str:
-    """Why no table holds anything of `key`: it was erased, or it never had anything."""
+    """Why no table holds anything of `key` to verify: it was erased, or it never had any."""
     erased = c.erasures.latest(c.subjects(key), ErasureScope.MEMORY)
     if erased is None:
         return f"no memory {key}: no event, no run, no memory row"

@@ -19,18 +19,17 @@ from store.postgres import transaction
 DUPLICATE_LOOKBACK = timedelta(hours=1)
 
 
-# The tables that hold a memory's rows, by (organization_id, user_id): those an erasure
-# empties (`erase_memory`). Not the credit ledger: an erasure keeps its entries under a
-# pseudonym, which is no memory.
-MEMORY_TABLES = (
+# The tables of what `replay verify` checks of a memory, by (organization_id, user_id): its
+# events, its runs and the state they fold to. Not its credit line nor its read audit rows:
+# the fold neither makes nor reads them, so a memory with only those would pass having been
+# checked for nothing.
+REPLAYED_TABLES = (
     "user_memory",
     "consolidation_runs",
     "memory_facts",
     "context_events",
     "consolidated_events",
     "connections",
-    "user_credits",
-    "context_logs",
 )
 
 # The columns of a MaintenanceRunRow, in its order.
@@ -76,22 +75,22 @@ class MaintenanceQueries:
         return [MemoryKey(*r) for r in rows]
 
     def memories(self, organization_id: str | None = None) -> list[MemoryKey]:
-        """Every memory that has anything in any table, in one organization or all of them: a
-        memory with facts or events but no state or run is one `replay verify` must see."""
+        """Every memory with anything `replay verify` checks, in one organization or all of them:
+        a memory with facts or events but no state or run is one it must see."""
         union = " UNION ".join(
             f"SELECT organization_id, user_id FROM {table}"
             " WHERE %(org)s::text IS NULL OR organization_id = %(org)s"
-            for table in MEMORY_TABLES
+            for table in REPLAYED_TABLES
         )
         with transaction(self._pool) as conn:
             rows = conn.execute(f"{union} ORDER BY 1, 2", {"org": organization_id}).fetchall()
         return [MemoryKey(*r) for r in rows]
 
     def holds(self, key: MemoryKey) -> bool:
-        """Whether the memory has anything in any table (what `memories` would list)."""
+        """Whether the memory has anything `replay verify` checks (what `memories` would list)."""
         exists = " UNION ALL ".join(
             f"SELECT 1 FROM {table} WHERE organization_id = %(org)s AND user_id = %(user)s"
-            for table in MEMORY_TABLES
+            for table in REPLAYED_TABLES
         )
         params = {"org": key.organization_id, "user": key.user_id}
         with transaction(self._pool) as conn:

@@ -243,6 +243,30 @@ def test_verify_of_a_user_with_no_memory_is_refused_and_of_an_erased_one_says_so
     assert code == 1
 
 
+def test_verify_of_a_user_with_only_a_credit_line_and_read_audit_rows_is_refused(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Neither is made or read by the fold: a user with only those has nothing to verify.
+    deployment.with_core(lambda c: c.memory.set_credit(MemoryKey(ORG, "ada"), 1_000))
+    deployment.query(
+        "INSERT INTO context_logs (log_id, organization_id, user_id, query, memory_version,"
+        " injected, retrieved, latency_ms, degraded)"
+        " VALUES (gen_random_uuid(), %s, 'ada', 'q', 0, '{}', '[]', 1, false) RETURNING log_id",
+        (ORG,),
+    )
+
+    code = memoryd(deployment, monkeypatch, "replay", "verify", "--org", ORG, "--user", "ada")
+    out, err = capsys.readouterr()
+    nothing = f"memoryd replay verify: no memory {ORG}/ada: no event, no run, no memory row\n"
+    assert (out, err) == ("", nothing)
+    assert code == 1
+
+    code = memoryd(deployment, monkeypatch, "replay", "verify", "--all", "--org", ORG)
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"memoryd replay verify: no memory of organization {ORG}\n")
+    assert code == 1
+
+
 def test_a_replay_waits_out_rate_limits_as_long_as_the_provider_asks_and_exits_0(
     deployment: Deployment,
     fake: FakeGemini,
