@@ -2,7 +2,7 @@
 
 - `memoryd explain FACT_ID [--org ORG] [--json]`
 - `memoryd replay verify [--user U | --all] [--org ORG] [--json]` (exit 1 on a difference, or
-  when there is nothing to verify)
+  refused with exit 1 when there is nothing to verify)
 - `memoryd maintenance run [--job J] [--force]`, `memoryd maintenance status`
 """
 
@@ -66,8 +66,7 @@ def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
                 # A mistyped organization, or the wrong database: "0 of 0 memories fold" would
                 # pass a check that checked nothing.
                 where = f"of organization {args.org}" if args.org else "in any organization"
-                print(f"memoryd replay verify: no memory {where}", file=sys.stderr)
-                return 1
+                return _refuse(args, f"no memory {where}")
         else:
             keys = [MemoryKey(args.org, args.user)]
         results = []
@@ -76,18 +75,27 @@ def cmd_replay_verify(settings: Settings, args: argparse.Namespace) -> int:
                 if args.user and not MaintenanceQueries(at.pool).holds(k):
                     # An empty log folds to an empty memory: "ok" would pass a mistyped user,
                     # or an erased one, having checked nothing.
-                    print(f"memoryd replay verify: {_nothing_of(at, k)}", file=sys.stderr)
-                    return 1
+                    return _refuse(args, _nothing_of(at, k))
                 runs = list(run_log.iter_runs(k))
                 results.append(verify_memory(k, runs, live_memory(at, run_log, k)))
     failed = [v for v in results if not v.ok]
     if args.json:
-        print(json.dumps({"ok": not failed, "memories": [verification_json(v) for v in results]}))
+        memories = [verification_json(v) for v in results]
+        print(json.dumps({"ok": not failed, "refused": None, "memories": memories}))
     else:
         for v in results:
             print(render_verification(v))
         print(f"{len(results) - len(failed)} of {len(results)} memories fold to live memory")
     return 1 if failed else 0
+
+
+def _refuse(args: argparse.Namespace, reason: str) -> int:
+    """Exit 1 having checked nothing; with --json, a document that says so too, so that a
+    script reading stdout does not find it empty (or take a missing verdict for a pass)."""
+    print(f"memoryd replay verify: {reason}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"ok": False, "refused": reason, "memories": []}))
+    return 1
 
 
 def _nothing_of(c: wiring.Core, key: MemoryKey) -> str:

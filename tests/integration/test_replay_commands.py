@@ -267,6 +267,30 @@ def test_verify_of_a_user_with_only_a_credit_line_and_read_audit_rows_is_refused
     assert code == 1
 
 
+def test_verify_json_names_a_refusal_on_stdout_in_the_shape_of_a_verdict(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    verify = ("replay", "verify", "--json", "--org", ORG)
+    code = memoryd(deployment, monkeypatch, *verify, "--all")
+    out, err = capsys.readouterr()
+    refused = f"no memory of organization {ORG}"
+    assert json.loads(out) == {"ok": False, "refused": refused, "memories": []}
+    assert err == f"memoryd replay verify: {refused}\n"
+    assert code == 1
+
+    code = memoryd(deployment, monkeypatch, *verify, "--user", "adaa")
+    out, _ = capsys.readouterr()
+    refused = f"no memory {ORG}/adaa: no event, no run, no memory row"
+    assert json.loads(out) == {"ok": False, "refused": refused, "memories": []}
+    assert code == 1
+
+    deployment.with_core(lambda c: c.events.append([(make_event("ada", SAID[0]), None)]))
+    assert memoryd(deployment, monkeypatch, *verify, "--user", "ada") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["ok"], doc["refused"]) == (True, None)
+    assert [(m["user_id"], m["ok"]) for m in doc["memories"]] == [("ada", True)]
+
+
 def test_a_replay_waits_out_rate_limits_as_long_as_the_provider_asks_and_exits_0(
     deployment: Deployment,
     fake: FakeGemini,
