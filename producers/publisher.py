@@ -96,6 +96,9 @@ class KafkaEventPublisher:
         self._producer = open_producer(settings)
         # Held while a failed producer is replaced, so that concurrent requests make one.
         self._replacing = threading.Lock()
+        # Held by `close`, so that a second close waits for the first and then does nothing.
+        self._closing = threading.Lock()
+        self._closed = False
 
     def publish(self, events: Sequence[ContextEvent]) -> None:
         """Send every event, then wait once for all of them, up to the delivery timeout.
@@ -230,7 +233,16 @@ class KafkaEventPublisher:
         own `close()` waited for them without a limit, and an idempotent producer whose broker
         stopped answering neither sends nor expires them, so a process stopping then never
         exited: those still held after the wait are given up (each belongs to a publish that
-        raises PublishError for it) and the producer is closed by force."""
+        raises PublishError for it) and the producer is closed by force.
+
+        Closing a closed publisher does nothing: the API closes it in the server's graceful
+        stop, and again, after the server, when it stops on SIGINT."""
+        with self._closing:
+            if not self._closed:
+                self._closed = True
+                self._close()
+
+    def _close(self) -> None:
         timeout_s = self._settings.request_timeout_ms / 1000
         with contextlib.suppress(KafkaError):
             self._producer.flush(timeout=timeout_s)
@@ -245,6 +257,8 @@ class KafkaEventPublisher:
                 " publish is answered as failed)",
                 given_up,
             )
+        else:
+            log.info("Kafka producer closed with no record unacknowledged")
 
 
 @dataclass(frozen=True)

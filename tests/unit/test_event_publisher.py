@@ -3,6 +3,7 @@ events of a batch were not acknowledged, and why."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -160,3 +161,35 @@ def test_a_producer_failed_for_good_is_closed_at_once_and_replaced_when_a_new_on
     publisher.publish(events(2))  # the next request tries again, and a new producer opens
     assert failed.calls == ["force_close", "join", "close 0"]
     assert [c for c in working.calls if c.startswith("send")] == ["send 0", "send 1"]
+
+
+class Incomplete:
+    @staticmethod
+    def all() -> list[object]:
+        return []  # every record answered
+
+
+class Accumulator:
+    _incomplete = Incomplete()
+
+
+class ClosingProducer(FailedProducer):
+    """A producer whose records were all answered, closed as `close` closes one."""
+
+    _transaction_manager = None
+    _accumulator = Accumulator()
+
+
+def test_a_close_with_nothing_held_says_so_once_and_a_second_close_does_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="producers.publisher")
+    producer = ClosingProducer()
+    publisher = KafkaEventPublisher(SETTINGS, open_producer=lambda _: producer)
+
+    publisher.close()
+    assert producer.calls == ["flush", "force_close", "join", "close 0"]
+    # The API closes it in the server's graceful stop, then again after the server on SIGINT.
+    publisher.close()
+    assert producer.calls == ["flush", "force_close", "join", "close 0"]
+    assert caplog.messages == ["Kafka producer closed with no record unacknowledged"]
