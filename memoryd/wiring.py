@@ -375,7 +375,9 @@ def eraser(
 
 @contextmanager
 def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
-    """The HTTP API over this core, its read path and a Kafka publisher; closes them after."""
+    """The HTTP API over this core, its read path and a Kafka publisher, closed in the server's
+    graceful stop (after it, SIGTERM ends the process: nothing after the server runs) and on
+    leaving, for a failed start (after SIGINT, that second close does nothing)."""
     from memoryd.api.app import create_app  # noqa: PLC0415 - api process only
     from memoryd.api.auth import TokenTable  # noqa: PLC0415
     from memoryd.api.dependencies import ApiDependencies  # noqa: PLC0415
@@ -383,17 +385,16 @@ def api_app(c: Core, health: HealthMonitor | None = None) -> Iterator[FastAPI]:
 
     tokens = TokenTable(c.settings.api.tokens)
     api = c.settings.api
-    pub = publisher(c.settings)
-    try:
-        with read_path(c, ReadPathMetrics(c.registry)) as service:
-            erase = replace(eraser(c, pub, service.forget), lock_wait_s=api.erasure_lock_wait_s)
-            batches = QueryBatches(c.embedder) if c.settings.read_path.rewrite == "off" else None
-            deps = ApiDependencies(service, read_model(c), pub, tokens, erase, batches)
-            sweeper = cache_sweeper(service, c.settings.read_path.cache_sweep_s)
-            try:
-                limits = (api.turn_threads, api.max_body_bytes, api.erasure_threads)
-                yield create_app(deps, c.registry, service.close, health, *limits)
-            finally:
-                sweeper.shutdown(wait=False)
-    finally:
-        pub.close()
+    with (
+        closing(publisher(c.settings)) as pub,
+        read_path(c, ReadPathMetrics(c.registry)) as service,
+    ):
+        erase = replace(eraser(c, pub, service.forget), lock_wait_s=api.erasure_lock_wait_s)
+        batches = QueryBatches(c.embedder) if c.settings.read_path.rewrite == "off" else None
+        deps = ApiDependencies(service, read_model(c), pub, tokens, erase, batches)
+        sweeper = cache_sweeper(service, c.settings.read_path.cache_sweep_s)
+        try:
+            limits = (api.turn_threads, api.max_body_bytes, api.erasure_threads)
+            yield create_app(deps, c.registry, (service.close, pub.close), health, *limits)
+        finally:
+            sweeper.shutdown(wait=False)

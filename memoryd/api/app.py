@@ -111,7 +111,7 @@ def _turn(deps: ApiDependencies, org: str, body: ContextRequest) -> ContextRespo
 def create_app(
     deps: ApiDependencies | None,
     registry: CollectorRegistry | None = None,
-    on_shutdown: Callable[[], None] | None = None,
+    on_shutdown: Sequence[Callable[[], None]] = (),
     health: HealthMonitor | None = None,
     turn_threads: int = 2,
     max_body_bytes: int = MAX_BODY_BYTES,
@@ -126,9 +126,9 @@ def create_app(
     finish: on the shared pool, a burst of erasures would hold every thread, and every other
     tenant's requests would wait for them.
 
-    `on_shutdown` runs in the server's graceful shutdown: uvicorn re-raises SIGTERM once it
-    has stopped, so code after `uvicorn.run` never runs and cannot be where the audit rows
-    and recall counters still queued get written.
+    `on_shutdown` runs, in order, in the server's graceful shutdown: uvicorn re-raises SIGTERM
+    once it has stopped, so code after `uvicorn.run` never runs and cannot be where the audit
+    rows and recall counters still queued get written, nor the Kafka publisher closed.
     """
 
     @asynccontextmanager
@@ -136,8 +136,8 @@ def create_app(
         yield
         if deps is not None and deps.queries is not None:
             deps.queries.close()
-        if on_shutdown is not None:
-            await run_in_threadpool(on_shutdown)
+        for step in on_shutdown:
+            await run_in_threadpool(step)
 
     app = FastAPI(
         lifespan=lifespan,
