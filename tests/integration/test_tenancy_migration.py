@@ -104,6 +104,7 @@ def test_existing_rows_keep_their_organization_and_get_the_new_keys(fresh_databa
             "job_run_epochs",
             "fact_erasure_targets",
             "erasure_escaped_text",
+            "erasure_escapes_where_backslash",
         ]
     finally:
         pool.close()
