@@ -57,6 +57,20 @@ class ErasureReceipt:
         return {**body, "digest": self.digest}
 
 
+@dataclass(frozen=True)
+class ErasureAccepted:
+    """An erasure audited and not completed, left for the processors to finish: its memory's
+    lock was not had within the API's wait. Asked again with the same request id, the request
+    answers it (without one, it joins the open erasure of its target)."""
+
+    erasure_id: uuid.UUID
+    scope: ErasureScope
+    subject: str
+
+
+ErasureOutcome = ErasureReceipt | ErasureAccepted
+
+
 def receipt_body(
     erasure_id: uuid.UUID,
     scope: ErasureScope,

@@ -21,30 +21,32 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from functools import partial
 from typing import Annotated, Any
 
 from anyio import CapacityLimiter, to_thread
-from fastapi import FastAPI, HTTPException, Query, Request, Response, status
+from fastapi import FastAPI, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
-from consumers.decoding import excerpt
 from domain.ids import MemoryKey, turn_log_id_for
 from domain.model import Fact, FactStatus
 from memoryd.api.body_limit import BodyLimit
 from memoryd.api.dependencies import (
+    NOT_FOUND,
+    UNAUTHORIZED,
     ApiDependencies,
     Deps,
-    IdempotencyKey,
     Organization,
-    Reason,
     UserId,
+    known,
+    no_such_fact,
 )
+from memoryd.api.erasure_routes import add_erasure_routes
 from memoryd.api.errors import validation_problems
 from memoryd.api.event_batches import NOT_ALL_ACCEPTED, not_accepted_answer
 from memoryd.api.health import add_health_routes
@@ -54,7 +56,6 @@ from memoryd.api.models import (
     ContextRequest,
     ContextResponse,
     CorrectionRequest,
-    ErasureOut,
     EventsRequest,
     FactOut,
     MemoryResponse,
@@ -62,7 +63,7 @@ from memoryd.api.models import (
 )
 from memoryd.api.pages import DEFAULT_PAGE, Cursor, PageSize, cursor_of, position
 from memoryd.api.turn_lane import TurnLane
-from memoryd.erasure import ErasureIncomplete, ErasureRequest, Outcome, UnknownFact
+from memoryd.erasure import ErasureIncomplete
 from memoryd.ops.health import HealthMonitor
 from memoryd.settings import MAX_BODY_BYTES
 from producers.contract import ContextEvent
@@ -73,25 +74,7 @@ from store.errors import DatabaseUnavailable, VectorIndexUnavailable
 API_VERSION = "1.0.0"
 
 
-# Every route: no token, a dependency away; a body too large or unparsable, before any route.
-_UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 503: {"model": Problem}}
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {**_UNAUTHORIZED, 404: {"model": Problem}}
 _WITH_BODY: dict[int | str, dict[str, Any]] = {400: {"model": Problem}, 413: {"model": Problem}}
-# An erasure's memory held by a flush past `API__ERASURE_LOCK_WAIT_S`.
-_STARTED: dict[int | str, dict[str, Any]] = {
-    202: {
-        "model": ErasureOut,
-        "description": "the memory is being consolidated: the erasure is audited and memoryd"
-        ' finishes it (`status` "started"); the same request again answers its receipt (200)'
-        " once it is completed",
-    }
-}
-
-
-def _known(deps: ApiDependencies, key: MemoryKey) -> None:
-    """404 for a user the token's organization has no memory of."""
-    if not deps.reads.known(key):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"unknown user {excerpt(key.user_id)}")
 
 
 def _turn(deps: ApiDependencies, org: str, body: ContextRequest) -> ContextResponse:
@@ -136,8 +119,7 @@ def create_app(
         yield
         if deps is not None and deps.queries is not None:
             deps.queries.close()
-        for step in on_shutdown:
-            await run_in_threadpool(step)
+        await run_in_threadpool(_in_turn, on_shutdown)
 
     app = FastAPI(
         lifespan=lifespan,
@@ -181,7 +163,7 @@ def create_app(
             await deps.queries.embed(body.query)
         return await to_thread.run_sync(partial(_turn, deps, org, body), limiter=turns)
 
-    @app.post("/v1/context", tags=["read"], responses={**_UNAUTHORIZED, **_WITH_BODY})
+    @app.post("/v1/context", tags=["read"], responses={**UNAUTHORIZED, **_WITH_BODY})
     async def read_context(body: ContextRequest, org: Organization) -> ContextResponse:
         """The context of one chat turn: the rendered prompt block and what went into it."""
         return await serve_turn(org, body)
@@ -199,7 +181,7 @@ def create_app(
     @app.get(
         "/v1/users/{user_id}/memory",
         tags=["inspect"],
-        responses=_NOT_FOUND,
+        responses=NOT_FOUND,
     )
     def inspect_memory(
         user_id: UserId,
@@ -214,7 +196,7 @@ def create_app(
         a time, in the order they were learned: up to `limit`, and `next_cursor` to ask for
         the next page with (null on the last); W, S and learned info come with every page."""
         key = MemoryKey(org, user_id)
-        _known(deps, key)
+        known(deps, key)
         injection = deps.reads.injection(key)
         after = None if cursor is None else position(cursor)
         statuses = fact_status or tuple(FactStatus)
@@ -239,7 +221,7 @@ def create_app(
         "/v1/users/{user_id}/facts/{fact_id}/correction",
         status_code=status.HTTP_202_ACCEPTED,
         tags=["correct"],
-        responses={**_NOT_FOUND, **_WITH_BODY},
+        responses={**NOT_FOUND, **_WITH_BODY},
     )
     def correct_fact(
         user_id: UserId,
@@ -263,14 +245,14 @@ def create_app(
         )
         return Accepted(event_ids=[e.event_id for e in events])
 
-    _add_erasure_routes(app, CapacityLimiter(erasure_threads))
+    add_erasure_routes(app, CapacityLimiter(erasure_threads))
 
     @app.post(
         "/v1/events",
         status_code=status.HTTP_202_ACCEPTED,
         tags=["write"],
         response_model=Accepted,
-        responses={**_UNAUTHORIZED, **_WITH_BODY, **NOT_ALL_ACCEPTED, 403: {"model": Problem}},
+        responses={**UNAUTHORIZED, **_WITH_BODY, **NOT_ALL_ACCEPTED, 403: {"model": Problem}},
     )
     def publish_events(body: EventsRequest, deps: Deps, org: Organization) -> Any:
         """Publish observations (the `ContextEvent` contract) into the pipeline: 202 once Kafka
@@ -290,51 +272,11 @@ def create_app(
     return app
 
 
-def _add_erasure_routes(app: FastAPI, erasures: CapacityLimiter) -> None:
-    """The DELETE routes, run on the `erasures` threads only."""
-
-    @app.delete(
-        "/v1/users/{user_id}/facts/{fact_id}",
-        tags=["erase"],
-        responses={**_NOT_FOUND, **_STARTED},
-    )
-    async def delete_fact(
-        user_id: UserId,
-        fact_id: uuid.UUID,
-        deps: Deps,
-        org: Organization,
-        response: Response,
-        idempotency_key: IdempotencyKey = None,
-        reason: Reason = "deleted through the API",
-    ) -> ErasureOut:
-        """Delete a fact for real: its row, history and vector, and its text wherever the
-        memory kept a copy (runs, W, S, the observations it came from). Not an archive."""
-        request = ErasureRequest(f"api:{org}", reason, idempotency_key)
-        erase = partial(_erase_fact, deps, MemoryKey(org, user_id), fact_id, request)
-        return _answered(await to_thread.run_sync(erase, limiter=erasures), user_id, response)
-
-    @app.delete("/v1/users/{user_id}", tags=["erase"], responses={**_UNAUTHORIZED, **_STARTED})
-    async def forget_user(
-        user_id: UserId,
-        deps: Deps,
-        org: Organization,
-        response: Response,
-        idempotency_key: IdempotencyKey = None,
-        reason: Reason = "erasure request",
-    ) -> ErasureOut:
-        """Forget the organization's user everywhere: event log, runs, facts, memory,
-        connections, audit rows, vectors, and (through a tombstone on Kafka) every consumer's
-        buffers and any later replay. The ledger keeps its amounts under a pseudonym."""
-        request = ErasureRequest(f"api:{org}", reason, idempotency_key)
-        forget = partial(deps.eraser.forget_or_accept, MemoryKey(org, user_id), request)
-        return _answered(await to_thread.run_sync(forget, limiter=erasures), user_id, response)
-
-
-def _answered(outcome: Outcome, user_id: str, response: Response) -> ErasureOut:
-    out = ErasureOut.of(outcome, user_id)
-    if out.status == "started":
-        response.status_code = status.HTTP_202_ACCEPTED
-    return out
+def _in_turn(steps: Sequence[Callable[[], None]]) -> None:
+    """Run each step in order, every one even if one before it raised (then raised after)."""
+    with ExitStack() as stack:
+        for step in reversed(steps):
+            stack.callback(step)
 
 
 def _database_unavailable(e: DatabaseUnavailable) -> JSONResponse:
@@ -350,38 +292,16 @@ def _route(app: FastAPI, path: str) -> APIRoute:
 
 
 def _own_fact(deps: ApiDependencies, key: MemoryKey, fact_id: uuid.UUID) -> Fact:
-    _known(deps, key)
+    known(deps, key)
     fact = deps.reads.user_fact(key, fact_id)
     if fact is None:
-        raise _no_such_fact(key, fact_id)
+        raise no_such_fact(key, fact_id)
     return fact
-
-
-def _erase_fact(
-    deps: ApiDependencies, key: MemoryKey, fact_id: uuid.UUID, request: ErasureRequest
-) -> Outcome:
-    if request.request_id is not None:
-        # A retried request: the fact is gone, its erasure's receipt is the answer.
-        earlier = deps.eraser.earlier_receipt(key, fact_id, request.request_id)
-        if earlier is not None:
-            return earlier
-    _known(deps, key)
-    try:
-        # A retry of an erasure a crash left midway finishes it (its fact may be gone).
-        return deps.eraser.erase_fact_or_accept(key, fact_id, request)
-    except UnknownFact as e:
-        raise _no_such_fact(key, fact_id) from e
 
 
 def _implicit_key(fact: Fact, content: str) -> str:
     digest = hashlib.sha256(f"{fact.fact_id}\x1f{fact.version}\x1f{content}".encode())
     return f"implicit:{digest.hexdigest()}"
-
-
-def _no_such_fact(key: MemoryKey, fact_id: uuid.UUID) -> HTTPException:
-    return HTTPException(
-        status.HTTP_404_NOT_FOUND, f"user {excerpt(key.user_id)} has no fact {fact_id}"
-    )
 
 
 def _scoped(org: str, user_id: str, key: str | None) -> str | None:

@@ -3,15 +3,18 @@ the bearer token), and the path and query parameters several routes share."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator
 
+from consumers.decoding import excerpt
+from domain.ids import MemoryKey
 from memoryd.api.auth import TokenTable
-from memoryd.api.models import not_blank
+from memoryd.api.models import Problem, not_blank
 from memoryd.api.query_batches import QueryBatches
 from memoryd.erasure import Eraser
 from producers.contract import ID_PATTERN, MAX_ID_CHARS, reject_nul
@@ -79,3 +82,19 @@ Reason = Annotated[
     # The erasure audit refuses a reason of whitespace only: a 422 here, not a 500 there.
     AfterValidator(not_blank),
 ]
+
+# Every route: no token, a dependency away; a body too large or unparsable, before any route.
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": Problem}, 503: {"model": Problem}}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {**UNAUTHORIZED, 404: {"model": Problem}}
+
+
+def known(deps: ApiDependencies, key: MemoryKey) -> None:
+    """404 for a user the token's organization has no memory of."""
+    if not deps.reads.known(key):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"unknown user {excerpt(key.user_id)}")
+
+
+def no_such_fact(key: MemoryKey, fact_id: uuid.UUID) -> HTTPException:
+    return HTTPException(
+        status.HTTP_404_NOT_FOUND, f"user {excerpt(key.user_id)} has no fact {fact_id}"
+    )

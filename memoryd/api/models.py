@@ -15,10 +15,9 @@ from pydantic import (
     model_validator,
 )
 
-from domain.erasure import ErasureReceipt
+from domain.erasure import ErasureAccepted, ErasureOutcome
 from domain.ids import TurnRequest
 from domain.model import Fact, FactStatus, FactType, SurfacePolicy
-from memoryd.erasure import ErasureAccepted
 from producers.contract import (
     MAX_CONTENT_CHARS,
     ConnectionId,
@@ -295,7 +294,7 @@ class ErasureOut(BaseModel):
     status: Literal["completed", "started"]
 
     @classmethod
-    def of(cls, outcome: ErasureReceipt | ErasureAccepted, user_id: str) -> ErasureOut:
+    def of(cls, outcome: ErasureOutcome, user_id: str) -> ErasureOut:
         if isinstance(outcome, ErasureAccepted):
             return cls(
                 user_id=user_id,
