@@ -1,7 +1,8 @@
 """Forgetting: a whole memory (`memoryd forget`, DELETE /v1/users/{id}) or one fact's content.
 
 A memory is forgotten in durable steps, each recorded in the erasure audit before the next
-starts, all under the memory's lock (no flush of it runs meanwhile):
+starts, each under the memory's lock (no flush of it runs meanwhile; only the API's audit of
+an erasure it could not wait for is written without it, see below):
 
 1. audit: a row of `erasure_audit` (no content, no ids: a keyed digest names the memory);
 2. tombstone: a `MemoryTombstone` on the event topic under the memory's key, and per
@@ -16,7 +17,7 @@ Run again after a crash, it resumes at the first step not recorded, and the rece
 out the same (the counts were recorded by the step that removed the rows). Asked again once
 completed, it starts a new erasure, which finds nothing but what came since; with the same
 `request_id` it returns the first receipt instead. Asked while another erasure of the memory
-runs, it waits for it and answers its receipt.
+runs, it waits for it and answers its receipt (through the API, for a bounded time).
 
 The API waits for the memory's lock a bounded time (`forget_or_accept`): a flush holds it
 through its model calls, for minutes. An erasure that did not get it is audited all the same
@@ -34,14 +35,22 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from consumers.errors import ConsumerError
-from domain.erasure import REDACTION, ErasureReceipt, ErasureScope, ErasureStatus, TombstoneAt
+from domain.erasure import (
+    REDACTION,
+    ErasureAccepted,
+    ErasureOutcome,
+    ErasureReceipt,
+    ErasureScope,
+    ErasureStatus,
+    TombstoneAt,
+)
 from domain.ids import MemoryKey, SubjectHasher, erasure_id_for
 from domain.model import FactStatus
 from domain.ports import VectorIndex
 from producers.contract import MemoryTombstone
 from producers.errors import PublishError
 from producers.publisher import TombstonePosition
-from store.errors import MemoryBusy, StoreError
+from store.errors import DatabaseUnavailable, MemoryBusy, StoreError, VectorIndexUnavailable
 from store.write.erasure_log import ErasureRecord, PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore
 
@@ -61,20 +70,6 @@ class ErasureRequest:
     actor: str
     reason: str
     request_id: str | None = None  # the caller's idempotency key: same key, same erasure
-
-
-@dataclass(frozen=True)
-class ErasureAccepted:
-    """An erasure audited and not completed, left for the processors to finish: its memory's
-    lock was not had within `lock_wait_s`. Asked again, the request finds it (its request id
-    names it; without one, it joins the open erasure of its target)."""
-
-    erasure_id: uuid.UUID
-    scope: ErasureScope
-    subject: str
-
-
-Outcome = ErasureReceipt | ErasureAccepted
 
 
 @dataclass(frozen=True)
@@ -104,7 +99,7 @@ class Eraser:
         with self.memory.memory_lock(key):
             return self._steps(key, None, self._audit_forget(key, request, seen))
 
-    def forget_or_accept(self, key: MemoryKey, request: ErasureRequest) -> Outcome:
+    def forget_or_accept(self, key: MemoryKey, request: ErasureRequest) -> ErasureOutcome:
         """`forget`, or the erasure accepted if the memory's lock is not had in `lock_wait_s`."""
         seen = self.erasures.latest(self.subjects(key), ErasureScope.MEMORY)
         return self._within(key, None, lambda: self._audit_forget(key, request, seen))
@@ -119,7 +114,7 @@ class Eraser:
 
     def _within(
         self, key: MemoryKey, fact_id: uuid.UUID | None, audit: Callable[[], ErasureRecord]
-    ) -> Outcome:
+    ) -> ErasureOutcome:
         """The audited erasure's steps under the memory's lock if it is had in `lock_wait_s`;
         otherwise the erasure audited and left open, which the caller need not wait for."""
         with ExitStack() as held:
@@ -235,7 +230,7 @@ class Eraser:
 
     def erase_fact_or_accept(
         self, key: MemoryKey, fact_id: uuid.UUID, request: ErasureRequest
-    ) -> Outcome:
+    ) -> ErasureOutcome:
         """`erase_fact`, or the erasure accepted if the memory's lock is not had in
         `lock_wait_s`; an unknown fact is refused all the same."""
         seen = self._earlier(key, ErasureScope.FACT, fact_id, request)
@@ -320,15 +315,20 @@ class Eraser:
         receipts = []
         for p in self.erasures.pending():
             erasure_id = p.record.erasure_id
-            if young_since is None or p.record.requested_at <= young_since:
-                receipts.append(self._resume(p.key, p.fact_id, erasure_id))
-                continue
+            young = young_since is not None and p.record.requested_at > young_since
             try:
-                receipts.append(self._resume(p.key, p.fact_id, erasure_id, wait_s=0))
+                receipts.append(self._resume(p.key, p.fact_id, erasure_id, 0 if young else None))
             except MemoryBusy:
                 # Running elsewhere, or its memory is being flushed: still open and audited,
                 # so a later call finishes it (or, once old, waits for the lock).
                 log.info("erasure %s: its memory is busy, left for later", erasure_id)
+            except (DatabaseUnavailable, VectorIndexUnavailable):
+                raise  # every erasure would fail alike: the pass ends, the job retries it
+            except (StoreError, PublishError) as e:
+                # This one's step failed (a vector left, its tombstone refused, its statement
+                # refused): it stays open and audited at the step it reached, for the next
+                # call, and MemorydErasureStuck sees it; those after it must not wait for it.
+                log.warning("erasure %s: not finished, retried next time: %s", erasure_id, e)
         return receipts
 
     def earlier_receipt(

@@ -352,3 +352,37 @@ def test_a_forget_whose_partition_ends_cannot_be_read_is_a_publish_error_left_op
         receipt = erase.forget(MIRA, REQUEST)
     assert audit(deployment.dsn) == ["completed"]
     assert receipt.removed["postgres"]["memory_facts"] == 2
+
+
+def test_an_erasure_that_fails_to_resume_does_not_hold_back_the_ones_after_it(
+    deployment: Deployment,
+) -> None:
+    """The resumption finishes every open erasure it can: the API's accepted ones complete
+    through it, and one erasure whose step fails each time must not stop them all."""
+    seed(deployment)
+    with eraser(deployment) as (c, erase):
+        for key in (MIRA, TWIN):  # Mira's first: the pass meets it first
+            c.erasures.start(
+                uuid.uuid4(),
+                subject=c.subjects(key),
+                scope=ErasureScope.MEMORY,
+                key=key,
+                fact_id=None,
+                actor="test",
+                reason="accepted while its memory was busy",
+            )
+
+        def refused_for_mira(tombstone: Any) -> Any:
+            if tombstone.organization_id == MIRA.organization_id:
+                raise PublishError("the broker refused the tombstone")
+            return erase.publish_tombstone(tombstone)
+
+        (receipt,) = replace(erase, publish_tombstone=refused_for_mira).resume_pending()
+        assert receipt.subject == c.subjects(TWIN)
+        assert fact_ids(c, TWIN) == []
+        assert fact_ids(c, MIRA) != []
+        assert sorted(audit(deployment.dsn)) == ["completed", "started"]
+        (later,) = erase.resume_pending()  # taken up again, and finished
+        assert later.subject == c.subjects(MIRA)
+        assert audit(deployment.dsn) == ["completed", "completed"]
+        assert fact_ids(c, MIRA) == []
