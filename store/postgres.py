@@ -87,8 +87,15 @@ def make_pool(
 
 
 def with_keepalives(dsn: str) -> str:
-    """`dsn` with `KEEPALIVES` where neither it nor libpq's environment sets them."""
-    given = conninfo_to_dict(dsn)
+    """`dsn` with `KEEPALIVES` where neither it nor libpq's environment sets them. A DSN
+    naming a service file (whose values the added ones would override) or one libpq cannot
+    parse (the pool's connect reports it, as ever) is left as it is."""
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return dsn
+    if "service" in given or "PGSERVICE" in os.environ:
+        return dsn
     if "PGCONNECT_TIMEOUT" in os.environ:
         given["connect_timeout"] = os.environ["PGCONNECT_TIMEOUT"]
     return make_conninfo(dsn, **{k: v for k, v in KEEPALIVES.items() if k not in given})
