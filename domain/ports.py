@@ -140,6 +140,15 @@ class VectorIndex(Protocol):
     def count(self, key: MemoryKey | None = None) -> int: ...
 
 
+class HeldLock(Protocol):
+    """A lock as its holder has it. A lock of the database can be lost while held (its
+    session ends with a dropped connection), and another process take it meanwhile."""
+
+    def check(self) -> None:
+        """Raise (a `DatabaseUnavailable`: retried later) unless the lock is still held."""
+        ...
+
+
 class MemoryStore(Protocol):
     """The system of record as one flush uses it: W, S, facts, runs, credit.
 
@@ -149,7 +158,7 @@ class MemoryStore(Protocol):
 
     def memory_lock(
         self, key: MemoryKey, wait_s: float | None = None
-    ) -> AbstractContextManager[None]:
+    ) -> AbstractContextManager[HeldLock]:
         """Held for a whole flush (or erasure): no two of one memory run at once, anywhere.
         With `wait_s`, raises MemoryBusy holding nothing once another held it that long."""
         ...

@@ -62,6 +62,12 @@ class MemoryBeingErased(DatabaseUnavailable):
     (retried as an outage is: later, without counting an attempt)."""
 
 
+class MemoryLockLost(DatabaseUnavailable):
+    """The memory's lock was lost while held: its session ended (a dropped connection, a server
+    restart, a pooler), so another process may hold it by now. The holder stops before its
+    next step and is retried, as through an outage."""
+
+
 class MemoryBusy(DatabaseUnavailable):
     """Another holds the memory's lock (a flush, an erasure) and the caller chose not to wait
     for it: it tries again later, as through an outage."""

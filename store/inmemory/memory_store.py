@@ -28,8 +28,26 @@ from domain.model import (
 from domain.ports import PendingBacklog, Pricing
 from domain.upsert import merge_fact, written_as
 from store.candidate_ranking import CONSOLIDATION_STATUSES
-from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersion, StoreError
+from store.errors import (
+    EventsAlreadyConsolidated,
+    MemoryBusy,
+    MemoryLockLost,
+    StaleMemoryVersion,
+    StoreError,
+)
 from store.inmemory.database import InMemoryDatabase
+
+
+class HeldLock:
+    """A memory lock of this process: held until its block ends (no session to lose)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.released = False
+
+    def check(self) -> None:
+        if self.released:
+            raise MemoryLockLost(f"{self.name}: the lock was released")
 
 
 class InMemoryMemoryStore:
@@ -108,9 +126,13 @@ class InMemoryMemoryStore:
     # -- the memory lock ------------------------------------------------------------------
 
     @contextmanager
-    def memory_lock(self, key: MemoryKey, wait_s: float | None = None) -> Iterator[None]:
+    def memory_lock(self, key: MemoryKey, wait_s: float | None = None) -> Iterator[HeldLock]:
+        held = HeldLock(f"memory {key}")
         with self._memory_lock(key, wait=True, wait_s=wait_s):
-            yield
+            try:
+                yield held
+            finally:
+                held.released = True
 
     @contextmanager
     def _memory_lock(

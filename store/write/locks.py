@@ -8,10 +8,18 @@ from typing import Any
 import psycopg
 
 from domain.ids import MemoryKey
+from store.errors import MemoryLockLost
 
 MEMORY_LOCK_NAMESPACE = b"memoryd-memory"  # apart from the log locks (and from each other)
 LOG_LOCK_NAMESPACE = b"memoryd-log"  # the log writer's inserts against an erasure
 ERASURE_LOCK_NAMESPACE = b"memoryd-erasure"  # audits of a memory's new erasures, one at a time
+# Postgres shows a bigint advisory key in pg_locks as its high and low 32 bits, unsigned
+# (classid, objid), with objsubid 1 (two int4 keys show with 2).
+_HELD = (
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    " AND pid = pg_backend_pid() AND classid::bigint = %s AND objid::bigint = %s"
+    " AND objsubid = 1)"
+)
 
 
 def _lock_key(namespace: bytes, key: MemoryKey) -> int:
@@ -63,3 +71,30 @@ def release_session_lock(conn: psycopg.Connection[Any], lock: int) -> None:
     if not conn.broken:
         conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (lock,))
         conn.autocommit = False
+
+
+class HeldSessionLock:
+    """A session advisory lock held on `conn`, for its holder to check before a step that
+    must not run without it. Checked on that connection alone: the lock ends with its
+    session, which another connection would not notice."""
+
+    def __init__(self, conn: psycopg.Connection[Any], lock: int, name: str) -> None:
+        self._conn: psycopg.Connection[Any] | None = conn
+        self._tag = ((lock >> 32) & 0xFFFFFFFF, lock & 0xFFFFFFFF)
+        self._name = name
+
+    def check(self) -> None:
+        """Raise MemoryLockLost unless the lock is still held (not yet released, and its
+        session alive and holding it)."""
+        if self._conn is None:
+            raise MemoryLockLost(f"{self._name}: the lock was released")
+        try:
+            row = self._conn.execute(_HELD, self._tag).fetchone()
+        except psycopg.OperationalError as e:
+            raise MemoryLockLost(f"{self._name}: the lock's connection failed: {e}") from e
+        if not (row and row[0]):
+            raise MemoryLockLost(f"{self._name}: the lock's session no longer holds it")
+
+    def released(self) -> None:
+        """The lock is given back (its connection goes back to the pool): never held again."""
+        self._conn = None

@@ -37,7 +37,12 @@ from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersi
 from store.postgres import fenced_transaction, memory_params, statement, transaction, translated
 from store.write import flush_sql, index_marks, index_outbox
 from store.write.flush_sql import MEMORY as _MEMORY
-from store.write.locks import memory_lock_key, release_session_lock, take_session_lock
+from store.write.locks import (
+    HeldSessionLock,
+    memory_lock_key,
+    release_session_lock,
+    take_session_lock,
+)
 from store.write.run_rows import append_connections, insert_ledger, insert_run
 
 _LOCK = "SELECT pg_advisory_lock(%s::bigint)"
@@ -210,13 +215,14 @@ class PostgresMemoryStore:
     # -- the memory lock ------------------------------------------------------------------
 
     @contextmanager
-    def memory_lock(self, key: MemoryKey, wait_s: float | None = None) -> Iterator[None]:
+    def memory_lock(self, key: MemoryKey, wait_s: float | None = None) -> Iterator[HeldSessionLock]:
         """Hold a session advisory lock on the memory for the whole flush (or erasure).
 
         Two processor instances can briefly both own a memory's partition during a rebalance;
         the lock makes the second wait instead of consolidating the same memory concurrently.
         With `wait_s`, waits that long at most (for a lock slot, then for the lock), then
-        raises MemoryBusy holding nothing.
+        raises MemoryBusy holding nothing. Yields the lock, to `check()` before a step that
+        must not run once the lock's session ended.
         """
         lock, started = memory_lock_key(key), time.monotonic()
         if not self._lock_slots.acquire(timeout=wait_s):
@@ -228,9 +234,11 @@ class PostgresMemoryStore:
                 if not take_session_lock(conn, lock, left):
                     conn.autocommit = False
                     raise MemoryBusy(f"memory {key} is locked: waited {wait_s}s")
+                held = HeldSessionLock(conn, lock, f"memory {key}")
                 try:
-                    yield
+                    yield held
                 finally:
+                    held.released()
                     release_session_lock(conn, lock)
         finally:
             self._lock_slots.release()

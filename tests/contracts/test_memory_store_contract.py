@@ -32,7 +32,13 @@ from processors.gate import WriteGate
 from processors.offline import OfflineBackend
 from processors.schema import REQUEST_STATUSES, ConsolidationRequest
 from store.candidate_ranking import CONSOLIDATION_STATUSES
-from store.errors import EventsAlreadyConsolidated, MemoryBusy, StaleMemoryVersion, StoreError
+from store.errors import (
+    EventsAlreadyConsolidated,
+    MemoryBusy,
+    MemoryLockLost,
+    StaleMemoryVersion,
+    StoreError,
+)
 from tests.contracts.conftest import SUBJECTS, Stores
 from tests.support.builders import (
     BASE_TIME,
@@ -468,6 +474,15 @@ def test_a_bounded_wait_for_a_held_memory_gives_up_in_time_holding_nothing(
     # Given up, it holds nothing: another bounded wait gets the lock at once.
     with stores.memory.memory_lock(ADA, wait_s=0.3):
         pass
+
+
+def test_the_memory_lock_checks_out_as_held_until_its_block_ends(stores: Stores) -> None:
+    with stores.memory.memory_lock(ADA) as held:
+        held.check()
+        held.check()  # as often as its holder asks
+    # Given back, it is not the holder's any more: a step it fences must not run.
+    with pytest.raises(MemoryLockLost):
+        held.check()
 
 
 def test_folding_the_run_log_gives_the_live_tables(stores: Stores) -> None:
