@@ -46,7 +46,7 @@ from domain.erasure import (
 )
 from domain.ids import MemoryKey, SubjectHasher, erasure_id_for
 from domain.model import FactStatus
-from domain.ports import VectorIndex
+from domain.ports import HeldLock, VectorIndex
 from producers.contract import MemoryTombstone
 from producers.errors import PublishError
 from producers.publisher import TombstonePosition
@@ -96,8 +96,8 @@ class Eraser:
         or was audited since, is this request's too: concurrent forgets share one receipt.
         """
         seen = self.erasures.latest(self.subjects(key), ErasureScope.MEMORY)
-        with self.memory.memory_lock(key):
-            return self._steps(key, None, self._audit_forget(key, request, seen))
+        with self.memory.memory_lock(key) as held:
+            return self._steps(key, None, self._audit_forget(key, request, seen), held)
 
     def forget_or_accept(self, key: MemoryKey, request: ErasureRequest) -> ErasureOutcome:
         """`forget`, or the erasure accepted if the memory's lock is not had in `lock_wait_s`."""
@@ -117,9 +117,9 @@ class Eraser:
     ) -> ErasureOutcome:
         """The audited erasure's steps under the memory's lock if it is had in `lock_wait_s`;
         otherwise the erasure audited and left open, which the caller need not wait for."""
-        with ExitStack() as held:
+        with ExitStack() as stack:
             try:
-                held.enter_context(self.memory.memory_lock(key, self.lock_wait_s))
+                held = stack.enter_context(self.memory.memory_lock(key, self.lock_wait_s))
             except MemoryBusy:
                 # Audited without the lock: the flush that holds it writes its run, and the
                 # erasure, taken up under the lock later, removes that too.
@@ -128,7 +128,7 @@ class Eraser:
                     return record.receipt()
                 log.info("erasure %s: accepted, its memory is busy", record.erasure_id)
                 return ErasureAccepted(record.erasure_id, record.scope, record.subject)
-            return self._steps(key, fact_id, audit())
+            return self._steps(key, fact_id, audit(), held)
 
     def _since(
         self, key: MemoryKey, seen: ErasureRecord | None, request: ErasureRequest
@@ -146,14 +146,15 @@ class Eraser:
         return latest.erasure_id
 
     def _steps(
-        self, key: MemoryKey, fact_id: uuid.UUID | None, record: ErasureRecord
+        self, key: MemoryKey, fact_id: uuid.UUID | None, record: ErasureRecord, held: HeldLock
     ) -> ErasureReceipt:
-        """The steps left of an audited erasure; the memory's lock is held."""
+        """The steps left of an audited erasure; the memory's lock is `held`, checked before
+        each step that acts by key alone (its session may have ended, and another taken it)."""
         if record.status is not ErasureStatus.COMPLETED:
             if fact_id is None:
-                record = self._forget_steps(key, record)
+                record = self._forget_steps(key, record, held)
             else:
-                record = self._erase_fact_steps(key, fact_id, record)
+                record = self._erase_fact_steps(key, fact_id, record, held)
         return record.receipt()
 
     def _resume(
@@ -163,17 +164,17 @@ class Eraser:
         erasure_id: uuid.UUID,
         wait_s: float | None = None,
     ) -> ErasureReceipt:
-        with self.memory.memory_lock(key, wait_s):
+        with self.memory.memory_lock(key, wait_s) as held:
             # Read under the lock: another process may have moved it on meanwhile.
             record = self.erasures.get(erasure_id)
             if record is None:
                 raise StoreError(f"erasure {erasure_id} is not audited")
-            return self._steps(key, fact_id, record)
+            return self._steps(key, fact_id, record, held)
 
-    def _forget_steps(self, key: MemoryKey, record: ErasureRecord) -> ErasureRecord:
+    def _forget_steps(self, key: MemoryKey, record: ErasureRecord, held: HeldLock) -> ErasureRecord:
         subject = record.subject
         if record.status is ErasureStatus.STARTED:
-            self._tombstone(key, record.erasure_id, subject)
+            self._tombstone(key, record, held)
             log.info("erasure %s: tombstone recorded", record.erasure_id)
         if record.status in (ErasureStatus.STARTED, ErasureStatus.TOMBSTONED):
             vectors = self.index.count(key)
@@ -181,6 +182,7 @@ class Eraser:
                 record.erasure_id, key, subject, {"chroma": {"vectors": vectors}}
             )
             log.info("erasure %s: postgres erased", record.erasure_id)
+        held.check()  # the delete is by organization and user: a new memory's vectors too
         self.index.delete_memory(key)
         left = self.index.count(key)
         if left:
@@ -188,12 +190,13 @@ class Eraser:
         self.on_erased(key)
         return self.erasures.complete(record.erasure_id)
 
-    def _tombstone(self, key: MemoryKey, erasure_id: uuid.UUID, subject: str) -> None:
+    def _tombstone(self, key: MemoryKey, record: ErasureRecord, held: HeldLock) -> None:
+        held.check()
         position = self.publish_tombstone(
             MemoryTombstone(
                 organization_id=key.organization_id,
                 user_id=key.user_id,
-                erasure_id=erasure_id,
+                erasure_id=record.erasure_id,
                 forgotten_at=self.clock(),
             )
         )
@@ -206,7 +209,8 @@ class Eraser:
         cutoffs = {(position.topic, p): end for p, end in ends.items()}
         cutoffs[(position.topic, position.partition)] = position.offset
         tombstone = TombstoneAt(position.topic, position.partition, position.offset)
-        self.erasures.record_tombstone(erasure_id, subject, tombstone, cutoffs)
+        held.check()  # cut-offs moved past a new memory's events would drop them
+        self.erasures.record_tombstone(record.erasure_id, record.subject, tombstone, cutoffs)
 
     # -- one fact -------------------------------------------------------------------------
 
@@ -225,8 +229,8 @@ class Eraser:
         """
         seen = self._earlier(key, ErasureScope.FACT, fact_id, request)
         self._held_or_audited(key, fact_id, seen)  # refused before any wait for the lock
-        with self.memory.memory_lock(key):
-            return self._steps(key, fact_id, self._audit_fact(key, fact_id, request, seen))
+        with self.memory.memory_lock(key) as held:
+            return self._steps(key, fact_id, self._audit_fact(key, fact_id, request, seen), held)
 
     def erase_fact_or_accept(
         self, key: MemoryKey, fact_id: uuid.UUID, request: ErasureRequest
@@ -264,7 +268,7 @@ class Eraser:
         return any(f.key == key for f in self.memory.facts_by_id([fact_id]))
 
     def _erase_fact_steps(
-        self, key: MemoryKey, fact_id: uuid.UUID, record: ErasureRecord
+        self, key: MemoryKey, fact_id: uuid.UUID, record: ErasureRecord, held: HeldLock
     ) -> ErasureRecord:
         # An erasure opened before `erase_fact` checked the owner may name another memory's
         # fact (resumed by `resume_pending`): Postgres erases nothing of it (the owner is in
@@ -280,6 +284,7 @@ class Eraser:
                 "erasure %s: the fact is another memory's; nothing erased", record.erasure_id
             )
         else:
+            held.check()  # a memory started again may have learned the fact anew, same id
             self.index.delete([fact_id])
             if self.index.embeddings([fact_id]):
                 raise ErasureIncomplete(f"erasure {record.erasure_id}: the fact's vector is left")
