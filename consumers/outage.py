@@ -48,8 +48,10 @@ OUTAGES: tuple[type[Exception], ...] = (StoreError, DeadLetterError, KafkaError)
 DEFAULT_BACKOFF = Backoff(base_s=0.5, max_s=30.0)
 
 
-# Waiting for an erasure is routine (it takes seconds) and no dependency is away: counted,
-# but the consumer is not degraded. One that does not end is MemorydErasureStuck's.
+# Waiting for an erasure is routine (seconds; a minute or two for one the API accepted while
+# a flush held its memory, until the processors' resumption takes it) and no dependency is
+# away: counted, but the consumer is not degraded. One that does not end is
+# MemorydErasureStuck's.
 NOT_DEGRADING = frozenset({"erasure", "memory_busy"})
 
 
