@@ -19,10 +19,9 @@ completed, it starts a new erasure, which finds nothing but what came since; wit
 `request_id` it returns the first receipt instead. Asked while another erasure of the memory
 runs, it waits for it and answers its receipt (through the API, for a bounded time).
 
-The API waits for the memory's lock a bounded time (`forget_or_accept`): a flush holds it
-through its model calls, for minutes. An erasure that did not get it is audited all the same
-and left open (`ErasureAccepted`): the open erasure of a memory holds back its next flushes,
-and the processors' resumption (`resume_pending`) finishes it.
+The API waits for the lock a bounded time (`forget_or_accept`; a flush holds it through its
+model calls): one that did not get it is audited all the same and left open (`ErasureAccepted`)
+for the processors' resumption (`resume_pending`) to finish.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ from domain.erasure import (
 from domain.ids import MemoryKey, SubjectHasher, erasure_id_for
 from domain.model import FactStatus
 from domain.ports import HeldLock, VectorIndex
+from memoryd.erasure_errors import ErasureIncomplete, UnknownFact
 from producers.contract import MemoryTombstone
 from producers.errors import PublishError
 from producers.publisher import TombstonePosition
@@ -55,14 +55,6 @@ from store.write.erasure_log import ErasureRecord, PostgresErasureLog
 from store.write.memory_store import PostgresMemoryStore
 
 log = logging.getLogger(__name__)
-
-
-class ErasureIncomplete(StoreError):
-    """A step could not be verified (vectors left in the index); run the erasure again."""
-
-
-class UnknownFact(LookupError):
-    """The memory has no such fact, and no erasure of it to finish or to answer again."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +170,7 @@ class Eraser:
             log.info("erasure %s: tombstone recorded", record.erasure_id)
         if record.status in (ErasureStatus.STARTED, ErasureStatus.TOMBSTONED):
             vectors = self.index.count(key)
+            held.check()
             self.erasures.erase_memory(
                 record.erasure_id, key, subject, {"chroma": {"vectors": vectors}}
             )
@@ -276,6 +269,7 @@ class Eraser:
         foreign = any(f.key != key for f in self.memory.facts_by_id([fact_id]))
         if record.status is ErasureStatus.STARTED:
             vectors = 0 if foreign else len(self.index.embeddings([fact_id]))
+            held.check()  # else a flush holding the lock since would write the text back
             self.erasures.erase_fact(
                 record.erasure_id, key, fact_id, {"chroma": {"vectors": vectors}}
             )
@@ -310,7 +304,9 @@ class Eraser:
 
     # -- resuming -------------------------------------------------------------------------
 
-    def resume_pending(self, young_since: datetime | None = None) -> list[ErasureReceipt]:
+    def resume_pending(
+        self, young_since: datetime | None = None, *, keep_going: bool = False
+    ) -> list[ErasureReceipt]:
         """Finish the open erasures: a crash's, and those accepted while their memory was busy.
 
         One requested after `young_since` may still be running in the process that started
@@ -329,10 +325,12 @@ class Eraser:
                 log.info("erasure %s: its memory is busy, left for later", erasure_id)
             except (DatabaseUnavailable, VectorIndexUnavailable):
                 raise  # every erasure would fail alike: the pass ends, the job retries it
-            except (StoreError, PublishError) as e:
-                # This one's step failed (a vector left, its tombstone refused, its statement
-                # refused): it stays open and audited at the step it reached, for the next
-                # call, and MemorydErasureStuck sees it; those after it must not wait for it.
+            except StoreError as e:
+                if not keep_going:  # `forget --resume` says why, and exits non-zero
+                    raise
+                # This one's step failed (a vector left, its statement refused): open at the
+                # step it reached, for the next pass (MemorydErasureStuck sees it); those after
+                # it must not wait for it. Kafka away (PublishError) ends the pass, as above.
                 log.warning("erasure %s: not finished, retried next time: %s", erasure_id, e)
         return receipts
 

@@ -26,7 +26,7 @@ from memoryd.erasure import Eraser, ErasureRequest
 from store.errors import DatabaseUnavailable, MemoryLockLost
 from store.write.erasure_log import PostgresErasureLog
 from store.write.locks import memory_lock_key
-from tests.support.builders import key_of, make_fact
+from tests.support.builders import key_of, make_fact, seed_update
 from tests.support.deployment import Deployment, end_advisory_lock_session, seed_core
 
 pytestmark = pytest.mark.integration
@@ -155,3 +155,53 @@ def test_an_erasure_that_lost_its_lock_while_tombstoning_moves_no_cut_off(
         return c.index.count(ADA), done.status
 
     assert deployment.with_core(run) == (0, ErasureStatus.COMPLETED)
+
+
+class AfterAudit:
+    """The erasure log, but once the erasure is audited, `then` runs: before its Postgres step."""
+
+    def __init__(self, log: PostgresErasureLog, then: Callable[[], None]) -> None:
+        self._log, self._then = log, then
+
+    def start(self, *args: Any, **kwargs: Any) -> Any:
+        record = self._log.start(*args, **kwargs)
+        self._then()
+        return record
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+
+def test_a_fact_erasure_that_lost_its_lock_before_its_postgres_step_does_not_take_it(
+    deployment: Deployment, postgres_dsn: str
+) -> None:
+    """A flush is not held back by a fact erasure: with the erasure's lock gone, one takes it
+    and plans on W as it is. Had the erasure redacted W meanwhile, that flush would write the
+    text back (its apply checks the version, which a fact erasure leaves) and the erasure would
+    complete with the text in W. It stops before its Postgres step instead, and resumed after
+    the flush, redacts what the flush wrote too."""
+    told = "Ada lives in Porto, and she reads a lot"
+
+    def run(c: wiring.Core) -> tuple[list[ErasureStatus], str]:
+        seed_core(c, "ada", [FACT], working_memory=told)
+        plans: list[Any] = []
+
+        def lost_then_a_flush_plans() -> None:
+            end_lock_session(postgres_dsn, deployment.dsn)
+            with c.memory.memory_lock(ADA):
+                plans.append(seed_update(c.memory, "ada", [], working_memory=f"{told}; tea"))
+
+        with closing(wiring.publisher(c.settings)) as pub:
+            eraser = wiring.eraser(c, pub)
+            log = cast("PostgresErasureLog", AfterAudit(c.erasures, lost_then_a_flush_plans))
+            with pytest.raises(MemoryLockLost):
+                replace(eraser, erasures=log).erase_fact(ADA, FACT.fact_id, REQUEST)
+            c.memory.apply(plans[0])  # the flush applies, not refused
+            eraser.resume_pending()
+        statuses = [r.status for r in c.erasures.receipts(c.subjects(ADA))]
+        return statuses, c.memory.load_state(ADA).working_memory
+
+    statuses, working_memory = deployment.with_core(run)
+    assert statuses == [ErasureStatus.COMPLETED]
+    assert "Porto" not in working_memory
+    assert "tea" in working_memory
