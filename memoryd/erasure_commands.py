@@ -16,7 +16,8 @@ from typing import Any
 
 from memoryd import wiring
 from memoryd.analyst.commands import add_memory_arguments, memory_key
-from memoryd.erasure import ErasureRequest, UnknownFact
+from memoryd.erasure import ErasureRequest
+from memoryd.erasure_errors import UnknownFact
 from memoryd.settings import Settings
 from store.write.erasure_log import PendingErasure
 

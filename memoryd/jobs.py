@@ -77,7 +77,7 @@ def resume_erasures_once(c: wiring.Core, older_than_s: float = ERASURE_RESUME_AF
 
     def resume() -> int:
         with closing(wiring.publisher(c.settings)) as pub:
-            return len(wiring.eraser(c, pub).resume_pending(young_since))
+            return len(wiring.eraser(c, pub).resume_pending(young_since, keep_going=True))
 
     return _once(c, ERASURE_RESUME_LOCK, resume) or 0
 

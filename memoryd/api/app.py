@@ -63,7 +63,7 @@ from memoryd.api.models import (
 )
 from memoryd.api.pages import DEFAULT_PAGE, Cursor, PageSize, cursor_of, position
 from memoryd.api.turn_lane import TurnLane
-from memoryd.erasure import ErasureIncomplete
+from memoryd.erasure_errors import ErasureIncomplete
 from memoryd.ops.health import HealthMonitor
 from memoryd.settings import MAX_BODY_BYTES
 from producers.contract import ContextEvent

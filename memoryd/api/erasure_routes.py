@@ -26,7 +26,8 @@ from memoryd.api.dependencies import (
     no_such_fact,
 )
 from memoryd.api.models import ErasureOut
-from memoryd.erasure import ErasureRequest, UnknownFact
+from memoryd.erasure import ErasureRequest
+from memoryd.erasure_errors import UnknownFact
 
 # An erasure's memory held by a flush past `API__ERASURE_LOCK_WAIT_S`.
 _STARTED: dict[int | str, dict[str, Any]] = {
