@@ -87,13 +87,13 @@ def make_pool(
 
 
 def with_keepalives(dsn: str) -> str:
-    """`dsn` with `KEEPALIVES` where neither it nor libpq's environment sets them. A DSN
-    naming a service file (whose values the added ones would override) or one libpq cannot
-    parse (the pool's connect reports it, as ever) is left as it is."""
+    """`dsn` with `KEEPALIVES` where neither it nor libpq's environment sets them; a DSN
+    naming a service file (whose values the added ones would override) as it is. Raises
+    StoreError (not to be retried) for a DSN libpq cannot parse."""
     try:
         given = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return dsn
+    except psycopg.ProgrammingError as e:
+        raise StoreError(f"the Postgres DSN cannot be parsed: {e}") from e
     if "service" in given or "PGSERVICE" in os.environ:
         return dsn
     if "PGCONNECT_TIMEOUT" in os.environ:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from store.errors import StoreError
 from store.postgres import with_keepalives
 
 
@@ -19,9 +20,14 @@ def test_keepalives_are_added_where_the_dsn_sets_none_of_its_own() -> None:
     )
 
 
-@pytest.mark.parametrize("dsn", ["service=memoryd", "host=db port"])
-def test_a_service_file_or_a_dsn_libpq_cannot_parse_is_left_as_it_is(dsn: str) -> None:
-    assert with_keepalives(dsn) == dsn
+def test_a_dsn_naming_a_service_file_is_left_as_it_is() -> None:
+    assert with_keepalives("service=memoryd") == "service=memoryd"
+
+
+def test_a_dsn_libpq_cannot_parse_is_refused_at_once_naming_why() -> None:
+    # Passed on, the pool would try it for its whole start-up timeout and report an outage.
+    with pytest.raises(StoreError, match='cannot be parsed: missing "=" after "port"'):
+        with_keepalives("host=db port")
 
 
 def test_libpq_environment_connect_timeout_wins(monkeypatch: pytest.MonkeyPatch) -> None:
