@@ -89,7 +89,7 @@ class ForgottenLetters:
             by_memory.setdefault(MemoryKey(event.organization_id, event.user_id), []).append(letter)
         summary = RedriveSummary()
         for key, mine in by_memory.items():
-            with self._memory.memory_lock(key):
+            with self._memory.memory_lock(key) as held:
                 cutoffs = self._memory.forgotten_before(self._subjects(key))
                 kept = [event for event, headers in mine if not _before(headers, cutoffs)]
                 if len(kept) < len(mine):
@@ -100,6 +100,9 @@ class ForgottenLetters:
                     log.info("not redriven: %d event(s) a fact erasure redacted", len(redacted))
                     kept = [event for event in kept if event.event_id not in redacted]
                 if kept:
+                    # Its session dropped since the reads, the lock is another's: an erasure's
+                    # cut-offs may have moved past where these would land.
+                    held.check()
                     publish(kept)
             summary += RedriveSummary(len(kept), len(mine) - len(kept))
         return summary

@@ -18,16 +18,14 @@ from dataclasses import replace
 from typing import Any, cast
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from domain.erasure import ErasureStatus
 from memoryd import wiring
 from memoryd.erasure import Eraser, ErasureRequest
 from store.errors import DatabaseUnavailable, MemoryLockLost
 from store.write.erasure_log import PostgresErasureLog
-from store.write.locks import memory_lock_key
 from tests.support.builders import key_of, make_fact, seed_update
-from tests.support.deployment import Deployment, end_advisory_lock_session, seed_core
+from tests.support.deployment import Deployment, end_memory_lock_session, seed_core
 
 pytestmark = pytest.mark.integration
 
@@ -59,10 +57,7 @@ class AfterPostgresStep:
 
 def end_lock_session(superuser_dsn: str, dsn: str) -> None:
     """End the session that holds ADA's memory lock, as a dropped connection would."""
-    lock = memory_lock_key(ADA)
-    dbname = conninfo_to_dict(dsn)["dbname"]
-    # pg_locks shows a bigint key as its two halves, unsigned.
-    end_advisory_lock_session(superuser_dsn, dbname, (lock >> 32) & 0xFFFFFFFF, lock & 0xFFFFFFFF)
+    end_memory_lock_session(superuser_dsn, dsn, ADA)
 
 
 def erase(eraser: Eraser, scope: str) -> None:

@@ -13,22 +13,31 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import closing
+from typing import Any, cast
 
 import psycopg
 import pytest
 from kafka import KafkaConsumer
 
-from consumers.dead_letter import DeadLetter, KafkaDeadLetterSink
+from consumers.dead_letter import (
+    HEADER_OFFSET,
+    HEADER_PARTITION,
+    HEADER_TOPIC,
+    DeadLetter,
+    KafkaDeadLetterSink,
+)
 from domain.erasure import REDACTION
 from domain.ids import MemoryKey
 from memoryd import wiring
 from memoryd.erasure import ErasureRequest
-from memoryd.redrive import RedriveSummary, redrive
+from memoryd.redrive import ForgottenLetters, RedriveSummary, redrive
 from producers.contract import ContextEvent
+from store.errors import MemoryLockLost
+from store.write.memory_store import PostgresMemoryStore
 from tests.support.builders import make_event, make_fact
-from tests.support.deployment import Deployment, seed_core, topic_size
+from tests.support.deployment import Deployment, end_memory_lock_session, seed_core, topic_size
 
 pytestmark = pytest.mark.integration
 
@@ -164,3 +173,40 @@ def test_a_letter_of_an_event_a_fact_erasure_redacted_is_settled_not_redriven(
     assert Counter(on_topic) == {said.event_id: 1, other.event_id: 2}
     # Settled, it is committed past like the redriven one: a second redrive finds nothing.
     assert redrive(deployment.settings, idle_s=1.0) == RedriveSummary()
+
+
+class LockLostAfterCutoffs:
+    """The memory store, whose lock session ends once the redrive read the cut-offs."""
+
+    def __init__(self, memory: PostgresMemoryStore, end_session: Callable[[], None]) -> None:
+        self._memory, self._end_session = memory, end_session
+
+    def forgotten_before(self, subject: str) -> dict[tuple[str, int], int]:
+        cutoffs = self._memory.forgotten_before(subject)
+        self._end_session()
+        return cutoffs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._memory, name)
+
+
+def test_a_redrive_that_lost_its_memory_lock_publishes_nothing(
+    deployment: Deployment, postgres_dsn: str
+) -> None:
+    """Read under the lock, the cut-offs hold only while it is held: once its session dropped,
+    an erasure may take the lock and tombstone, and events published after would survive it."""
+    event = make_event("ada", "I live in Lisbon")
+    ada = MemoryKey(event.organization_id, event.user_id)
+    headers = {HEADER_TOPIC: b"memoryd.events", HEADER_PARTITION: b"0", HEADER_OFFSET: b"0"}
+    published: list[ContextEvent] = []
+
+    def end_session() -> None:
+        end_memory_lock_session(postgres_dsn, deployment.dsn, ada)
+
+    def run(c: wiring.Core) -> None:
+        memory = cast("PostgresMemoryStore", LockLostAfterCutoffs(c.memory, end_session))
+        with pytest.raises(MemoryLockLost):
+            ForgottenLetters(memory, c.subjects).republish([(event, headers)], published.extend)
+
+    deployment.with_core(run)
+    assert published == []

@@ -18,9 +18,11 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.partitioner.default import murmur2
 from prometheus_client import CollectorRegistry
+from psycopg.conninfo import conninfo_to_dict
 
 from consumers.processor import MemoryProcessor
 from consumers.settings import ProcessorSettings
+from domain.ids import MemoryKey
 from domain.model import Fact, MemoryUpdate
 from memoryd import wiring
 from memoryd.analyst.dead_letters import read_dead_letters
@@ -33,6 +35,7 @@ from memoryd.settings import (
 )
 from processors.schema import ConsolidationBackend
 from producers.contract import ContextEvent, memory_kafka_key
+from store.write.locks import memory_lock_key
 from tests.support.builders import seed
 
 with warnings.catch_warnings():
@@ -173,6 +176,15 @@ def end_advisory_lock_session(superuser_dsn: str, dbname: str, classid: int, obj
             (dbname, classid, objid),
         ).fetchall()
     assert ended == [(True,)]
+
+
+def end_memory_lock_session(superuser_dsn: str, dsn: str, key: MemoryKey) -> None:
+    """End the session that holds `key`'s memory lock in `dsn`'s database, as a dropped
+    connection would."""
+    lock = memory_lock_key(key)
+    dbname = conninfo_to_dict(dsn)["dbname"]
+    # pg_locks shows a bigint key as its two halves, unsigned.
+    end_advisory_lock_session(superuser_dsn, dbname, (lock >> 32) & 0xFFFFFFFF, lock & 0xFFFFFFFF)
 
 
 def limit_message_bytes(admin: Any, topic: str, limit: int) -> None:
