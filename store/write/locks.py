@@ -13,8 +13,7 @@ from store.errors import MemoryLockLost
 MEMORY_LOCK_NAMESPACE = b"memoryd-memory"  # apart from the log locks (and from each other)
 LOG_LOCK_NAMESPACE = b"memoryd-log"  # the log writer's inserts against an erasure
 ERASURE_LOCK_NAMESPACE = b"memoryd-erasure"  # audits of a memory's new erasures, one at a time
-# Postgres shows a bigint advisory key in pg_locks as its high and low 32 bits, unsigned
-# (classid, objid), with objsubid 1 (two int4 keys show with 2).
+# A bigint key shows with objsubid 1 (two int4 keys with 2): see `pg_locks_tag`.
 _HELD = (
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
     " AND pid = pg_backend_pid() AND classid::bigint = %s AND objid::bigint = %s"
@@ -39,6 +38,12 @@ def memory_lock_key(key: MemoryKey) -> int:
 def log_lock_key(key: MemoryKey) -> int:
     """Taken shared by the log writer's insert of a memory's events, exclusively by its erasure."""
     return _lock_key(LOG_LOCK_NAMESPACE, key)
+
+
+def pg_locks_tag(lock: int) -> tuple[int, int]:
+    """The (classid, objid) pg_locks shows a bigint advisory key as: its high and low 32 bits,
+    unsigned (with objsubid 1)."""
+    return (lock >> 32) & 0xFFFFFFFF, lock & 0xFFFFFFFF
 
 
 def erasure_lock_key(key: MemoryKey) -> int:
@@ -80,7 +85,7 @@ class HeldSessionLock:
 
     def __init__(self, conn: psycopg.Connection[Any], lock: int, name: str) -> None:
         self._conn: psycopg.Connection[Any] | None = conn
-        self._tag = ((lock >> 32) & 0xFFFFFFFF, lock & 0xFFFFFFFF)
+        self._tag = pg_locks_tag(lock)
         self._name = name
 
     def check(self) -> None:

@@ -14,7 +14,6 @@ from typing import Any, cast
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from domain.erasure import ErasureStatus
 from domain.ids import MemoryKey
@@ -31,7 +30,7 @@ from store.write.locks import memory_lock_key
 from tests.support.builders import make_fact
 from tests.support.deployment import (
     Deployment,
-    end_advisory_lock_session,
+    end_lock_session_in,
     seed_core,
     topic_size,
     wait_until,
@@ -46,8 +45,7 @@ ADA = MemoryKey("org-a", "ada")
 
 def terminate_lock_session(superuser_dsn: str, dsn: str, lock: int) -> None:
     """End the session that holds advisory lock `lock` (a bigint key)."""
-    dbname = conninfo_to_dict(dsn)["dbname"]
-    end_advisory_lock_session(superuser_dsn, dbname, lock >> 32, lock & 0xFFFFFFFF)
+    end_lock_session_in(superuser_dsn, dsn, lock)
 
 
 def lock_waits(dsn: str) -> int:

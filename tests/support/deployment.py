@@ -35,7 +35,7 @@ from memoryd.settings import (
 )
 from processors.schema import ConsolidationBackend
 from producers.contract import ContextEvent, memory_kafka_key
-from store.write.locks import memory_lock_key
+from store.write.locks import memory_lock_key, pg_locks_tag
 from tests.support.builders import seed
 
 with warnings.catch_warnings():
@@ -178,13 +178,16 @@ def end_advisory_lock_session(superuser_dsn: str, dbname: str, classid: int, obj
     assert ended == [(True,)]
 
 
-def end_memory_lock_session(superuser_dsn: str, dsn: str, key: MemoryKey) -> None:
-    """End the session that holds `key`'s memory lock in `dsn`'s database, as a dropped
-    connection would."""
-    lock = memory_lock_key(key)
+def end_lock_session_in(superuser_dsn: str, dsn: str, lock: int) -> None:
+    """End the session that holds the bigint advisory lock `lock` in `dsn`'s database, as a
+    dropped connection would."""
     dbname = conninfo_to_dict(dsn)["dbname"]
-    # pg_locks shows a bigint key as its two halves, unsigned.
-    end_advisory_lock_session(superuser_dsn, dbname, (lock >> 32) & 0xFFFFFFFF, lock & 0xFFFFFFFF)
+    end_advisory_lock_session(superuser_dsn, dbname, *pg_locks_tag(lock))
+
+
+def end_memory_lock_session(superuser_dsn: str, dsn: str, key: MemoryKey) -> None:
+    """End the session that holds `key`'s memory lock in `dsn`'s database."""
+    end_lock_session_in(superuser_dsn, dsn, memory_lock_key(key))
 
 
 def limit_message_bytes(admin: Any, topic: str, limit: int) -> None:
